@@ -1,0 +1,1 @@
+"""Jobs and their log lines (DESIGN.md §5, §7)."""

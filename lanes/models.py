@@ -1,0 +1,173 @@
+"""Nodes and lanes (DESIGN.md §5). A lane does not know how it is launched or who routes
+to it: no imports from jobs or routing here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class NodeState(models.TextChoices):
+    UNKNOWN = "unknown"
+    ONLINE = "online"
+    UNREACHABLE = "unreachable"
+    MAINTENANCE = "maintenance"
+
+
+class Transport(models.TextChoices):
+    SSH = "ssh", "SSH"
+    LOCAL = "local", "Local (simulated node on this machine)"
+
+
+class Node(models.Model):
+    name = models.SlugField(max_length=63, unique=True)
+    address = models.CharField(max_length=253, help_text="Management address or host name (SSH).")
+    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.SSH)
+    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_user = models.CharField(max_length=64, default="spark")
+    # Fernet token of the private key (lanes.crypto); never shown back, never logged.
+    ssh_private_key_encrypted = models.TextField(blank=True, default="")
+    # Pinned host key, one OpenSSH public-key line ("ssh-ed25519 AAAA..."); a mismatch fails loudly.
+    ssh_host_key = models.TextField(blank=True, default="")
+    runtime_command = models.CharField(max_length=200, default="docker")
+    # Directory of a sparksim node; empty on a real Spark (docs/runtime-contract.md).
+    sim_dir = models.CharField(max_length=500, blank=True, default="")
+    memory_gib = models.FloatField(default=128)
+    os_reserve_gib = models.FloatField(default=8)
+    labels = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UNKNOWN)
+    last_seen = models.DateTimeField(null=True, blank=True)
+    network_report = models.JSONField(default=dict, blank=True)
+    network_checked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Executor(models.TextChoices):
+    RAY = "ray", "Ray"
+    NATIVE = "native", "Native multi-node (--nnodes/--node-rank)"
+
+
+class LaneState(models.TextChoices):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    SERVING = "serving"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+    STOPPING = "stopping"
+
+
+class DesiredState(models.TextChoices):
+    STOPPED = "stopped"
+    SERVING = "serving"
+
+
+class Lane(models.Model):
+    name = models.SlugField(max_length=63, unique=True)
+    model_id = models.CharField(max_length=200)
+    model_revision = models.CharField(max_length=100, blank=True, default="")
+    served_model_name = models.CharField(max_length=200, blank=True, default="")
+    image = models.CharField(max_length=300, help_text="Pinned by digest: repo@sha256:...")
+    tensor_parallel_size = models.PositiveIntegerField(default=1)
+    executor = models.CharField(max_length=8, choices=Executor.choices, default=Executor.RAY)
+    api_port = models.PositiveIntegerField(default=8000)
+    master_port = models.PositiveIntegerField(default=29501, help_text="Ray port or --master-port.")
+    container_name = models.SlugField(max_length=63, default="vllm_node")
+    # vLLM settings
+    max_model_len = models.PositiveIntegerField(help_text="Pinned: 'auto' shrank 1,048,576 to 937,472.")
+    kv_cache_memory_bytes = models.BigIntegerField(null=True, blank=True)
+    gpu_memory_utilization = models.FloatField(null=True, blank=True)
+    max_num_seqs = models.PositiveIntegerField(null=True, blank=True)
+    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
+    kv_cache_dtype = models.CharField(max_length=32, blank=True, default="")
+    enable_prefix_caching = models.BooleanField(null=True, blank=True)
+    enable_chunked_prefill = models.BooleanField(null=True, blank=True)
+    speculative_config = models.JSONField(null=True, blank=True)
+    max_cudagraph_capture_size = models.PositiveIntegerField(null=True, blank=True)
+    extra_args = models.JSONField(default=list, blank=True)
+    container_env = models.JSONField(default=dict, blank=True)
+    # memory budget
+    weights_gib = models.FloatField(default=0)
+    kv_bytes_per_token = models.PositiveIntegerField(null=True, blank=True)
+    runtime_overhead_gib = models.FloatField(default=6)
+    # availability
+    fallback = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="fallback_for"
+    )
+    degraded_context_limit = models.PositiveIntegerField(null=True, blank=True)
+    desired_state = models.CharField(max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED)
+    observed_state = models.CharField(max_length=16, choices=LaneState.choices, default=LaneState.STOPPED)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    revision = models.PositiveIntegerField(default=0, help_text="Number of the current revision.")
+    nodes = models.ManyToManyField(Node, through="LaneNode", related_name="lanes")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def public_model_name(self) -> str:
+        return self.served_model_name or self.name
+
+    def ranked_nodes(self, replica: int = 0) -> list[Node]:
+        members = self.members.filter(replica=replica).select_related("node").order_by("rank")
+        return [member.node for member in members]
+
+    @property
+    def current_context_limit(self) -> int:
+        if self.observed_state == LaneState.DEGRADED and self.degraded_context_limit:
+            return min(self.degraded_context_limit, self.max_model_len)
+        return self.max_model_len
+
+
+class LaneNode(models.Model):
+    """Ordered lane membership: rank 0 is the head. `replica` keeps the model open to
+    several replicas of one lane (seed 002's dual replicas)."""
+
+    lane = models.ForeignKey(Lane, on_delete=models.CASCADE, related_name="members")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="memberships")
+    replica = models.PositiveIntegerField(default=0)
+    rank = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["lane", "replica", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["lane", "replica", "rank"], name="lane_replica_rank_unique"),
+            models.UniqueConstraint(fields=["lane", "node"], name="lane_node_unique"),
+        ]
+
+
+class LaneRevision(models.Model):
+    """Immutable snapshot of a lane's configuration; a launch records the one it ran."""
+
+    lane = models.ForeignKey(Lane, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    config = models.JSONField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["lane", "-number"]
+        constraints = [models.UniqueConstraint(fields=["lane", "number"], name="lane_revision_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.lane.name} r{self.number}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise ValueError("Lane revisions are immutable")
+        super().save(*args, **kwargs)

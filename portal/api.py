@@ -1,0 +1,94 @@
+"""The one NinjaAPI (/api/). Each app contributes a Router from its api.py; domain errors
+map to HTTP in one place here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError
+from ninja.security import SessionAuth
+
+from portal.roles import Capability, require
+
+
+class RoleAuth(SessionAuth):
+    """Session auth (with CSRF on unsafe methods) plus a capability: anonymous → 401,
+    a logged-in user without the capability → 403."""
+
+    def __init__(self, capability: Capability) -> None:
+        super().__init__(csrf=True)
+        self.capability = capability
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = super().authenticate(request, key)
+        if user is None:
+            return None
+        require(user, self.capability)
+        return user
+
+
+can_view = RoleAuth(Capability.VIEW)
+can_edit_routing = RoleAuth(Capability.EDIT_ROUTING)
+can_operate = RoleAuth(Capability.OPERATE)
+
+api = NinjaAPI(title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api")
+
+
+class ErrorOut(Schema):
+    detail: str | list[dict[str, Any]]
+
+
+@api.exception_handler(PermissionDenied)
+def on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc) or "Permission denied."}, status=403)
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return api.create_response(request, {"detail": "Log in first (session cookie and CSRF token)."}, status=401)
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    """Domain validation (lane rules, job parameters): 422 naming each field and rule."""
+    if hasattr(exc, "error_dict"):
+        errors = [
+            {"loc": ["body", field], "msg": message, "type": "value_error"}
+            for field, messages in exc.message_dict.items()
+            for message in messages
+        ]
+    else:
+        errors = [{"loc": ["body"], "msg": message, "type": "value_error"} for message in exc.messages]
+    return api.create_response(request, {"detail": errors}, status=422)
+
+
+class MeOut(Schema):
+    username: str
+    roles: list[str]
+    capabilities: list[str]
+
+
+@api.get("/me", response=MeOut, tags=["portal"])
+def me(request: HttpRequest) -> dict[str, Any]:
+    user = request.auth  # type: ignore[attr-defined]
+    return {
+        "username": user.get_username(),
+        "roles": sorted(group.name for group in user.groups.all()),
+        "capabilities": [cap.value for cap in Capability if user.has_perm(cap.perm)],
+    }
+
+
+def _mount_app_routers() -> None:
+    from jobs.api import router as jobs_router
+    from lanes.api import router as lanes_router
+    from routing.api import router as routing_router
+
+    api.add_router("/", lanes_router)
+    api.add_router("/", jobs_router)
+    api.add_router("/", routing_router)
+
+
+_mount_app_routers()

@@ -1,0 +1,62 @@
+"""WebSocket consumers only authenticate, check the role, join a group and forward
+(the AWX lesson). `PortalConsumer` is the base every live page's consumer uses."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from portal.broadcast import DASHBOARD_GROUP
+from portal.roles import Capability, user_can
+
+# Close codes (4000-4999 are the application's): the page shows why it was refused.
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+
+
+class PortalConsumer(AsyncJsonWebsocketConsumer):
+    capability: ClassVar[Capability] = Capability.VIEW
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await self.user_allowed(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.joined: list[str] = []
+        for group in await self.groups_for_connection():
+            await self.channel_layer.group_add(group, self.channel_name)
+            self.joined.append(group)
+        await self.accept()
+        await self.on_accepted()
+
+    async def user_allowed(self, user: Any) -> bool:
+        from channels.db import database_sync_to_async
+
+        return bool(await database_sync_to_async(user_can)(user, self.capability))
+
+    async def groups_for_connection(self) -> list[str]:
+        return []
+
+    async def on_accepted(self) -> None:
+        """Hook for consumers that send an initial snapshot."""
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def portal_event(self, message: dict[str, Any]) -> None:
+        await self.send_json({"event": message["event"], "data": message["data"]})
+
+
+class DashboardConsumer(PortalConsumer):
+    capability = Capability.VIEW
+
+    async def groups_for_connection(self) -> list[str]:
+        return [DASHBOARD_GROUP]
+
+    async def on_accepted(self) -> None:
+        await self.send_json({"event": "hello", "data": {"groups": self.joined}})

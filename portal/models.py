@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class Access(models.Model):
+    """Holds the portal's capability permissions (no rows, no table of its own use)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("view_portal", "Read dashboards, lanes, jobs and benchmarks"),
+            ("edit_routing", "Edit and publish the semantic router"),
+            ("operate_cluster", "Operate nodes, lanes, jobs and API keys"),
+        ]
+
+
+class AuditEvent(models.Model):
+    """Who changed what, with a before/after diff (DESIGN.md §5 Audit)."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, blank=True)  # kept when the user is deleted
+    action = models.CharField(max_length=64)  # e.g. lane.update, node.create, job.launch
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200, blank=True)
+    diff = models.JSONField(default=dict, blank=True)  # {field: [before, after]}
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name or 'system'} {self.action} {self.object_repr}"
+
+    def changed_fields(self) -> list[tuple[str, Any, Any]]:
+        return [(field, pair[0], pair[1]) for field, pair in sorted(self.diff.items())]

@@ -1,0 +1,100 @@
+"""Roles and the one permission check used by pages, the management API and sockets.
+
+Roles are Django groups holding the portal's capability permissions (created by
+migration 0002). Superusers hold every capability.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+
+
+class Role(str, enum.Enum):
+    ADMIN = "admin"
+    TEAM_LEAD = "team lead"
+    VIEWER = "viewer"
+
+
+class Capability(str, enum.Enum):
+    VIEW = "view_portal"  # dashboards, lanes, jobs, benchmarks (read)
+    EDIT_ROUTING = "edit_routing"  # prototypes, router drafts, publish, rollback
+    OPERATE = "operate_cluster"  # nodes, lanes, launches, API keys, users
+
+    @property
+    def perm(self) -> str:
+        return f"portal.{self.value}"
+
+
+ROLE_CAPABILITIES: dict[Role, tuple[Capability, ...]] = {
+    Role.ADMIN: (Capability.VIEW, Capability.EDIT_ROUTING, Capability.OPERATE),
+    Role.TEAM_LEAD: (Capability.VIEW, Capability.EDIT_ROUTING),
+    Role.VIEWER: (Capability.VIEW,),
+}
+
+CAPABILITY_LABELS: dict[Capability, str] = {
+    Capability.VIEW: "read dashboards, lanes, jobs and benchmarks",
+    Capability.EDIT_ROUTING: "edit and publish the semantic router",
+    Capability.OPERATE: "operate nodes, lanes, jobs and API keys",
+}
+
+UserLike = AbstractBaseUser | AnonymousUser
+
+
+def user_can(user: UserLike | None, capability: Capability) -> bool:
+    """The one permission check."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    return bool(user.has_perm(capability.perm))
+
+
+def require(user: UserLike | None, capability: Capability) -> None:
+    if not user_can(user, capability):
+        raise PermissionDenied(f"Your role may not {CAPABILITY_LABELS[capability]}.")
+
+
+ViewFunc = TypeVar("ViewFunc", bound=Callable[..., HttpResponse])
+
+
+def role_required(capability: Capability) -> Callable[[ViewFunc], ViewFunc]:
+    """Page decorator: anonymous users go to the login page, others without the
+    capability get 403."""
+
+    def decorator(view: ViewFunc) -> ViewFunc:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect(f"/accounts/login/?next={request.path}")
+            require(request.user, capability)
+            return view(request, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
+
+
+def ensure_role_groups() -> None:
+    """Create the role groups with their permissions (migration 0002 does the same on a
+    fresh database; tests that flush tables call this)."""
+    from django.contrib.auth.models import Group, Permission
+
+    for role, capabilities in ROLE_CAPABILITIES.items():
+        group, _ = Group.objects.get_or_create(name=role.value)
+        codenames = [cap.value for cap in capabilities]
+        group.permissions.set(Permission.objects.filter(content_type__app_label="portal", codename__in=codenames))
+
+
+def roles_context(request: HttpRequest) -> dict[str, Any]:
+    user = getattr(request, "user", None)
+    return {
+        "can_view": user_can(user, Capability.VIEW),
+        "can_edit_routing": user_can(user, Capability.EDIT_ROUTING),
+        "can_operate": user_can(user, Capability.OPERATE),
+    }

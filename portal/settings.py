@@ -1,0 +1,162 @@
+"""The one settings module. Everything comes from the environment (see .env.example)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+import django_stubs_ext
+from celery.schedules import crontab  # noqa: F401  (apps add crontab entries to BEAT_SCHEDULE)
+
+from portal.env import env_bool, env_float, env_int, env_list, env_str, env_url
+
+django_stubs_ext.monkeypatch()  # lets admin.ModelAdmin[Model] etc. run as written for mypy
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("PORTAL_DEBUG", True)
+_DEV_SECRET = "dev-only-secret-key-not-for-production-use-0123456789abcdef"
+SECRET_KEY = env_str("PORTAL_SECRET_KEY", _DEV_SECRET if DEBUG else None)
+if not DEBUG and SECRET_KEY == _DEV_SECRET:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("PORTAL_SECRET_KEY: must be set to a private value when PORTAL_DEBUG=0")
+
+# Fernet key that encrypts SSH private keys at rest (lanes.crypto). The dev default is public:
+# production must set its own (python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())").
+_DEV_CREDENTIALS_KEY = "ZGV2LW9ubHkta2V5LW5vdC1mb3ItcHJvZHVjdGlvbiE="
+CREDENTIALS_KEY = env_str("PORTAL_CREDENTIALS_KEY", _DEV_CREDENTIALS_KEY if DEBUG else None)
+
+ALLOWED_HOSTS = env_list("PORTAL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("PORTAL_CSRF_TRUSTED_ORIGINS", [])
+SESSION_COOKIE_SECURE = env_bool("PORTAL_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "portal",
+    "lanes",
+    "jobs",
+    "routing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+ASGI_APPLICATION = "portal.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.roles.roles_context",
+            ],
+        },
+    },
+]
+
+# Embedded default: SQLite in var/. Production: DATABASE_URL=postgres://...
+DATABASE_URL = env_url(
+    "DATABASE_URL", f"sqlite:///{VAR_DIR / 'portal.sqlite3'}", schemes=("sqlite", "postgres", "postgresql")
+)
+DATABASES: dict[str, Any] = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Web, worker and beat share one SQLite file: wait for locks instead of failing at once.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Embedded default: the run command starts a private redis-server on this port.
+EMBEDDED_REDIS_PORT = env_int("PORTAL_EMBEDDED_REDIS_PORT", 6390, minimum=1, maximum=65535)
+REDIS_URL = env_url("REDIS_URL", f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0", schemes=("redis", "rediss"))
+# Keys and channel groups are prefixed so that parallel test workers never see each other.
+REDIS_PREFIX = env_str("PORTAL_REDIS_PREFIX", "portal") + os.environ.get("PYTEST_XDIST_WORKER", "")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi", "capacity": 5000},
+    }
+}
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": REDIS_PREFIX,
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# Front-end libraries come from the npm registry (package.json, pinned), served by the portal.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/bootstrap", BASE_DIR / "node_modules" / "bootstrap" / "dist"),
+    ("vendor/chartjs", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+]
+WHITENOISE_USE_FINDERS = True
+
+# Celery: Redis is the broker; every job is a Celery task.
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True  # a job survives a worker crash; the runner's claim stops doubles
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_PREFIX}-default"
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "global_keyprefix": f"{REDIS_PREFIX}:"}
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
+    "portal-heartbeat": {"task": "portal.tasks.publish_heartbeat", "schedule": 10.0},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# Portal-wide knobs used by later apps.
+HEALTHZ_TIMEOUT_S = env_float("PORTAL_HEALTHZ_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)

@@ -1,0 +1,18 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from portal import views
+from portal.api import api
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("healthz", views.healthz, name="healthz"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/", api.urls),
+    path("", include("lanes.urls")),
+    path("", include("jobs.urls")),
+    path("", include("routing.urls")),
+]

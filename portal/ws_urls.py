@@ -1,0 +1,16 @@
+"""Every WebSocket route. Apps keep theirs in <app>/ws_urls.py (not routing.py: that name
+is our router app)."""
+
+from django.urls import URLPattern, path
+
+from jobs.ws_urls import websocket_urlpatterns as jobs_ws
+from lanes.ws_urls import websocket_urlpatterns as lanes_ws
+from portal.consumers import DashboardConsumer
+from routing.ws_urls import websocket_urlpatterns as routing_ws
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/dashboard/", DashboardConsumer.as_asgi()),
+    *lanes_ws,
+    *jobs_ws,
+    *routing_ws,
+]

@@ -1,0 +1,1 @@
+"""Router and gateway models (DESIGN.md §5, §8, §9)."""

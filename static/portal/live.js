@@ -1,0 +1,29 @@
+// One WebSocket helper for every live page: reconnects with backoff, shows the state in
+// the navbar, and hands each JSON message to the page. `onOpen(ws)` lets a page resume
+// (the job log sends the last seq it has).
+window.PortalLive = (function () {
+  function setStatus(state) {
+    const el = document.getElementById("live-status");
+    if (el) { el.dataset.state = state; el.title = "live updates: " + state; }
+  }
+  function connect(path, onMessage, onOpen) {
+    let delay = 500;
+    let stopped = false;
+    let ws = null;
+    function open() {
+      const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      ws = new WebSocket(scheme + location.host + path);
+      setStatus("connecting");
+      ws.onopen = function () { delay = 500; setStatus("open"); if (onOpen) onOpen(ws); };
+      ws.onmessage = function (e) { onMessage(JSON.parse(e.data), ws); };
+      ws.onclose = function (e) {
+        if (e.code === 4401 || e.code === 4403) { setStatus("refused"); return; }
+        setStatus("closed");
+        if (!stopped) { setTimeout(open, delay); delay = Math.min(delay * 2, 10000); }
+      };
+    }
+    open();
+    return { close: function () { stopped = true; if (ws) ws.close(); }, socket: function () { return ws; } };
+  }
+  return { connect: connect };
+})();

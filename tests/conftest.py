@@ -1,0 +1,186 @@
+"""Fixtures shared by every test: role users (admin, team lead, viewer, outsider), logged-in
+clients, a real ASGI server (uvicorn, HTTP + WebSocket) on the test database, and Chromium.
+
+A skipped test fails the run: missing prerequisites must be installed by the project's
+scripts, never silently skipped."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from portal.roles import Role, ensure_role_groups
+
+# Threads (uvicorn, database_sync_to_async) must not keep connections open past a test.
+settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+PASSWORD = "correct-horse-battery-staple"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.longrepr = f"Skipped tests fail this suite (install the prerequisite instead): {reason}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def make_user(username: str, role: Role | None) -> User:
+    user = User.objects.create_user(username=username, password=PASSWORD, is_staff=role is Role.ADMIN)
+    if role is not None:
+        ensure_role_groups()
+        user.groups.add(Group.objects.get(name=role.value))
+    return user
+
+
+@pytest.fixture
+def admin_user(db: None) -> User:
+    return make_user("ada-admin", Role.ADMIN)
+
+
+@pytest.fixture
+def lead_user(db: None) -> User:
+    return make_user("lee-lead", Role.TEAM_LEAD)
+
+
+@pytest.fixture
+def viewer_user(db: None) -> User:
+    return make_user("vic-viewer", Role.VIEWER)
+
+
+@pytest.fixture
+def outsider_user(db: None) -> User:
+    """Logged in, but in no role."""
+    return make_user("otto-outsider", None)
+
+
+def _client_for(user: User) -> Client:
+    client = Client(enforce_csrf_checks=False)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client(admin_user: User) -> Client:
+    return _client_for(admin_user)
+
+
+@pytest.fixture
+def lead_client(lead_user: User) -> Client:
+    return _client_for(lead_user)
+
+
+@pytest.fixture
+def viewer_client(viewer_user: User) -> Client:
+    return _client_for(viewer_user)
+
+
+@pytest.fixture
+def outsider_client(outsider_user: User) -> Client:
+    return _client_for(outsider_user)
+
+
+@pytest.fixture
+def role_clients(admin_client: Client, lead_client: Client, viewer_client: Client, outsider_client: Client) -> dict[str, Client]:
+    return {"admin": admin_client, "lead": lead_client, "viewer": viewer_client, "outsider": outsider_client,
+            "anonymous": Client()}
+
+
+class AsgiServer:
+    """The real ASGI app (Django + Channels) under uvicorn in a thread of the test process,
+    so it sees the test database (use with transactional_db)."""
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        from portal.asgi import application
+
+        self.port = free_port()
+        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> AsgiServer:
+        self.thread.start()
+        wait_for(lambda: self.server.started, timeout=15, what="uvicorn to start")
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def asgi_server(transactional_db: None) -> Iterator[AsgiServer]:
+    server = AsgiServer().start()
+    yield server
+    server.stop()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--disable-quic",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    import os
+
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop running in this thread; the test's own
+    # ORM calls are still synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as pw:
+        instance = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.set_default_timeout(15_000)
+    yield tab
+    context.close()
+
+
+def browser_login(page: Any, base_url: str, username: str, password: str = PASSWORD) -> None:
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")

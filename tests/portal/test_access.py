@@ -1,0 +1,80 @@
+"""Each role's access and denial on the dashboard and the API."""
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def test_anonymous_is_sent_to_login(client):
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("role", ["admin", "lead", "viewer"])
+def test_every_role_sees_the_dashboard(role_clients, role):
+    response = role_clients[role].get("/")
+    assert response.status_code == 200
+    assert b"Dashboard" in response.content
+    assert b'data-ws="/ws/dashboard/"' in response.content
+
+
+def test_outsider_is_denied_the_dashboard(outsider_client):
+    assert outsider_client.get("/").status_code == 403
+
+
+def test_login_page_renders(client):
+    response = client.get("/accounts/login/")
+    assert response.status_code == 200
+    assert b'name="password"' in response.content
+
+
+def test_login_with_the_form_then_dashboard(client, viewer_user):
+    from tests.conftest import PASSWORD
+
+    response = client.post("/accounts/login/", {"username": viewer_user.username, "password": PASSWORD})
+    assert response.status_code == 302
+    assert client.get("/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("role", "capabilities"),
+    [
+        ("admin", ["view_portal", "edit_routing", "operate_cluster"]),
+        ("lead", ["view_portal", "edit_routing"]),
+        ("viewer", ["view_portal"]),
+    ],
+)
+def test_api_me_reports_each_roles_capabilities(role_clients, role, capabilities):
+    response = role_clients[role].get("/api/me")
+    assert response.status_code == 200
+    assert response.json()["capabilities"] == capabilities
+
+
+def test_api_denies_outsider_with_403(outsider_client):
+    response = outsider_client.get("/api/me")
+    assert response.status_code == 403
+    assert "may not" in response.json()["detail"]
+
+
+def test_api_denies_anonymous_with_401(client):
+    response = client.get("/api/me")
+    assert response.status_code == 401
+
+
+def test_api_docs_are_served(viewer_client):
+    assert viewer_client.get("/api/docs").status_code == 200
+    schema = viewer_client.get("/api/openapi.json").json()
+    assert "/api/me" in schema["paths"]
+
+
+def test_django_admin_is_for_admins_only(admin_client, viewer_client):
+    assert admin_client.get("/admin/").status_code == 200
+    assert viewer_client.get("/admin/").status_code == 302  # to the admin login
+
+
+def test_static_assets_are_served_by_the_portal(viewer_client):
+    response = viewer_client.get("/static/vendor/bootstrap/css/bootstrap.min.css")
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    assert b"Bootstrap" in body[:400]

@@ -1,0 +1,62 @@
+"""The dashboard socket: authentication, role check, origin validation, and broadcasts."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from portal.asgi import application
+from portal.broadcast import DASHBOARD_GROUP, abroadcast
+from portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def session_cookie(user) -> str:
+    def login() -> str:
+        client = Client()
+        client.force_login(user)
+        return client.cookies["sessionid"].value
+
+    return await sync_to_async(login)()
+
+
+def communicator(cookie: str | None, origin: str = "http://localhost") -> WebsocketCommunicator:
+    headers = [(b"origin", origin.encode()), (b"host", b"localhost")]
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, "/ws/dashboard/", headers=headers)
+
+
+async def test_viewer_receives_hello_then_broadcasts(viewer_user):
+    ws = communicator(await session_cookie(viewer_user))
+    connected, _ = await ws.connect()
+    assert connected
+    hello = await ws.receive_json_from(timeout=5)
+    assert hello["event"] == "hello"
+    await abroadcast(DASHBOARD_GROUP, "lane.state", {"name": "qwen", "observed_state": "serving"})
+    message = await ws.receive_json_from(timeout=5)
+    assert message == {"event": "lane.state", "data": {"name": "qwen", "observed_state": "serving"}}
+    await ws.disconnect()
+
+
+async def test_anonymous_socket_is_closed_4401():
+    ws = communicator(None)
+    connected, code = await ws.connect()
+    assert not connected
+    assert code == CLOSE_UNAUTHENTICATED
+
+
+async def test_outsider_socket_is_closed_4403(outsider_user):
+    ws = communicator(await session_cookie(outsider_user))
+    connected, code = await ws.connect()
+    assert not connected
+    assert code == CLOSE_FORBIDDEN
+
+
+async def test_foreign_origin_is_refused(viewer_user):
+    ws = communicator(await session_cookie(viewer_user), origin="http://evil.example")
+    connected, _ = await ws.connect()
+    assert not connected
