@@ -125,6 +125,11 @@ class Lane(models.Model):
         members = self.members.filter(replica=replica).select_related("node").order_by("rank")
         return [member.node for member in members]
 
+    def base_url(self, replica: int = 0) -> str:
+        """The lane's OpenAI-compatible endpoint: vLLM's API on the head node."""
+        head = self.ranked_nodes(replica)[0]
+        return f"http://{head.address}:{self.api_port}"
+
     @property
     def current_context_limit(self) -> int:
         if self.observed_state == LaneState.DEGRADED and self.degraded_context_limit:
