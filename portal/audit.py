@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.contrib.auth.models import User
+
 from portal.models import AuditEvent
 from portal.roles import UserLike
 
@@ -28,7 +30,7 @@ def audit_record(
     before: Mapping[str, Any] | None = None,
     after: Mapping[str, Any] | None = None,
 ) -> AuditEvent:
-    real_actor = actor if actor is not None and actor.is_authenticated else None
+    real_actor = actor if isinstance(actor, User) else None
     return AuditEvent.objects.create(
         actor=real_actor,
         actor_name=real_actor.get_username() if real_actor is not None else "system",

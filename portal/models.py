@@ -18,6 +18,9 @@ class Access(models.Model):
             ("operate_cluster", "Operate nodes, lanes, jobs and API keys"),
         ]
 
+    def __str__(self) -> str:
+        return "portal access"
+
 
 class AuditEvent(models.Model):
     """Who changed what, with a before/after diff (DESIGN.md §5 Audit)."""

@@ -11,19 +11,19 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
 
-class Role(str, enum.Enum):
+class Role(enum.StrEnum):
     ADMIN = "admin"
     TEAM_LEAD = "team lead"
     VIEWER = "viewer"
 
 
-class Capability(str, enum.Enum):
+class Capability(enum.StrEnum):
     VIEW = "view_portal"  # dashboards, lanes, jobs, benchmarks (read)
     EDIT_ROUTING = "edit_routing"  # prototypes, router drafts, publish, rollback
     OPERATE = "operate_cluster"  # nodes, lanes, launches, API keys, users
@@ -45,7 +45,7 @@ CAPABILITY_LABELS: dict[Capability, str] = {
     Capability.OPERATE: "operate nodes, lanes, jobs and API keys",
 }
 
-UserLike = AbstractBaseUser | AnonymousUser
+UserLike = AbstractUser | AnonymousUser
 
 
 def user_can(user: UserLike | None, capability: Capability) -> bool:

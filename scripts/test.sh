@@ -11,6 +11,10 @@ export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 export PORTAL_DEBUG=1
 echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
-echo "== docker-compose config"; docker-compose -f docker-compose.yml --env-file .env.example config -q
+echo "== docker-compose config"
+# Validate offline, with .env.example standing in for the operator's .env.
+compose_dir=$(mktemp -d); trap 'rm -rf "$compose_dir"' EXIT
+cp docker-compose.yml "$compose_dir/" && cp .env.example "$compose_dir/.env"
+docker-compose -f "$compose_dir/docker-compose.yml" --project-directory "$compose_dir" config -q
 echo "== pytest"
 .venv/bin/pytest -n "${PYTEST_WORKERS:-2}" "$@"
