@@ -1,0 +1,1 @@
+"""The simulated vLLM OpenAI-compatible server."""

@@ -1,0 +1,267 @@
+"""The engine core: admission (max_num_seqs, KV pool), serial prefill, stepped decode.
+
+Timing comes from sparksim.timing; this module only turns it into real time. Every deadline
+is absolute (previous step end + step length), so event-loop lag never accumulates into the
+observed rates.
+"""
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from sparksim.engine.config import EngineConfig
+from sparksim.engine.metrics import EngineMetrics
+from sparksim.engine.prefix_cache import PrefixCache
+from sparksim.timing import decode_step_seconds, prefill_seconds
+
+ENGINE_DIED = -1  # event position telling a handler the engine died under it
+
+
+@dataclass(eq=False)
+class Sequence:
+    request: "ScheduledRequest"
+    index: int
+    target: int  # output tokens this choice will produce
+    emitted: int = 0
+
+
+@dataclass(eq=False)
+class ScheduledRequest:
+    prompt_ids: list[int]
+    targets: list[int]
+    arrived_at: float
+    events: asyncio.Queue[tuple[int, int]] = field(default_factory=asyncio.Queue)
+    sequences: list[Sequence] = field(default_factory=list)
+    cached_tokens: int = 0
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    finished_sequences: int = 0
+    aborted: bool = False
+    reservation: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.aborted or self.finished_sequences == len(self.sequences)
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.metrics = EngineMetrics(config.served_model_names[0], config.spec_tokens)
+        self.metrics.cache_info = (
+            ("block_size", str(config.block_size)),
+            ("cache_dtype", config.kv_cache_dtype),
+            ("enable_prefix_caching", str(config.enable_prefix_caching)),
+            ("gpu_memory_utilization", str(config.gpu_memory_utilization)),
+            ("num_gpu_blocks", str(config.kv_pool_tokens // config.block_size)),
+        )
+        self.prefix_cache = PrefixCache(
+            config.block_size,
+            config.kv_pool_tokens // config.block_size,
+            config.enable_prefix_caching,
+        )
+        self.waiting: deque[ScheduledRequest] = deque()
+        self.active: set[ScheduledRequest] = set()
+        self.active_sequences = 0
+        self.kv_reserved = 0
+        self.prefill_free_at = 0.0
+        self.running: list[Sequence] = []
+        self.joining: list[Sequence] = []
+        self.wake_decode = asyncio.Event()
+        self.decode_task: asyncio.Task[None] | None = None
+        self.dead = False
+        self.generated_tokens = 0  # read by the fabric traffic accounting
+        self._accept_credit = [0.0] * config.spec_tokens
+
+    def start(self) -> None:
+        self.decode_task = asyncio.get_running_loop().create_task(self._decode_loop())
+
+    async def stop(self) -> None:
+        if self.decode_task is not None:
+            self.decode_task.cancel()
+            await asyncio.gather(self.decode_task, return_exceptions=True)
+
+    # --- requests -------------------------------------------------------------------------
+
+    def submit(self, prompt_ids: list[int], targets: list[int]) -> ScheduledRequest:
+        loop = asyncio.get_running_loop()
+        request = ScheduledRequest(prompt_ids=prompt_ids, targets=targets, arrived_at=loop.time())
+        request.sequences = [Sequence(request, index, target) for index, target in
+                             enumerate(targets)]
+        request.reservation = len(prompt_ids) + sum(targets)
+        self.waiting.append(request)
+        self._admit()
+        self._update_gauges()
+        return request
+
+    def abort(self, request: ScheduledRequest) -> None:
+        if request.done:
+            return
+        request.aborted = True
+        if request in self.active:
+            self._release(request, "abort")
+        else:
+            self.waiting.remove(request)
+            self.metrics.finished["abort"] += 1
+        self._admit()
+        self._update_gauges()
+
+    def kill(self) -> None:
+        """The engine died: every request in flight ends now."""
+        self.dead = True
+        for request in [*self.waiting, *self.active]:
+            request.aborted = True
+            request.events.put_nowait((0, ENGINE_DIED))
+        self.waiting.clear()
+        self.active.clear()
+        self.running.clear()
+        self.joining.clear()
+
+    # --- admission and prefill ------------------------------------------------------------
+
+    def _admit(self) -> None:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        while self.waiting:
+            request = self.waiting[0]
+            width = len(request.sequences)
+            fits_seqs = self.active_sequences + width <= config.max_num_seqs
+            fits_kv = self.kv_reserved + request.reservation <= config.kv_pool_tokens
+            if self.active and not (fits_seqs and fits_kv):
+                return
+            self.waiting.popleft()
+            now = loop.time()
+            request.admitted_at = now
+            self.active.add(request)
+            self.active_sequences += width
+            self.kv_reserved += request.reservation
+            hashes = self.prefix_cache.block_hashes(request.prompt_ids)
+            request.cached_tokens = self.prefix_cache.cached_tokens(request.prompt_ids, hashes)
+            uncached = len(request.prompt_ids) - request.cached_tokens
+            seconds = prefill_seconds(config.profile, uncached, request.cached_tokens)
+            start = max(now, self.prefill_free_at)
+            self.prefill_free_at = start + config.scaled(seconds)
+            self.metrics.count("prefix_cache_queries", len(request.prompt_ids))
+            self.metrics.count("prefix_cache_hits", request.cached_tokens)
+            queued = self._simulated(now - request.arrived_at)
+            self.metrics.observe("request_queue_time_seconds", queued)
+            loop.call_at(self.prefill_free_at, self._prefill_done, request, hashes, seconds)
+
+    def _prefill_done(self, request: ScheduledRequest, hashes: list[int], seconds: float) -> None:
+        if request.aborted or self.dead:
+            return
+        now = asyncio.get_running_loop().time()
+        request.first_token_at = now
+        self.prefix_cache.insert(hashes)
+        self.metrics.count("prompt_tokens", len(request.prompt_ids))
+        self.metrics.observe("request_prompt_tokens", len(request.prompt_ids))
+        ttft = self._simulated(now - request.arrived_at)
+        self.metrics.observe("time_to_first_token_seconds", ttft)
+        self.metrics.observe("request_prefill_time_seconds", seconds)
+        for sequence in request.sequences:
+            self._emit(sequence)
+            if sequence.emitted < sequence.target:
+                self.joining.append(sequence)
+        self.wake_decode.set()
+        if request.done:
+            self._release(request, "length")
+
+    # --- decode ---------------------------------------------------------------------------
+
+    async def _decode_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        step_end: float | None = None
+        while True:
+            if not self.running and not self.joining:
+                step_end = None
+                self.wake_decode.clear()
+                await self.wake_decode.wait()
+                continue
+            self.running.extend(self.joining)
+            self.joining.clear()
+            running = len(self.running)
+            step = decode_step_seconds(self.config.profile, running, self.config.graph_seqs)
+            step_start = loop.time() if step_end is None else step_end
+            step_end = step_start + self.config.scaled(step)
+            delay = step_end - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._finish_step(running, step)
+
+    def _finish_step(self, running: int, step: float) -> None:
+        survivors = []
+        for sequence in self.running:
+            if sequence.request.aborted:
+                continue
+            self._emit(sequence)
+            if sequence.emitted < sequence.target:
+                survivors.append(sequence)
+            elif sequence.request.done:
+                self._release(sequence.request, "length")
+        emitted = len(self.running)
+        self.running = survivors
+        self.metrics.observe("inter_token_latency_seconds", step, emitted)
+        self.metrics.observe("time_per_output_token_seconds", step, emitted)
+        self._count_speculation(emitted)
+        self._update_gauges()
+
+    def _emit(self, sequence: Sequence) -> None:
+        sequence.emitted += 1
+        self.generated_tokens += 1
+        self.metrics.count("generation_tokens")
+        sequence.request.events.put_nowait((sequence.index, sequence.emitted))
+        if sequence.emitted == sequence.target:
+            sequence.request.finished_sequences += 1
+
+    def _count_speculation(self, sequences: int) -> None:
+        k = self.config.spec_tokens
+        if not k or not sequences:
+            return
+        self.metrics.count("spec_decode_num_drafts", sequences)
+        self.metrics.count("spec_decode_num_draft_tokens", sequences * k)
+        for position in range(k):
+            # Later draft positions are accepted less often; the mean stays at the setting.
+            slope = 0.0 if k == 1 else 0.4 * position / (k - 1)
+            rate = min(1.0, self.config.spec_acceptance * (1.2 - slope))
+            self._accept_credit[position] += rate * sequences
+            accepted = int(self._accept_credit[position])
+            self._accept_credit[position] -= accepted
+            self.metrics.accepted_per_position[position] += accepted
+            self.metrics.count("spec_decode_num_accepted_tokens", accepted)
+
+    # --- bookkeeping ----------------------------------------------------------------------
+
+    def _release(self, request: ScheduledRequest, reason: str) -> None:
+        if request not in self.active:
+            return
+        self.active.discard(request)
+        self.active_sequences -= len(request.sequences)
+        self.kv_reserved -= request.reservation
+        now = asyncio.get_running_loop().time()
+        request.finished_at = now
+        self._admit()
+        if reason == "abort":
+            self.metrics.finished["abort"] += 1
+            return
+        generated = sum(request.targets)
+        e2e = self._simulated(now - request.arrived_at)
+        first = request.first_token_at or now
+        decode = self._simulated(now - first)
+        self.metrics.observe("e2e_request_latency_seconds", e2e)
+        self.metrics.observe("request_decode_time_seconds", decode)
+        self.metrics.observe("request_generation_tokens", generated)
+        if generated > 1:
+            self.metrics.observe("request_time_per_output_token_seconds", decode / (generated - 1))
+
+    def record_finish_reason(self, reason: str) -> None:
+        """Handlers know why a choice ended (stop/length); the core only knows it ended."""
+        self.metrics.finished[reason] += 1
+
+    def _update_gauges(self) -> None:
+        self.metrics.running = self.active_sequences
+        self.metrics.waiting = sum(len(request.sequences) for request in self.waiting)
+        self.metrics.kv_usage = min(1.0, self.kv_reserved / max(1, self.config.kv_pool_tokens))
+
+    def _simulated(self, real_seconds: float) -> float:
+        return real_seconds / self.config.time_scale if self.config.time_scale else real_seconds

@@ -1,0 +1,280 @@
+"""The HTTP face of the engine: vLLM's OpenAI routes, /metrics and the /_sim control routes."""
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+from aiohttp import web
+
+from sparksim.engine.config import EngineConfig, FaultSwitches
+from sparksim.engine.log import log
+from sparksim.engine.openai_format import (
+    SSE_DONE,
+    ChatStream,
+    CompletionStream,
+    chat_response,
+    completion_response,
+    error_body,
+)
+from sparksim.engine.planning import (
+    ApiError,
+    GenerationRequest,
+    bad_request,
+    plan_chat,
+    plan_completion,
+)
+from sparksim.engine.scheduler import ENGINE_DIED, EngineCore
+from sparksim.tokenizer import chat_prompt_token_ids, completion_prompt_token_ids
+
+VLLM_VERSION = "0.21.1rc1.dev339+g1967a5627"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_error(error: ApiError) -> web.Response:
+    body = error_body(error.message, error.error_type, error.status, error.param)
+    return web.Response(status=error.status, text=body, content_type="application/json")
+
+
+@web.middleware
+async def api_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as error:
+        return json_error(error)
+
+
+class EngineServer:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.core = EngineCore(config)
+        self.faults = config.faults
+        self.requests_served = 0
+        self.tokens_streamed = 0
+        self.on_death: Callable[[], None] = lambda: None
+        self.set_listening: Callable[[bool], Awaitable[None]] | None = None
+        self.app = web.Application(client_max_size=512 * 1024**2, middlewares=[api_errors])
+        self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/ping", self.health)
+        self.app.router.add_get("/version", self.version)
+        self.app.router.add_get("/v1/models", self.models)
+        self.app.router.add_post("/v1/chat/completions", self.guarded(self.chat_completions))
+        self.app.router.add_post("/v1/completions", self.guarded(self.completions))
+        self.app.router.add_post("/tokenize", self.guarded(self.tokenize))
+        self.app.router.add_get("/metrics", self.metrics)
+        self.app.router.add_get("/_sim/faults", self.get_faults)
+        self.app.router.add_post("/_sim/faults", self.set_faults)
+        self.app.router.add_get("/_sim/state", self.state)
+
+    # --- fault gate -----------------------------------------------------------------------
+
+    def guarded(self, handler: Handler) -> Handler:
+        async def gate(request: web.Request) -> web.StreamResponse:
+            if self.faults.latency_s:
+                await asyncio.sleep(self.faults.latency_s)
+            if self.faults.unavailable:
+                return json_error(ApiError(503, "Service Unavailable", "ServiceUnavailableError"))
+            if self.core.dead:
+                return json_error(self._dead_error())
+            return await handler(request)
+
+        return gate
+
+    def _dead_error(self) -> ApiError:
+        return ApiError(500, "EngineCore encountered an issue. See stack trace (above) for the "
+                        "root cause.", "InternalServerError")
+
+    def die(self, reason: str) -> None:
+        if self.core.dead:
+            return
+        log("ERROR", "core.py", f"EngineCore encountered a fatal error: {reason}")
+        log("ERROR", "async_llm.py", "AsyncLLM output_handler failed. EngineDeadError: "
+            "EngineCore encountered an issue. See stack trace (above) for the root cause.")
+        self.core.kill()
+        self.on_death()
+
+    def _count_served(self) -> None:
+        self.requests_served += 1
+        limit = self.faults.die_after_requests
+        if limit is not None and self.requests_served >= limit:
+            self.die(f"simulated death after {limit} requests")
+
+    # --- plain routes ---------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.core.dead or self.faults.unavailable:
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": VLLM_VERSION})
+
+    async def models(self, request: web.Request) -> web.Response:
+        created = int(time.time())
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": self.config.model,
+                "parent": None,
+                "max_model_len": self.config.max_model_len,
+                "permission": [],
+            }
+            for name in self.config.served_model_names
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.core.metrics.render(), content_type="text/plain",
+                            charset="utf-8")
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        vocab = self.config.profile.vocab_size
+        if "messages" in body:
+            ids = chat_prompt_token_ids(body["messages"], vocab, body.get("tools"))
+        elif isinstance(body.get("prompt"), str):
+            ids = completion_prompt_token_ids(body["prompt"], vocab)
+            if body.get("add_special_tokens") is False:
+                ids = ids[1:]
+        else:
+            raise bad_request("prompt or messages is required")
+        return web.json_response({"count": len(ids), "max_model_len": self.config.max_model_len,
+                                  "tokens": ids, "token_strs": None})
+
+    # --- generation -----------------------------------------------------------------------
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        plan = plan_chat(body, self.config.served_model_names, self.config.max_model_len,
+                         self.config.profile.vocab_size)
+        return await self._generate(request, plan, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        plan = plan_completion(body, self.config.served_model_names, self.config.max_model_len,
+                               self.config.profile.vocab_size)
+        return await self._generate(request, plan, chat=False)
+
+    async def _generate(
+        self, request: web.Request, plan: GenerationRequest, chat: bool
+    ) -> web.StreamResponse:
+        scheduled = self.core.submit(plan.prompt_ids, [len(choice.tokens) for choice in plan.plans])
+        try:
+            if plan.stream:
+                return await self._stream(request, plan, scheduled, chat)
+            while not scheduled.done:
+                _, position = await scheduled.events.get()
+                if position == ENGINE_DIED:
+                    return json_error(self._dead_error())
+        except BaseException:
+            self.core.abort(scheduled)
+            raise
+        self._finished(plan)
+        builder = chat_response if chat else completion_response
+        payload = builder(plan.model, int(time.time()), plan.plans, len(plan.prompt_ids))
+        return web.json_response(payload)
+
+    async def _stream(self, request: web.Request, plan: GenerationRequest, scheduled: Any,
+                      chat: bool) -> web.StreamResponse:
+        created = int(time.time())
+        stream_type = ChatStream if chat else CompletionStream
+        stream = stream_type(plan.model, created, plan.include_usage)
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream; charset=utf-8",
+                     "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        choices = plan.plans
+        while not scheduled.done or not scheduled.events.empty():
+            batch = [await scheduled.events.get()]
+            while not scheduled.events.empty():
+                batch.append(scheduled.events.get_nowait())
+            payload = b""
+            for index, position in batch:
+                if position == ENGINE_DIED:
+                    return self._cut(request, response)
+                payload += stream.token_chunks(choices[index], position)
+            await response.write(payload)
+            self.tokens_streamed += len(batch)
+            limit = self.faults.die_mid_stream_after_tokens
+            if limit is not None and self.tokens_streamed >= limit:
+                self.die(f"simulated death mid-stream after {limit} tokens")
+                return self._cut(request, response)
+        tail = b""
+        if plan.include_usage:
+            completion = sum(len(choice.tokens) for choice in choices)
+            tail += stream.usage_chunk(len(plan.prompt_ids), completion)
+        await response.write(tail + SSE_DONE)
+        await response.write_eof()
+        self._finished(plan)
+        return response
+
+    def _cut(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+        # The connection drops without [DONE], like a crashed server.
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+
+    def _finished(self, plan: GenerationRequest) -> None:
+        self.core.record_finish_reason(
+            "length" if plan.plans[0].finish_reason == "length" else "stop")
+        self._count_served()
+
+    # --- control --------------------------------------------------------------------------
+
+    async def get_faults(self, request: web.Request) -> web.Response:
+        return web.json_response({**asdict(self.faults), "dead": self.core.dead})
+
+    async def set_faults(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        if body.get("clear"):
+            self.faults.__dict__.update(asdict(FaultSwitches()))
+            self.core.dead = False
+        for key, value in body.items():
+            if key in self.faults.__dict__:
+                setattr(self.faults, key, value)
+        if body.get("die"):
+            self.die("simulated death by control request")
+        refuse = body.get("refuse_connections_s")
+        if refuse and self.set_listening is not None:
+            asyncio.get_running_loop().call_later(0.05, self._start_refusing, float(refuse))
+        return web.json_response({**asdict(self.faults), "dead": self.core.dead})
+
+    def _start_refusing(self, seconds: float) -> None:
+        assert self.set_listening is not None
+        asyncio.get_running_loop().create_task(self._refuse_for(seconds))
+
+    async def _refuse_for(self, seconds: float) -> None:
+        assert self.set_listening is not None
+        await self.set_listening(False)
+        await asyncio.sleep(seconds)
+        self.faults.refuse_connections_s = None
+        await self.set_listening(True)
+
+    async def state(self, request: web.Request) -> web.Response:
+        core = self.core
+        return web.json_response({
+            "running": core.active_sequences,
+            "waiting": core.metrics.waiting,
+            "kv_pool_tokens": self.config.kv_pool_tokens,
+            "kv_reserved": core.kv_reserved,
+            "max_model_len": self.config.max_model_len,
+            "max_num_seqs": self.config.max_num_seqs,
+            "time_scale": self.config.time_scale,
+            "profile": asdict(self.config.profile),
+            "dead": core.dead,
+        })
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise bad_request(f"JSON decode error: {error}") from error
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    return body

@@ -1,0 +1,1 @@
+"""Per-node host stand-ins: fake /sys and /proc, nvidia-smi, ibdev2netdev, ip, ping, perftest."""
