@@ -153,6 +153,9 @@ class LaneNode(models.Model):
             models.UniqueConstraint(fields=["lane", "node"], name="lane_node_unique"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.lane_id}:{self.replica}:{self.rank}"
+
 
 class LaneRevision(models.Model):
     """Immutable snapshot of a lane's configuration; a launch records the one it ran."""
