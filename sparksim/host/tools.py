@@ -1,0 +1,137 @@
+"""Stand-ins for nvidia-smi, ibdev2netdev and ip, reading the node's fake /sys."""
+
+import sys
+from pathlib import Path
+
+from sparksim.host.node import MANAGEMENT_NETDEV, ROCE_DEVICES, NodeInfo, load_node
+from sparksim.host.procfs import engines_gib
+from sparksim.host.sysfs import mac_address, netdev_mtu, netdev_up, port_active
+
+DRIVER_VERSION = "580.95.05"
+NETDEV_INDEX = {MANAGEMENT_NETDEV: 2, **{netdev: 7 + offset for offset, netdev in
+                                         enumerate(ROCE_DEVICES.values())}}
+
+
+def tool_command(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--node-dir":
+        print("usage: python -m sparksim tool NAME --node-dir DIR ARGS...", file=sys.stderr)
+        return 2
+    name, node, rest = argv[0], load_node(argv[2]), argv[3:]
+    if name == "nvidia-smi":
+        return nvidia_smi(node, rest)
+    if name == "ibdev2netdev":
+        return ibdev2netdev(node, rest)
+    if name == "ip":
+        return ip(node, rest)
+    if name == "ping":
+        from sparksim.host.ping import ping
+
+        return ping(node, rest)
+    if name.startswith("ib_"):
+        from sparksim.host.perftest import perftest
+
+        return perftest(node, name, rest)
+    print(f"sparksim: no stand-in for {name}", file=sys.stderr)
+    return 127
+
+
+def gpu_fields(node: NodeInfo) -> dict[str, tuple[str, str]]:
+    """Field -> (value, unit). Memory is [N/A] on a GB10: GPU and CPU share one memory."""
+    busy = engines_gib(node) > 0
+    return {
+        "name": ("NVIDIA GB10", ""),
+        "driver_version": (DRIVER_VERSION, ""),
+        "utilization.gpu": ("96" if busy else "0", " %"),
+        "power.draw": ("42.37" if busy else "11.02", " W"),
+        "temperature.gpu": ("61" if busy else "38", ""),
+        "memory.used": ("[N/A]", ""),
+        "memory.total": ("[N/A]", ""),
+        "memory.free": ("[N/A]", ""),
+        "index": ("0", ""),
+        "uuid": (f"GPU-{node.host_number:08x}-5f2a-4c1b-9e77-0000{node.host_number:08x}", ""),
+        "pci.bus_id": ("0000000F:01:00.0", ""),
+        "compute_cap": ("12.1", ""),
+    }
+
+
+def nvidia_smi(node: NodeInfo, argv: list[str]) -> int:
+    query = next((item.split("=", 1)[1] for item in argv if item.startswith("--query-gpu=")), None)
+    if query is None and "--query-gpu" in argv:
+        query = argv[argv.index("--query-gpu") + 1]
+    output_format = next((item.split("=", 1)[1] for item in argv if item.startswith("--format=")),
+                         "csv")
+    if query is None:
+        print(f"NVIDIA-SMI {DRIVER_VERSION}  Driver Version: {DRIVER_VERSION}  CUDA Version: 13.0")
+        print("|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |"
+              "                  N/A |")
+        return 0
+    fields = gpu_fields(node)
+    names = [name.strip() for name in query.split(",")]
+    unknown = [name for name in names if name not in fields]
+    if unknown:
+        print(f'Field "{unknown[0]}" is not a valid field to query.', file=sys.stderr)
+        return 2
+    flags = output_format.split(",")
+    if "noheader" not in flags:
+        print(", ".join(name + (f" [{fields[name][1].strip()}]" if fields[name][1] and
+                                "nounits" not in flags else "") for name in names))
+    values = []
+    for name in names:
+        value, unit = fields[name]
+        values.append(value if "nounits" in flags or value == "[N/A]" else value + unit)
+    print(", ".join(values))
+    return 0
+
+
+def ibdev2netdev(node: NodeInfo, argv: list[str]) -> int:
+    for device, netdev in ROCE_DEVICES.items():
+        state = "Up" if port_active(node, device) and netdev_up(node, netdev) else "Down"
+        print(f"{device} port 1 ==> {netdev} ({state})")
+    return 0
+
+
+def ip(node: NodeInfo, argv: list[str]) -> int:
+    arguments = [item for item in argv if item not in ("-o", "-4", "-br", "-brief")]
+    one_line = "-o" in argv
+    netdevs = list(NETDEV_INDEX)
+    if "dev" in arguments:
+        wanted = arguments[arguments.index("dev") + 1]
+        if wanted not in NETDEV_INDEX:
+            print(f'Device "{wanted}" does not exist.', file=sys.stderr)
+            return 1
+        netdevs = [wanted]
+    if arguments[:1] in (["addr"], ["address"], ["a"]):
+        for netdev in netdevs:
+            print(address_line(node, netdev, one_line))
+        return 0
+    if arguments[:1] == ["link"]:
+        for netdev in netdevs:
+            print(link_line(node, netdev))
+        return 0
+    print('Object "{}" is unknown, try "ip help".'.format(arguments[0] if arguments else ""),
+          file=sys.stderr)
+    return 1
+
+
+def netdev_address(node: NodeInfo, netdev: str) -> str:
+    return node.address if netdev == MANAGEMENT_NETDEV else node.fabric_ip(netdev)
+
+
+def address_line(node: NodeInfo, netdev: str, one_line: bool) -> str:
+    prefix = 8 if netdev == MANAGEMENT_NETDEV else 24
+    address = netdev_address(node, netdev)
+    broadcast = address.rsplit(".", 1)[0] + ".255"
+    index = NETDEV_INDEX[netdev]
+    line = (f"{index}: {netdev}    inet {address}/{prefix} brd {broadcast} scope global {netdev}"
+            "\\       valid_lft forever preferred_lft forever")
+    return line if one_line else line.replace("\\", "\n")
+
+
+def link_line(node: NodeInfo, netdev: str) -> str:
+    sysfs = Path(node.sim_dir) / "sys" / "class" / "net" / netdev
+    state = (sysfs / "operstate").read_text().strip().upper()
+    index = NETDEV_INDEX[netdev]
+    mtu = netdev_mtu(node, netdev)
+    mac = mac_address(node, 9 if netdev == MANAGEMENT_NETDEV else list(NETDEV_INDEX).index(netdev) - 1)
+    return (f"{index}: {netdev}: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu {mtu} qdisc mq state {state} "
+            f"mode DEFAULT group default qlen 1000\\    link/ether {mac} brd ff:ff:ff:ff:ff:ff")
