@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
@@ -20,7 +20,7 @@ async def session_cookie(user) -> str:
         client.force_login(user)
         return client.cookies["sessionid"].value
 
-    return await sync_to_async(login)()
+    return await database_sync_to_async(login)()
 
 
 def communicator(cookie: str | None, origin: str = "http://localhost") -> WebsocketCommunicator:
