@@ -1,1 +1,147 @@
-"""Jobs and their log lines (DESIGN.md §5, §7)."""
+"""Jobs, their steps and their log lines (DESIGN.md §5, §7)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from lanes.models import Lane, LaneRevision, Node
+
+
+class JobKind(models.TextChoices):
+    NETWORK_CHECK = "network_check", "Network check"
+    LAUNCH = "launch", "Launch"
+    STOP = "stop", "Stop"
+    RESTART = "restart", "Restart"
+    STATUS = "status", "Status"
+
+
+# Kinds that change what runs on a node: at most one of them per node at a time.
+MUTATING_KINDS = (JobKind.LAUNCH, JobKind.STOP, JobKind.RESTART)
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"
+
+
+ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING)
+FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT, JobState.LOST)
+
+
+class Job(models.Model):
+    kind = models.CharField(max_length=20, choices=JobKind.choices)
+    state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED)
+    lane = models.ForeignKey(Lane, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    lane_revision = models.ForeignKey(
+        LaneRevision, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    # Every node the job touches (the lane's nodes, or the checked nodes): the per-node lock looks here.
+    nodes = models.ManyToManyField(Node, blank=True, related_name="jobs")
+    params = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True, default="")
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.CharField(max_length=150, blank=True, default="")
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    last_seq = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "heartbeat_at"], name="job_state_heartbeat"),
+            models.Index(fields=["kind", "state"], name="job_kind_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.kind} {self.target_label}"
+
+    @property
+    def target_label(self) -> str:
+        if self.lane_id is not None and self.lane is not None:
+            return f"lane {self.lane.name}"
+        names = self.params.get("nodes") or []
+        return "node " + ", ".join(names) if names else "-"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.finished_at or self.heartbeat_at or self.started_at
+        return (end - self.started_at).total_seconds()
+
+
+class StepState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    SKIPPED = "skipped"
+    WARNED = "warned"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobStep(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveIntegerField()
+    key = models.CharField(max_length=120)
+    phase = models.CharField(max_length=20, blank=True, default="")
+    node = models.CharField(max_length=63, blank=True, default="")
+    title = models.CharField(max_length=300)
+    state = models.CharField(max_length=12, choices=StepState.choices, default=StepState.PENDING)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    detail = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "position"]
+        constraints = [models.UniqueConstraint(fields=["job", "position"], name="job_step_position_unique")]
+
+    def __str__(self) -> str:
+        return f"job #{self.job_id} step {self.position} {self.key}"
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+class LogStream(models.TextChoices):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    SYSTEM = "system"
+
+
+class JobLogLine(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines")
+    seq = models.PositiveIntegerField()
+    created_at = models.DateTimeField()
+    node = models.CharField(max_length=63, blank=True, default="")
+    stream = models.CharField(max_length=8, choices=LogStream.choices, default=LogStream.STDOUT)
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["job", "seq"]
+        constraints = [models.UniqueConstraint(fields=["job", "seq"], name="job_log_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"job #{self.job_id} line {self.seq}"

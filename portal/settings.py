@@ -160,3 +160,24 @@ LOGGING = {
 
 # Portal-wide knobs used by later apps.
 HEALTHZ_TIMEOUT_S = env_float("PORTAL_HEALTHZ_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)
+
+# --- jobs --- (jobs: runner, transports, live logs; issue 5)
+# Seconds between a running job's heartbeats, and how often it looks for a cancel request.
+JOBS_HEARTBEAT_S = env_float("PORTAL_JOBS_HEARTBEAT_S", 5.0, minimum=0.1, maximum=300)
+JOBS_CANCEL_POLL_S = env_float("PORTAL_JOBS_CANCEL_POLL_S", 0.5, minimum=0.05, maximum=30)
+# A running job without a heartbeat for this long is marked lost by the reaper (beat).
+JOBS_LOST_AFTER_S = env_float("PORTAL_JOBS_LOST_AFTER_S", 60.0, minimum=1, maximum=86_400)
+JOBS_REAPER_INTERVAL_S = env_float("PORTAL_JOBS_REAPER_INTERVAL_S", 30.0, minimum=1, maximum=3600)
+# Time limit of a job (launch: the health wait plus this); Celery's soft/hard limits sit above it.
+JOBS_DEFAULT_TIME_LIMIT_S = env_float("PORTAL_JOBS_DEFAULT_TIME_LIMIT_S", 900.0, minimum=5, maximum=86_400)
+JOBS_LAUNCH_WAIT_DEFAULT_S = env_float("PORTAL_JOBS_LAUNCH_WAIT_DEFAULT_S", 2400.0, minimum=1, maximum=86_400)
+# Live logs: lines are cut at this many characters; batches are flushed this often / this big.
+JOBS_LOG_MAX_LINE_CHARS = env_int("PORTAL_JOBS_LOG_MAX_LINE_CHARS", 8192, minimum=80, maximum=1_000_000)
+JOBS_LOG_FLUSH_S = env_float("PORTAL_JOBS_LOG_FLUSH_S", 0.1, minimum=0.01, maximum=10)
+JOBS_LOG_BATCH_LINES = env_int("PORTAL_JOBS_LOG_BATCH_LINES", 1000, minimum=1, maximum=100_000)
+# SSH: connect timeout and keepalive interval (seconds).
+JOBS_SSH_CONNECT_TIMEOUT_S = env_float("PORTAL_JOBS_SSH_CONNECT_TIMEOUT_S", 10.0, minimum=0.5, maximum=120)
+JOBS_SSH_KEEPALIVE_S = env_float("PORTAL_JOBS_SSH_KEEPALIVE_S", 15.0, minimum=1, maximum=600)
+CELERY_BEAT_SCHEDULE.update(
+    {"jobs-reap-lost": {"task": "jobs.tasks.reap_lost_jobs", "schedule": JOBS_REAPER_INTERVAL_S}}
+)

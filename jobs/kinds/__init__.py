@@ -1,0 +1,16 @@
+"""Job kinds: each is a function of the runner's context (DESIGN.md §7.3)."""
+
+from __future__ import annotations
+
+from jobs.kinds.lane import run_launch, run_restart, run_status, run_stop
+from jobs.kinds.network import run_network_check
+from jobs.models import JobKind
+from jobs.runner import KindFunc
+
+KINDS: dict[str, KindFunc] = {
+    JobKind.NETWORK_CHECK: run_network_check,
+    JobKind.LAUNCH: run_launch,
+    JobKind.STOP: run_stop,
+    JobKind.RESTART: run_restart,
+    JobKind.STATUS: run_status,
+}

@@ -1,0 +1,174 @@
+"""Lane kinds: launch, stop, status, restart. They run the lanes app's plans and keep the
+lane's observed state in step with each phase (saved, then broadcast)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from jobs.kinds.plan_exec import PlanRunner, StepFailed
+from jobs.lanes_link import lane_set_state
+from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
+from jobs.transports import TransportError
+from lanes.models import Lane, LaneState, Node
+from lanes.plans import NodeTarget, Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
+
+# Job parameters that may tune a launch (validated in jobs.params).
+CONFIG_OVERRIDES = ("wait_timeout_s", "wait_poll_s")
+
+
+def node_target(node: Node) -> NodeTarget:
+    return NodeTarget(name=node.name, address=node.address, runtime=node.runtime_command or "docker",
+                      report=node.network_report or {}, memory_gib=node.memory_gib)
+
+
+class LaneJob:
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+        job = ctx.job
+        if job.lane is None or job.lane_revision is None:
+            raise JobFailed("this job has no lane revision to run")
+        self.lane: Lane = job.lane
+        self.config: dict[str, Any] = dict(job.lane_revision.config)
+        for key in CONFIG_OVERRIDES:
+            if job.params.get(key) is not None:
+                self.config[key] = job.params[key]
+        names = list(self.config.get("nodes") or [n.name for n in self.lane.ranked_nodes()])
+        by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
+        missing = [name for name in names if name not in by_name]
+        if missing:
+            raise JobFailed(f"lane nodes no longer exist: {', '.join(missing)}")
+        self.nodes = [by_name[name] for name in names]
+        self.targets = [node_target(node) for node in self.nodes]
+        ctx.sink.add_secrets(self.secret_values())
+        self.runner = PlanRunner(ctx, self.nodes)
+
+    def secret_values(self) -> list[str]:
+        env = self.config.get("container_env") or {}
+        return [str(v) for k, v in env.items() if any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))]
+
+    def render(self, renderer: Callable[..., Plan]) -> Plan:
+        try:
+            return renderer(self.config, self.targets)
+        except (ValueError, KeyError) as exc:
+            raise JobFailed(f"the plan cannot be rendered: {exc}") from None
+
+    def set_state(self, state: str, reason: str) -> None:
+        lane_set_state(lane=self.lane, state=state, reason=reason)
+        self.ctx.log(f"lane {self.lane.name}: {state}" + (f" ({reason})" if reason else ""))
+
+    # --- kinds --------------------------------------------------------------------------
+    def launch(self, plan: Plan | None = None, rows: list[Any] | None = None) -> dict[str, Any]:
+        job_id = self.ctx.job.pk
+        if plan is None or rows is None:
+            plan = self.render(render_launch_plan)
+            rows = self.runner.declare(plan)
+        self.set_state(LaneState.STARTING, f"launch #{job_id}: preflight")
+        current: dict[str, PlanStep] = {}
+
+        def on_phase(step: PlanStep) -> None:
+            current["step"] = step
+            if step.phase != "preflight":
+                self.set_state(LaneState.STARTING, f"launch #{job_id}: {step.phase}")
+
+        try:
+            self.runner.run(plan, rows, on_phase=on_phase)
+        except (JobCancelled, JobTimedOut) as exc:
+            what = "cancelled" if isinstance(exc, JobCancelled) else "timed out"
+            self.set_state(LaneState.FAILED, f"launch #{job_id} {what}; {self.left_for_inspection()}")
+            raise
+        except (JobFailed, TransportError) as exc:
+            failed = exc.step if isinstance(exc, StepFailed) else current.get("step")
+            reason = str(exc)
+            if failed is not None and failed.phase in ("containers", "ray", "serve", "wait"):
+                reason = f"{reason}; {self.left_for_inspection()}"
+            self.ctx.log(reason)
+            self.set_state(LaneState.FAILED, reason)
+            raise JobFailed(reason) from None
+        self.set_state(LaneState.SERVING, f"launch #{job_id}: /health and /v1/models answer")
+        return {"lane": self.lane.name, "revision": plan.revision, "state": LaneState.SERVING}
+
+    def left_for_inspection(self) -> str:
+        container = self.config.get("container_name") or "vllm_node"
+        nodes = ", ".join(node.name for node in self.nodes)
+        return (f"containers {container} left on {nodes} for inspection "
+                f"(`docker logs {container}`; Stop removes them)")
+
+    def stop(self, plan: Plan | None = None, rows: list[Any] | None = None) -> dict[str, Any]:
+        job_id = self.ctx.job.pk
+        if plan is None or rows is None:
+            plan = self.render(render_stop_plan)
+            rows = self.runner.declare(plan)
+        self.set_state(LaneState.STOPPING, f"stop #{job_id}")
+        try:
+            self.runner.run(plan, rows)
+        except (JobFailed, TransportError) as exc:
+            self.set_state(LaneState.FAILED, f"stop #{job_id} failed: {exc}")
+            raise JobFailed(str(exc)) from None
+        self.set_state(LaneState.STOPPED, f"stop #{job_id}: containers removed")
+        return {"lane": self.lane.name, "state": LaneState.STOPPED}
+
+    def restart(self) -> dict[str, Any]:
+        stop_plan = self.render(render_stop_plan)
+        launch_plan = self.render(render_launch_plan)
+        stop_rows = self.runner.declare(stop_plan)
+        launch_rows = self.runner.declare(launch_plan)
+        self.stop(stop_plan, stop_rows)
+        return self.launch(launch_plan, launch_rows)
+
+    def status(self) -> dict[str, Any]:
+        plan = self.render(render_status_plan)
+        rows = self.runner.declare(plan)
+        self.runner.run(plan, rows)
+        outcomes = self.runner.outcomes
+        containers = {node: text.strip() for node, text in self.runner.collected.get("container_state", {}).items()}
+        for step in plan.steps:
+            if step.collect == "container_state" and outcomes.get(step.key) != "succeeded":
+                containers[step.node] = ""
+        healthy = any(outcomes.get(s.key) == "succeeded" for s in plan.steps if s.kind == "wait_health")
+        vllm_alive = any(outcomes.get(s.key) == "succeeded" for s in plan.steps if s.collect == "vllm_pid")
+        state, reason = reconcile_lane_state(containers, vllm_alive, healthy, self.lane.observed_state)
+        self.lane.refresh_from_db(fields=["observed_state"])
+        if state != self.lane.observed_state:
+            self.set_state(state, f"status #{self.ctx.job.pk}: {reason}")
+        else:
+            self.ctx.log(f"lane {self.lane.name} is {state}: {reason}")
+        return {"lane": self.lane.name, "state": state, "reason": reason, "containers": containers}
+
+
+def reconcile_lane_state(
+    containers: dict[str, str], vllm_alive: bool, healthy: bool, current: str
+) -> tuple[str, str]:
+    """What really runs → the lane's observed state. `containers` maps node → `docker
+    inspect` output ("running 2026-…Z", "exited …") or "" when there is none."""
+    running = sorted(node for node, text in containers.items() if text.startswith("running"))
+    present = sorted(node for node, text in containers.items() if text)
+    if healthy and len(running) == len(containers):
+        if current == LaneState.DEGRADED:  # the RDMA watchdog owns degraded mode
+            return LaneState.DEGRADED, "serving, still degraded"
+        return LaneState.SERVING, "/health and /v1/models answer"
+    if not present:
+        return LaneState.STOPPED, "no container on any node"
+    if healthy:
+        return LaneState.FAILED, f"answers, but containers are not running on {', '.join(sorted(set(containers) - set(running)))}"
+    if running and vllm_alive and current in (LaneState.STARTING, LaneState.SERVING):
+        return LaneState.STARTING, "vLLM is running but not healthy yet"
+    if running and vllm_alive:
+        return LaneState.FAILED, "vLLM runs but does not answer /health"
+    return LaneState.FAILED, f"containers on {', '.join(present)} but no healthy vLLM"
+
+
+def run_launch(ctx: JobContext) -> dict[str, Any]:
+    return LaneJob(ctx).launch()
+
+
+def run_stop(ctx: JobContext) -> dict[str, Any]:
+    return LaneJob(ctx).stop()
+
+
+def run_restart(ctx: JobContext) -> dict[str, Any]:
+    return LaneJob(ctx).restart()
+
+
+def run_status(ctx: JobContext) -> dict[str, Any]:
+    return LaneJob(ctx).status()

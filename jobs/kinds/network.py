@@ -1,0 +1,126 @@
+"""The network check kind: one read-only probe per node over `bash -s`, then jumbo pings
+over every paired link, a verdict per link, and the report saved on each node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from jobs.kinds.netprobe import (
+    PROBE_SCRIPT,
+    LinkPair,
+    NodeProbe,
+    build_report,
+    link_verdict,
+    pair_links,
+    parse_probe,
+    ping_command,
+    version_mismatches,
+)
+from jobs.lanes_link import node_save_network_report
+from jobs.runner import JobContext, JobFailed
+from jobs.transports import TransportError
+from lanes.models import Node, NodeState
+from portal.broadcast import DASHBOARD_GROUP, broadcast
+
+
+def job_nodes(ctx: JobContext) -> list[Node]:
+    names: list[str] = list(ctx.job.params.get("nodes") or [])
+    by_name = {node.name: node for node in ctx.job.nodes.all()}
+    return [by_name[name] for name in names if name in by_name]
+
+
+def _summarise(ctx: JobContext, probe: NodeProbe) -> None:
+    ctx.log(f"kernel {probe.kernel or '?'}, driver {probe.driver or '?'}, "
+            f"compaction_proactiveness={probe.compaction}, MemAvailable {probe.mem_available_kib} kB",
+            node=probe.node, stream="stdout")
+    for d in probe.devices:
+        ctx.log(f"{d.name} → {d.netdev or '-'}: {d.port_state or '?'} {d.operstate or '?'} "
+                f"{d.speed_mbps or '?'} Mb/s MTU {d.mtu or '?'} {d.ipv4 or 'no IPv4'} GID index {d.gid_index} "
+                f"fw {d.fw_ver or '?'}", node=probe.node, stream="stdout")
+
+
+def ping_script(pairs: list[LinkPair]) -> str:
+    lines = []
+    for index, pair in enumerate(pairs):
+        lines.append(
+            f"out=$({ping_command(pair)} 2>&1); rc=$?; "
+            f"printf 'PING\\t%s\\t%s\\t%s\\n' {index} \"$rc\" \"$(printf '%s' \"$out\" | tail -n1)\""
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse_pings(output: list[str], count: int) -> dict[int, tuple[bool, str]]:
+    results: dict[int, tuple[bool, str]] = {i: (False, "no answer from the ping script") for i in range(count)}
+    for line in output:
+        parts = line.split("\t")
+        if len(parts) >= 4 and parts[0] == "PING" and parts[1].isdigit():
+            results[int(parts[1])] = (parts[2] == "0", parts[3].strip())
+    return results
+
+
+def run_network_check(ctx: JobContext) -> dict[str, Any]:
+    nodes = job_nodes(ctx)
+    if not nodes:
+        raise JobFailed("no nodes to check")
+    probe_steps = ctx.declare_steps([(f"probe.{n.name}", "preflight", n.name, f"Probe RoCE devices on {n.name}")
+                                     for n in nodes])
+    probes: dict[str, NodeProbe] = {}
+    failures: list[str] = []
+    for node, step in zip(nodes, probe_steps, strict=True):
+        endpoint = ctx.endpoint(node)
+        try:
+            with ctx.step(step):
+                result = ctx.run(endpoint, "bash -s", stdin=PROBE_SCRIPT, capture=True, timeout_s=60)
+                step.exit_code = result.exit_code
+                if not result.ok:
+                    raise JobFailed(f"{node.name}: probe exited {result.exit_code}")
+                probes[node.name] = parse_probe(node.name, "\n".join(result.stdout))
+                _summarise(ctx, probes[node.name])
+        except (TransportError, JobFailed) as exc:
+            failures.append(str(exc))
+            ctx.log(f"✗ {exc}", node=node.name)
+            if isinstance(exc, TransportError):
+                Node.objects.filter(pk=node.pk).update(state=NodeState.UNREACHABLE)
+    pairs = pair_links(list(probes.values()))
+    links: dict[str, list[dict[str, Any]]] = {name: [] for name in probes}
+    if len(probes) > 1:
+        ping_steps = ctx.declare_steps([(f"ping.{name}", "preflight", name, f"Jumbo ping from {name} over each link")
+                                        for name in probes])
+        for step in ping_steps:
+            own = [pair for pair in pairs if pair.node == step.node]
+            node = next(n for n in nodes if n.name == step.node)
+            with ctx.step(step):
+                for pair in own:
+                    ctx.log(f"$ {ping_command(pair)}", node=step.node)
+                result = ctx.run(ctx.endpoint(node), "bash -s", stdin=ping_script(own), capture=True, quiet=True,
+                                 timeout_s=30 + 10 * len(own))
+                pings = parse_pings(result.stdout, len(own))
+                for index, pair in enumerate(own):
+                    ok, detail = pings[index]
+                    link = link_verdict(pair, ok, detail)
+                    links[step.node].append(link)
+                    ctx.log(f"{pair.device.name} {link['local_ip']} → {pair.peer} {link['peer_ip']}: "
+                            f"{link['verdict'].upper()} ({link['detail']})", node=step.node,
+                            stream="stdout" if link["verdict"] == "ok" else "stderr")
+    for problem in version_mismatches(list(probes.values())):
+        ctx.log(f"warning: {problem}")
+    checked_at = timezone.now()
+    reports: dict[str, Any] = {}
+    for name, probe in probes.items():
+        report = build_report(probe, links[name], checked_at.isoformat().replace("+00:00", "Z"),
+                              had_peers=len(probes) > 1)
+        reports[name] = report
+        node = next(n for n in nodes if n.name == name)
+        node_save_network_report(node=node, report=report)
+        Node.objects.filter(pk=node.pk).update(state=NodeState.ONLINE, last_seen=checked_at)
+        broadcast(DASHBOARD_GROUP, "node.network", {"name": name, "verdict": report["verdict"],
+                                                     "checked_at": report["checked_at"]})
+        ctx.log(f"report saved: verdict {report['verdict']}, eth_if {report['eth_if'] or '-'}, "
+                f"fabric_ip {report['fabric_ip'] or '-'}, ib_hca {','.join(report['ib_hca']) or '-'}, "
+                f"GID index {report['gid_index']}", node=name)
+    if failures:
+        raise JobFailed("; ".join(failures))
+    return {"verdicts": {name: r["verdict"] for name, r in reports.items()}}
+

@@ -1,0 +1,123 @@
+"""Executing a lanes plan (lanes/plans.py docstring): shell steps with skip_if and
+on_failure, wait_health polling from the worker with a fail-fast alive check."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from jobs.models import JobStep, StepState
+from jobs.runner import JobContext, JobFailed
+from jobs.transports import NodeEndpoint
+from lanes.models import Node
+from lanes.plans import Plan, PlanStep, check_image_ids
+
+
+class StepFailed(JobFailed):
+    def __init__(self, step: PlanStep, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def health_probe(url: str, models_url: str, expect_model: str, timeout_s: float = 5.0) -> tuple[bool, str]:
+    """One poll: (healthy, what we saw)."""
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+            health = client.get(url)
+            if health.status_code != 200:
+                return False, f"/health answered {health.status_code}"
+            if not models_url:
+                return True, "/health 200"
+            models = client.get(models_url)
+            if models.status_code != 200:
+                return False, f"/v1/models answered {models.status_code}"
+            ids = [m.get("id") for m in models.json().get("data", []) if isinstance(m, dict)]
+            if expect_model and expect_model not in ids:
+                return False, f"/v1/models lists {ids}, not {expect_model!r} yet"
+            return True, f"/health 200, /v1/models lists {expect_model or ids}"
+    except (httpx.HTTPError, ValueError, json.JSONDecodeError) as exc:
+        return False, f"not answering yet ({type(exc).__name__})"
+
+
+class PlanRunner:
+    def __init__(self, ctx: JobContext, nodes: list[Node], param_overrides: dict[str, Any] | None = None) -> None:
+        self.ctx = ctx
+        self.endpoints: dict[str, NodeEndpoint] = {node.name: ctx.endpoint(node) for node in nodes}
+        self.collected: dict[str, dict[str, str]] = {}
+        self.outcomes: dict[str, str] = {}  # step key -> final step state
+
+    def declare(self, plan: Plan) -> list[JobStep]:
+        for warning in plan.warnings:
+            self.ctx.log(f"warning: {warning}")
+        return self.ctx.declare_steps([(s.key, s.phase, s.node, s.title) for s in plan.steps])
+
+    def run(self, plan: Plan, rows: list[JobStep], on_phase: Any = None) -> None:
+        phase = None
+        for step, row in zip(plan.steps, rows, strict=True):
+            if step.phase != phase and on_phase is not None:
+                phase = step.phase
+                on_phase(step)
+            self.run_step(step, row)
+        images = self.collected.get("image_id")
+        if images and len(images) > 1:
+            problem = check_image_ids(images)
+            if problem:
+                raise JobFailed(problem)
+
+    def run_step(self, step: PlanStep, row: JobStep) -> None:
+        ctx = self.ctx
+        endpoint = self.endpoints[step.node]
+        with ctx.step(row):
+            try:
+                if step.skip_if:
+                    check = ctx.run(endpoint, step.skip_if, timeout_s=min(step.timeout_s, 60), quiet=True)
+                    if check.ok:
+                        ctx.log(f"skipped: already done ({step.skip_if})", node=step.node)
+                        row.state = StepState.SKIPPED
+                        self.outcomes[step.key] = row.state
+                        return
+                if step.kind == "wait_health":
+                    self.wait_health(step, endpoint, row)
+                else:
+                    result = ctx.run(endpoint, step.command, timeout_s=step.timeout_s, capture=bool(step.collect))
+                    row.exit_code = result.exit_code
+                    if step.collect:
+                        self.collected.setdefault(step.collect, {})[step.node] = "\n".join(result.stdout)
+                    if not result.ok:
+                        raise StepFailed(step, f"{step.title} [{step.node}]: exited {result.exit_code}")
+                self.outcomes[step.key] = StepState.SUCCEEDED
+            except StepFailed as exc:
+                if step.on_failure != "warn":
+                    self.outcomes[step.key] = StepState.FAILED
+                    raise
+                ctx.log(f"warning: {exc} (on failure: warn, going on)", node=step.node)
+                row.detail = str(exc)[:2000]
+                row.state = StepState.WARNED
+                self.outcomes[step.key] = row.state
+
+    def wait_health(self, step: PlanStep, endpoint: NodeEndpoint, row: JobStep) -> None:
+        import time
+
+        ctx = self.ctx
+        deadline = time.monotonic() + step.timeout_s
+        last = ""
+        polls = 0
+        while True:
+            ok, seen = health_probe(step.url, step.models_url, step.expect_model)
+            if ok:
+                ctx.log(f"healthy: {seen}", node=step.node, stream="stdout")
+                return
+            polls += 1
+            if seen != last or polls % 6 == 0:
+                ctx.log(f"waiting: {seen}", node=step.node)
+                last = seen
+            if step.alive_check:
+                alive = ctx.run(endpoint, step.alive_check, timeout_s=30, quiet=True)
+                if not alive.ok:
+                    raise StepFailed(step, f"the vLLM process on {step.node} died before becoming healthy "
+                                           f"(`{step.alive_check}` exited {alive.exit_code})")
+            if time.monotonic() >= deadline:
+                raise StepFailed(step, f"not healthy after {step.timeout_s:g}s: {seen}")
+            ctx.sleep(min(step.poll_s, max(deadline - time.monotonic(), 0.05)))

@@ -1,0 +1,299 @@
+"""The one runner that wraps every job kind (DESIGN.md §7.1): conditional-UPDATE claim,
+heartbeat, log streaming, cancel between steps and on the node, time limit, captured
+traceback, and always a final state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from jobs.logsink import LogSink
+from jobs.models import Job, JobState, JobStep, StepState
+from jobs.states import publish_job_state, publish_step
+from jobs.transports import CommandResult, NodeEndpoint, Transport, TransportError, endpoint_for, transport_for
+from lanes.models import Node
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class JobFailed(Exception):
+    """A step failed: the message is the job's error summary."""
+
+
+class JobCancelled(Exception):
+    pass
+
+
+class JobTimedOut(Exception):
+    pass
+
+
+class AsyncBridge:
+    """An event loop in its own thread: transports are asyncio, the runner is a plain
+    Celery task (sync ORM)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="job-transport-loop", daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class JobMonitor(threading.Thread):
+    """Flushes log batches, writes the heartbeat, and notices cancel requests, whatever
+    the runner's thread is blocked on."""
+
+    def __init__(self, job_id: int, sink: LogSink, cancel: threading.Event) -> None:
+        super().__init__(name=f"job-{job_id}-monitor", daemon=True)
+        self.job_id = job_id
+        self.sink = sink
+        self.cancel = cancel
+        self.stopping = threading.Event()
+        self.cancelled_by = ""
+
+    def run(self) -> None:
+        last_beat = 0.0
+        try:
+            while not self.stopping.is_set():
+                self.stopping.wait(settings.JOBS_LOG_FLUSH_S)
+                try:
+                    self.sink.flush()
+                    if time.monotonic() - last_beat >= min(settings.JOBS_HEARTBEAT_S, settings.JOBS_CANCEL_POLL_S):
+                        last_beat = time.monotonic()
+                        self.beat()
+                except Exception:  # the runner still ends the job; never die silently here
+                    logger.exception("job %s monitor", self.job_id)
+        finally:
+            connection.close()
+
+    def beat(self) -> None:
+        Job.objects.filter(pk=self.job_id, state=JobState.RUNNING).update(heartbeat_at=timezone.now())
+        row = Job.objects.filter(pk=self.job_id).values("cancel_requested_at", "cancel_requested_by").first()
+        if row and row["cancel_requested_at"] is not None and not self.cancel.is_set():
+            self.cancelled_by = row["cancel_requested_by"]
+            self.cancel.set()
+
+
+class JobContext:
+    """What a kind sees: nodes, commands, steps, log lines, cancel and the deadline."""
+
+    def __init__(self, job: Job, sink: LogSink, cancel: threading.Event, deadline: float) -> None:
+        self.job = job
+        self.sink = sink
+        self.cancel = cancel
+        self.deadline = deadline
+        self.bridge = AsyncBridge()
+        self._transports: dict[str, Transport] = {}
+        self._endpoints: dict[str, NodeEndpoint] = {}
+
+    # --- logging ------------------------------------------------------------------------
+    def log(self, text: str, *, node: str = "", stream: str = "system") -> None:
+        for line in text.splitlines() or [""]:
+            self.sink.append(node, stream, line)
+
+    # --- cancel / deadline --------------------------------------------------------------
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise JobCancelled()
+        if time.monotonic() > self.deadline:
+            raise JobTimedOut()
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while True:
+            self.check()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self.cancel.wait(min(left, 0.2))
+
+    def wait(self, future: Future[T]) -> T:
+        """Wait for transport work; on cancel or deadline cancel it (which kills the
+        process on the node) and raise."""
+        while True:
+            try:
+                return future.result(timeout=0.1)
+            except TimeoutError:
+                pass
+            if self.cancel.is_set() or time.monotonic() > self.deadline:
+                future.cancel()
+                with _suppress_all():
+                    future.result(timeout=15)
+                self.check()
+
+    # --- nodes --------------------------------------------------------------------------
+    def endpoint(self, node: Node) -> NodeEndpoint:
+        if node.name not in self._endpoints:
+            self._endpoints[node.name] = endpoint_for(node)
+        return self._endpoints[node.name]
+
+    def transport(self, endpoint: NodeEndpoint) -> Transport:
+        if endpoint.name not in self._transports:
+            self._transports[endpoint.name] = transport_for(endpoint)
+        return self._transports[endpoint.name]
+
+    def run(
+        self,
+        endpoint: NodeEndpoint,
+        command: str,
+        *,
+        stdin: str | None = None,
+        timeout_s: float = 120.0,
+        capture: bool = False,
+        quiet: bool = False,
+    ) -> CommandResult:
+        self.check()
+        if not quiet:
+            self.log(f"$ {command}" if stdin is None else f"$ {command}  (script on stdin)", node=endpoint.name)
+
+        def on_line(stream: str, raw: bytes, dropped: int) -> None:
+            if not quiet:
+                self.sink.append_raw(endpoint.name, stream, raw, dropped)
+
+        transport = self.transport(endpoint)
+        timeout = max(0.1, min(timeout_s, self.deadline - time.monotonic() + 1))
+        return self.wait(self.bridge.submit(
+            transport.run(command, on_line=on_line, stdin=stdin, timeout_s=timeout, capture=capture)
+        ))
+
+    # --- steps --------------------------------------------------------------------------
+    def declare_steps(self, steps: list[tuple[str, str, str, str]]) -> list[JobStep]:
+        """(key, phase, node, title) in order; shown as pending on the page at once."""
+        start = JobStep.objects.filter(job=self.job).count()
+        rows = JobStep.objects.bulk_create(
+            [JobStep(job=self.job, position=start + i, key=k, phase=p, node=n, title=t[:300])
+             for i, (k, p, n, t) in enumerate(steps)]
+        )
+        for row in rows:
+            publish_step(row)
+        return list(JobStep.objects.filter(job=self.job, position__gte=start).order_by("position"))
+
+    @contextmanager
+    def step(self, step: JobStep) -> Iterator[JobStep]:
+        """Runs a declared step: running → succeeded, or failed/cancelled on the way out.
+        The body may set `step.state` (skipped, warned) before leaving."""
+        self.check()
+        step.state = StepState.RUNNING
+        step.started_at = timezone.now()
+        step.save(update_fields=["state", "started_at"])
+        publish_step(step)
+        self.log(f"▶ {step.title}" + (f" [{step.node}]" if step.node else ""))
+        try:
+            yield step
+        except JobCancelled:
+            self._end_step(step, StepState.CANCELLED)
+            raise
+        except BaseException as exc:
+            if not step.detail:
+                step.detail = str(exc)[:2000]
+            self._end_step(step, StepState.FAILED)
+            raise
+        else:
+            self._end_step(step, step.state if step.state != StepState.RUNNING else StepState.SUCCEEDED)
+
+    def _end_step(self, step: JobStep, state: str) -> None:
+        step.state = state
+        step.finished_at = timezone.now()
+        step.save(update_fields=["state", "finished_at", "exit_code", "detail"])
+        publish_step(step)
+
+    def close(self) -> None:
+        for transport in self._transports.values():
+            with _suppress_all():
+                self.bridge.submit(transport.close()).result(timeout=10)
+        self.bridge.stop()
+
+
+def _suppress_all() -> contextlib.suppress:
+    """Cleanup must not hide the job's own outcome."""
+    return contextlib.suppress(BaseException)
+
+
+KindFunc = Callable[[JobContext], dict[str, Any] | None]
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def job_claim(*, job_id: int, worker: str) -> bool:
+    """queued → running, atomically: a redelivered task finds nothing to claim."""
+    now = timezone.now()
+    return bool(
+        Job.objects.filter(pk=job_id, state=JobState.QUEUED).update(
+            state=JobState.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200]
+        )
+    )
+
+
+def job_execute(*, job_id: int, kinds: dict[str, KindFunc], time_limit_s: float | None = None) -> str | None:
+    """Claim and run a job to a final state; returns that state (None if not claimed)."""
+    close_old_connections()
+    if not job_claim(job_id=job_id, worker=worker_name()):
+        logger.info("job %s not claimed (already taken or not queued)", job_id)
+        return None
+    job = Job.objects.select_related("lane", "lane_revision", "created_by").get(pk=job_id)
+    publish_job_state(job)
+    sink = LogSink(job.pk, start_seq=job.last_seq)
+    cancel = threading.Event()
+    limit = time_limit_s or float(job.params.get("time_limit_s") or settings.JOBS_DEFAULT_TIME_LIMIT_S)
+    monitor = JobMonitor(job.pk, sink, cancel)
+    monitor.start()
+    ctx = JobContext(job, sink, cancel, deadline=time.monotonic() + limit)
+    state, error, tb, result = JobState.FAILED, "", "", dict[str, Any]()
+    try:
+        ctx.log(f"job #{job.pk} {job.kind} ({job.target_label}) started on {worker_name()}")
+        result = kinds[job.kind](ctx) or {}
+        state = JobState.SUCCEEDED
+    except JobCancelled:
+        state, error = JobState.CANCELLED, f"cancelled by {monitor.cancelled_by or 'a user'}"
+    except JobTimedOut:
+        state, error = JobState.TIMED_OUT, f"time limit of {limit:g}s reached"
+    except (JobFailed, TransportError) as exc:
+        state, error = JobState.FAILED, str(exc)
+    except BaseException as exc:  # SoftTimeLimitExceeded, bugs: still a final state
+        if type(exc).__name__ == "SoftTimeLimitExceeded":
+            state, error = JobState.TIMED_OUT, "Celery soft time limit reached"
+        else:
+            state, error, tb = JobState.FAILED, f"{type(exc).__name__}: {exc}", traceback.format_exc()
+    finally:
+        ctx.log(f"job finished: {state}" + (f" — {error}" if error else ""))
+        ctx.close()
+        monitor.stopping.set()
+        monitor.join(timeout=10)
+        sink.flush()
+        job_finish(job=job, state=state, error=error, tb=tb, result=result)
+    return state
+
+
+def job_finish(*, job: Job, state: str, error: str = "", tb: str = "", result: dict[str, Any] | None = None) -> bool:
+    """Write the final state unless the reaper already declared the job lost."""
+    updated = Job.objects.filter(pk=job.pk, state=JobState.RUNNING).update(
+        state=state, finished_at=timezone.now(), error=error[:5000], traceback=tb, result=result or {}
+    )
+    job.refresh_from_db()
+    publish_job_state(job)
+    return bool(updated)

@@ -1,0 +1,169 @@
+"""Job services (HackSoft style): create, cancel, run, reap. Views, the API and tasks
+call these; nothing else writes jobs."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from jobs.lanes_link import lane_set_desired
+from jobs.models import ACTIVE_STATES, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
+from jobs.params import validate_params
+from jobs.states import publish_job_state
+from lanes.models import DesiredState, Lane, LaneRevision, Node
+from portal.audit import audit_record
+from portal.roles import UserLike
+
+logger = logging.getLogger(__name__)
+
+
+class JobConflict(Exception):
+    """A second mutating job on a busy node: the message names the running job."""
+
+
+def dispatch_job(job_id: int, time_limit_s: float) -> None:
+    """Queue the Celery task (called on commit). The runner's own deadline fires first;
+    Celery's soft and hard limits are the safety net (a hard kill ends as `lost`)."""
+    from jobs.tasks import run_job
+
+    run_job.apply_async(args=(job_id,), soft_time_limit=int(time_limit_s) + 30, time_limit=int(time_limit_s) + 90)
+
+
+def _user_or_none(user: UserLike | None) -> Any:
+    return user if user is not None and user.is_authenticated else None
+
+
+def job_create(
+    *, kind: str, user: UserLike | None, nodes: list[Node], lane: Lane | None = None,
+    revision: LaneRevision | None = None, params: dict[str, Any] | None = None,
+) -> Job:
+    """Create and queue a job. Mutating kinds lock their nodes' rows first, so two
+    launches on one node can never both pass the check, whichever process asks."""
+    clean = validate_params(kind, params or {})
+    clean["nodes"] = [node.name for node in nodes]
+    with transaction.atomic():
+        if kind in MUTATING_KINDS:
+            locked = list(Node.objects.select_for_update().filter(pk__in=[n.pk for n in nodes]).order_by("pk"))
+            busy = (
+                Job.objects.filter(kind__in=MUTATING_KINDS, state__in=ACTIVE_STATES, nodes__in=locked)
+                .select_related("lane", "created_by").distinct().order_by("created_at").first()
+            )
+            if busy is not None:
+                shared = sorted(set(busy.params.get("nodes") or []) & set(clean["nodes"]))
+                who = busy.created_by.get_username() if busy.created_by else "the system"
+                raise JobConflict(
+                    f"{', '.join(shared) or 'a node'} is busy: job #{busy.pk} ({busy.kind} {busy.target_label}, "
+                    f"{busy.state}, started by {who}) must finish or be cancelled first"
+                )
+        job = Job.objects.create(kind=kind, lane=lane, lane_revision=revision, params=clean,
+                                 created_by=_user_or_none(user))
+        job.nodes.set(nodes)
+        limit = float(clean["time_limit_s"])
+        transaction.on_commit(lambda: dispatch_job(job.pk, limit))
+        transaction.on_commit(lambda: publish_job_state(job))
+    return job
+
+
+def lane_current_revision(lane: Lane) -> LaneRevision:
+    revision = LaneRevision.objects.filter(lane=lane).order_by("-number").first()
+    if revision is None:
+        raise ValidationError({"lane": f"lane {lane.name} has no saved revision yet: save its configuration first"})
+    return revision
+
+
+_LANE_KIND_ACTIONS: dict[str, str] = {
+    JobKind.LAUNCH: "lane.launch",
+    JobKind.STOP: "lane.stop",
+    JobKind.RESTART: "lane.restart",
+    JobKind.STATUS: "lane.status",
+}
+
+
+def lane_job_create(*, lane: Lane, kind: str, user: UserLike | None, params: dict[str, Any] | None = None) -> Job:
+    """Launch, stop, restart or status of a lane, on the revision current now."""
+    if kind not in _LANE_KIND_ACTIONS:
+        raise ValidationError({"kind": f"must be one of {', '.join(_LANE_KIND_ACTIONS)}"})
+    revision = lane_current_revision(lane)
+    nodes = lane.ranked_nodes()
+    if not nodes:
+        raise ValidationError({"lane": f"lane {lane.name} has no nodes"})
+    job = job_create(kind=kind, user=user, nodes=nodes, lane=lane, revision=revision, params=params)
+    if kind in (JobKind.LAUNCH, JobKind.RESTART, JobKind.STOP):
+        desired = DesiredState.STOPPED if kind == JobKind.STOP else DesiredState.SERVING
+        lane_set_desired(lane=lane, state=desired, actor=user)
+        audit_record(actor=user, action=_LANE_KIND_ACTIONS[kind], obj=lane,
+                     after={"job": job.pk, "revision": revision.number, "nodes": job.params["nodes"]})
+    return job
+
+
+def node_network_check_create(*, node: Node, user: UserLike | None, params: dict[str, Any] | None = None) -> Job:
+    """Checks the node with every node it shares a lane with (its cabled peers)."""
+    peers = list(
+        Node.objects.filter(memberships__lane__members__node=node).exclude(pk=node.pk).distinct().order_by("name")
+    )
+    return job_create(kind=JobKind.NETWORK_CHECK, user=user, nodes=[node, *peers], params=params)
+
+
+def job_cancel(*, job: Job, user: UserLike | None) -> Job:
+    """Queued: cancelled at once. Running: the runner notices within a second, kills the
+    command on the node and ends the job `cancelled`."""
+    name = user.get_username() if user is not None and user.is_authenticated else "system"
+    now = timezone.now()
+    if Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
+        state=JobState.CANCELLED, finished_at=now, cancel_requested_at=now, cancel_requested_by=name,
+        error=f"cancelled by {name} before it started",
+    ):
+        pass
+    elif not Job.objects.filter(pk=job.pk, state=JobState.RUNNING, cancel_requested_at__isnull=True).update(
+        cancel_requested_at=now, cancel_requested_by=name
+    ):
+        job.refresh_from_db()
+        if job.is_final:
+            raise ValidationError({"job": f"job #{job.pk} is already {job.state}: nothing to cancel"})
+    job.refresh_from_db()
+    publish_job_state(job)
+    return job
+
+
+def job_run(*, job_id: int) -> str | None:
+    """The task's body: the one runner with every kind."""
+    from jobs.kinds import KINDS
+    from jobs.runner import job_execute
+
+    return job_execute(job_id=job_id, kinds=KINDS)
+
+
+def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = None) -> list[int]:
+    """Jobs whose heartbeat stopped (worker killed, machine gone) become `lost`; each lost
+    lane job gets a status job that reconciles the lane with what really runs."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=lost_after_s if lost_after_s is not None else settings.JOBS_LOST_AFTER_S)
+    candidates = list(
+        Job.objects.filter(state=JobState.RUNNING).filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+    )
+    lost: list[int] = []
+    for job in candidates:
+        beat = job.heartbeat_at.isoformat() if job.heartbeat_at else "never"
+        if not Job.objects.filter(pk=job.pk, state=JobState.RUNNING, heartbeat_at=job.heartbeat_at).update(
+            state=JobState.LOST, finished_at=now,
+            error=f"lost: the worker stopped heartbeating (last heartbeat {beat}, worker {job.worker or '?'})",
+        ):
+            continue  # it finished or beat meanwhile
+        JobStep.objects.filter(job=job, state=StepState.RUNNING).update(
+            state=StepState.FAILED, finished_at=now, detail="the job was lost"
+        )
+        job.refresh_from_db()
+        publish_job_state(job)
+        lost.append(job.pk)
+        logger.warning("job %s lost (%s)", job.pk, job.error)
+        if job.lane_id is not None and job.lane is not None and job.kind != JobKind.STATUS:
+            lane_job_create(lane=job.lane, kind=JobKind.STATUS, user=None,
+                            params={"reason": f"reconcile after job #{job.pk} was lost"})
+    return lost

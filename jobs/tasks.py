@@ -1,0 +1,17 @@
+"""Thin Celery tasks: take ids, call a service."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from jobs.services import job_reap_lost, job_run
+
+
+@shared_task(name="jobs.tasks.run_job", ignore_result=True, acks_late=True)
+def run_job(job_id: int) -> None:
+    job_run(job_id=job_id)
+
+
+@shared_task(name="jobs.tasks.reap_lost_jobs", ignore_result=True)
+def reap_lost_jobs() -> None:
+    job_reap_lost()

@@ -1,0 +1,150 @@
+"""Jobs fixtures: a sparksim cluster per test (own directory, own 127.0.0.x range per
+xdist worker), a real OpenSSH server per simulated Spark, nodes and lanes in the database,
+and a dispatcher that records queued jobs instead of sending them to a worker."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+from django.conf import settings
+
+from lanes.models import Lane, LaneNode, LaneRevision, Node
+from sparksim.cluster import cluster_down, cluster_up
+from sparksim.host.node import NodeInfo
+from tests.conftest import free_port
+from tests.jobs.sshd import SshdServer, client_keypair, start_sshd
+from tests.lanes.seed_configs import base_config
+
+IMAGE = "ghcr.io/eugr/spark-vllm-b12x@sha256:" + "4f" * 32
+TIME_SCALE = 0.1  # sparksim engines start in well under a second
+
+
+def worker_index() -> int:
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+
+
+def base_address() -> str:
+    # Each xdist worker simulates its Sparks on its own addresses (the demo uses .11-.13).
+    return f"127.0.0.{101 + 10 * worker_index()}"
+
+
+@dataclass
+class SimCluster:
+    root: Path
+    infos: list[NodeInfo]
+    nodes: list[Node]
+    servers: list[SshdServer]
+    client_private_key: str
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+
+def encrypt(text: str) -> str:
+    return Fernet(settings.CREDENTIALS_KEY.encode()).encrypt(text.encode()).decode()
+
+
+@pytest.fixture
+def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Jobs queued on commit land here instead of in Redis; tests run them with job_run."""
+    queued: list[int] = []
+    monkeypatch.setattr("jobs.services.dispatch_job", lambda job_id, time_limit_s: queued.append(job_id))
+    return queued
+
+
+@pytest.fixture(autouse=True)
+def _no_celery_dispatch(dispatched: list[int]) -> None:
+    """Every jobs test records dispatches unless it asks for a real worker."""
+
+
+@pytest.fixture
+def sim_root(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "sim"
+    yield root
+    cluster_down(root)
+
+
+def _make_cluster(root: Path, names: list[str], transport: str, tmp_path: Path) -> SimCluster:
+    infos = cluster_up(root, names, base_address=base_address(), time_scale=TIME_SCALE)
+    servers: list[SshdServer] = []
+    private_key = ""
+    if transport == "ssh":
+        private_key, public_key = client_keypair(tmp_path / "client")
+        for info in infos:
+            servers.append(start_sshd(tmp_path / f"sshd-{info.name}", info.address,
+                                      free_port(info.address), public_key))
+    nodes = []
+    for index, info in enumerate(infos):
+        fields: dict[str, Any] = {
+            "name": info.name, "address": info.address, "transport": transport, "sim_dir": info.sim_dir,
+            "runtime_command": "docker", "memory_gib": 128,
+        }
+        if transport == "ssh":
+            fields.update(ssh_port=servers[index].port, ssh_user="root", ssh_host_key=servers[index].host_key_line,
+                          ssh_private_key_encrypted=encrypt(private_key))
+        nodes.append(Node.objects.create(**fields))
+    return SimCluster(root, infos, nodes, servers, private_key)
+
+
+@pytest.fixture
+def ssh_cluster(db: None, sim_root: Path, tmp_path: Path) -> Iterator[SimCluster]:
+    cluster = _make_cluster(sim_root, ["spark1", "spark2", "spark3"], "ssh", tmp_path)
+    yield cluster
+    for server in cluster.servers:
+        server.stop()
+
+
+@pytest.fixture
+def local_cluster(db: None, sim_root: Path, tmp_path: Path) -> SimCluster:
+    return _make_cluster(sim_root, ["spark1", "spark2", "spark3"], "local", tmp_path)
+
+
+MakeLane = Callable[..., Lane]
+
+
+@pytest.fixture
+def make_lane(db: None) -> MakeLane:
+    def make(name: str, nodes: list[Node], **config: Any) -> Lane:
+        address = nodes[0].address
+        overrides: dict[str, Any] = {
+            "name": name, "revision": 1, "image": IMAGE, "tensor_parallel_size": len(nodes),
+            "api_port": free_port(address), "master_port": free_port(address), "nodes": [n.name for n in nodes],
+            "model_id": "Qwen/Qwen3.8-27B-FP8", "served_model_name": name, "gpu_memory_utilization": 0.5,
+            "max_model_len": 32768, "wait_poll_s": 0.2, "wait_timeout_s": 60,
+        }
+        overrides.update(config)
+        cfg = base_config(**overrides)
+        lane = Lane.objects.create(
+            name=name, model_id=cfg["model_id"], image=IMAGE, tensor_parallel_size=len(nodes),
+            executor=cfg["executor"], api_port=cfg["api_port"], master_port=cfg["master_port"],
+            max_model_len=cfg["max_model_len"], served_model_name=name, revision=1,
+        )
+        for rank, node in enumerate(nodes):
+            LaneNode.objects.create(lane=lane, node=node, rank=rank)
+        LaneRevision.objects.create(lane=lane, number=1, config=cfg)
+        return lane
+
+    return make
+
+
+def run_in_thread(target: Callable[[], Any]) -> threading.Thread:
+    """Runs a job (its own DB connection) while the test watches or cancels it."""
+    from django.db import connection
+
+    def body() -> None:
+        try:
+            target()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,53 @@
+"""Network check, launch, status and stop end to end with the local transport against
+sparksim nodes (the demo's setup)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.models import Job, JobKind, JobLogLine, JobState, StepState
+from jobs.services import job_run, lane_job_create, node_network_check_create
+from lanes.models import Lane, LaneState, Node
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run(job: Job) -> Job:
+    job_run(job_id=job.pk)
+    job.refresh_from_db()
+    return job
+
+
+def log_text(job: Job) -> str:
+    return "\n".join(JobLogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
+
+
+def test_network_check_saves_a_report_with_paired_links_and_computed_gid(local_cluster, make_lane, admin_user):
+    make_lane("deepseek", [local_cluster.node("spark1"), local_cluster.node("spark2")], executor="ray")
+    job = run(node_network_check_create(node=local_cluster.node("spark1"), user=admin_user))
+    assert job.state == JobState.SUCCEEDED, job.error + log_text(job)
+    report = Node.objects.get(name="spark1").network_report
+    assert report["verdict"] == "ok"
+    assert report["gid_index"] == 3
+    assert report["fabric_ip"].startswith("192.168.10")
+    assert {link["peer"] for link in report["links"]} == {"spark2"}
+    assert all(link["ping_ok"] for link in report["links"])
+    assert Node.objects.get(name="spark2").network_report["links"][0]["peer"] == "spark1"
+
+
+def test_launch_status_stop_a_single_node_lane(local_cluster, make_lane, admin_user):
+    lane = make_lane("qwen", [local_cluster.node("spark3")])
+    launch = run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
+    assert launch.state == JobState.SUCCEEDED, launch.error + log_text(launch)
+    assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING
+    assert launch.lane_revision is not None and launch.lane_revision.number == 1
+    assert set(launch.steps.values_list("state", flat=True)) <= {StepState.SUCCEEDED, StepState.WARNED}
+
+    Lane.objects.filter(pk=lane.pk).update(observed_state=LaneState.FAILED)  # pretend we lost track
+    status = run(lane_job_create(lane=lane, kind=JobKind.STATUS, user=admin_user))
+    assert status.state == JobState.SUCCEEDED, status.error
+    assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING
+
+    stop = run(lane_job_create(lane=lane, kind=JobKind.STOP, user=admin_user))
+    assert stop.state == JobState.SUCCEEDED, stop.error + log_text(stop)
+    assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.STOPPED
