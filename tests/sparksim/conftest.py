@@ -1,0 +1,67 @@
+"""Fixtures for sparksim: real engine processes over HTTP and simulated node directories."""
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparksim.cluster import cluster_down, cluster_up
+from sparksim.host.node import NodeInfo
+from sparksim.standalone import EngineHandle, start_engine
+
+DEEPSEEK = "deepseek-ai/DeepSeek-V4-Flash-0731"
+QWEN = "Qwen/Qwen3.8-27B-FP8"
+# DeepSeek's weights do not fit one Spark: standalone engines get a fixed KV budget.
+DEEPSEEK_FLAGS = ("--kv-cache-memory-bytes", "11G", "--max-model-len", "131072")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def engine_factory(tmp_path: Path) -> Iterator[Callable[..., EngineHandle]]:
+    started: list[EngineHandle] = []
+
+    def start(model: str = DEEPSEEK, *extra: str, **options: Any) -> EngineHandle:
+        flags = DEEPSEEK_FLAGS if model == DEEPSEEK else ()
+        log_path = tmp_path / f"engine-{len(started)}.log"
+        handle = start_engine(model, log_path, *flags, *extra, **options)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
+
+
+@pytest.fixture
+def engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:
+    return engine_factory(DEEPSEEK, "--served-model-name", DEEPSEEK, "deepseek")
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[list[NodeInfo]]:
+    root = tmp_path / "cluster"
+    created = cluster_up(root, ["spark1", "spark2"], base_address="127.0.0.61", time_scale=0.01)
+    yield created
+    cluster_down(root)
+
+
+def node_shell(node: NodeInfo, line: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run one command line the way the launcher does on a simulated node."""
+    prefix = (f"export PATH={node.sim_dir}/bin:$PATH SPARK_SYSFS={node.sim_dir}/sys "
+              f"SPARK_PROCFS={node.sim_dir}/proc; ")
+    return subprocess.run(["bash", "-c", prefix + line], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ), check=False)
