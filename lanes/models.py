@@ -31,6 +31,8 @@ class Node(models.Model):
     ssh_private_key_encrypted = models.TextField(blank=True, default="")
     # Pinned host key, one OpenSSH public-key line ("ssh-ed25519 AAAA..."); a mismatch fails loudly.
     ssh_host_key = models.TextField(blank=True, default="")
+    # A host key seen by a capture job, waiting for an admin to confirm it (lanes.services).
+    ssh_host_key_pending = models.TextField(blank=True, default="")
     runtime_command = models.CharField(max_length=200, default="docker")
     # Directory of a sparksim node; empty on a real Spark (docs/runtime-contract.md).
     sim_dir = models.CharField(max_length=500, blank=True, default="")

@@ -330,6 +330,9 @@ def roce_active_check(devices: Sequence[str]) -> str:
 
 
 def mem_available_check(min_gib: float) -> str:
+    if min_gib <= 0:
+        report = '/^MemAvailable:/ { printf "MemAvailable %.1f GiB\\n", $2 / 1048576 }'
+        return f"awk {q(report)} {PROCFS}/meminfo"
     program = (
         '/^MemAvailable:/ { gib = $2 / 1048576; printf "MemAvailable %.1f GiB (want %s GiB)\\n", gib, want; '
         "exit !(gib >= want) }"

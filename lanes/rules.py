@@ -49,6 +49,17 @@ class NodeFacts:
 
 
 @dataclass(frozen=True)
+class OtherLane:
+    """Another lane placed on one of this lane's nodes."""
+
+    name: str
+    footprint_gib: float
+    api_port: int
+    master_port: int
+    container_name: str
+
+
+@dataclass(frozen=True)
 class NodeBudget:
     """One node's memory for the budget bar (GiB)."""
 
@@ -164,19 +175,23 @@ def kv_pool(config: Mapping[str, Any], *, node_memory_gib: float) -> KvPool:
 def check_lane(
     config: Mapping[str, Any],
     nodes: Sequence[NodeFacts],
-    other_lanes_by_node: Mapping[str, Sequence[tuple[str, float]]] | None = None,
+    other_lanes_by_node: Mapping[str, Sequence[OtherLane]] | None = None,
 ) -> LaneCheck:
     """Every rule, in a stable order. `nodes` in rank order; `other_lanes_by_node` maps a
-    node name to (lane, GiB) of the other lanes placed on it."""
+    node name to the other lanes placed on it."""
     others = other_lanes_by_node or {}
     check = LaneCheck()
-    for rule in (rule_tp_equals_node_count, rule_max_model_len_pinned, rule_gpu_memory_utilization,
-                 rule_launcher_flags, rule_image_pinned, rule_speculative_capture_size):
+    for rule in (rule_tp_equals_node_count, rule_max_model_len_pinned, rule_degraded_context_limit,
+                 rule_gpu_memory_utilization, rule_launcher_flags, rule_container_env, rule_image_pinned,
+                 rule_speculative_capture_size):
         check.results.extend(rule(config, nodes))
     memory = min((n.memory_gib for n in nodes), default=128.0)
-    check.budgets = [node_budget(config, node, others.get(node.name, ())) for node in nodes]
+    check.budgets = [
+        node_budget(config, node, [(o.name, o.footprint_gib) for o in others.get(node.name, ())]) for node in nodes
+    ]
     check.results.extend(rule_memory_budget(config, check.budgets))
     check.results.extend(rule_shared_nodes(check.budgets))
+    check.results.extend(rule_shared_node_ports(config, others))
     check.kv_pool = kv_pool(config, node_memory_gib=memory)
     check.results.extend(rule_kv_pool(config, check.kv_pool))
     return check
@@ -204,6 +219,32 @@ def rule_max_model_len_pinned(config: Mapping[str, Any], nodes: Sequence[NodeFac
         "max_model_len must be pinned to a positive number of tokens, not 'auto': auto shrank "
         "1,048,576 to 937,472 between two starts and crashed the second one.",
     )]
+
+
+def rule_degraded_context_limit(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+    limit, max_len = config.get("degraded_context_limit"), config.get("max_model_len")
+    if limit and isinstance(max_len, int) and int(limit) > max_len:
+        return [RuleResult("degraded_context_limit", "degraded_context_limit", "error",
+                           f"The degraded context limit ({limit:,}) cannot exceed max_model_len ({max_len:,}).")]
+    return []
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def rule_container_env(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+    env = config.get("container_env") or {}
+    if not isinstance(env, Mapping):
+        return [RuleResult("container_env_object", "container_env", "error",
+                           "Container env must be an object of NAME: value.")]
+    bad = [str(key) for key in env if not ENV_NAME.match(str(key))]
+    if bad:
+        return [RuleResult("container_env_name", "container_env", "error",
+                           f"Not an environment variable name: {', '.join(repr(b) for b in bad)}.")]
+    if any(not isinstance(value, str | int | float) or isinstance(value, bool) for value in env.values()):
+        return [RuleResult("container_env_value", "container_env", "error",
+                           "Container env values must be strings or numbers.")]
+    return []
 
 
 def rule_gpu_memory_utilization(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
@@ -331,6 +372,29 @@ def rule_shared_nodes(budgets: Sequence[NodeBudget]) -> list[RuleResult]:
                 f"{b.node} is also used by {names}: with this lane's {b.lane_gib:.1f} GiB and the OS reserve "
                 f"{b.reserve_gib:g} GiB that is {b.used_gib:.1f} GiB, more than its {b.memory_gib:g} GiB.",
             ))
+    return results
+
+
+def rule_shared_node_ports(
+    config: Mapping[str, Any], others: Mapping[str, Sequence[OtherLane]]
+) -> list[RuleResult]:
+    """Lanes sharing a node share its host network: ports and container names must differ."""
+    results: list[RuleResult] = []
+    mine = {
+        "api_port": int(config.get("api_port") or 8000), "master_port": int(config.get("master_port") or 29501),
+        "container_name": str(config.get("container_name") or "vllm_node"),
+    }
+    for node, lanes in sorted(others.items()):
+        for other in lanes:
+            theirs = {"api_port": other.api_port, "master_port": other.master_port,
+                      "container_name": other.container_name}
+            for key, value in mine.items():
+                if theirs[key] == value:
+                    results.append(RuleResult(
+                        f"shared_node_{key}", key, "error",
+                        f"{key} {value} is already used by lane {other.name} on {node} (lanes on one node "
+                        "share its host network and container names).",
+                    ))
     return results
 
 

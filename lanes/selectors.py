@@ -1,0 +1,133 @@
+"""Reads of nodes and lanes: the config snapshot every revision stores, rule checks with
+the other lanes on the same nodes, the targets a plan renders for, revision diffs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+
+from lanes.models import Lane, LaneRevision, Node
+from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.rules import LaneCheck, NodeFacts, OtherLane, check_lane, lane_footprint_gib
+from portal.audit import audit_diff
+
+# The lane's configuration as a revision stores it (and as rules and plans read it).
+CONFIG_FIELDS = (
+    "name", "model_id", "model_revision", "served_model_name", "image", "tensor_parallel_size", "executor",
+    "api_port", "master_port", "container_name", "max_model_len", "kv_cache_memory_bytes",
+    "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype",
+    "enable_prefix_caching", "enable_chunked_prefill", "speculative_config", "max_cudagraph_capture_size",
+    "extra_args", "container_env", "weights_gib", "kv_bytes_per_token", "runtime_overhead_gib",
+    "degraded_context_limit",
+)
+
+
+def node_list() -> QuerySet[Node]:
+    return Node.objects.order_by("name")
+
+
+def node_get(name: str) -> Node:
+    return get_object_or_404(Node, name=name)
+
+
+def lane_list() -> QuerySet[Lane]:
+    return Lane.objects.select_related("fallback").prefetch_related("members__node").order_by("name")
+
+
+def lane_get(name: str) -> Lane:
+    return get_object_or_404(Lane.objects.select_related("fallback"), name=name)
+
+
+def lane_config(lane: Lane, nodes: Sequence[Node] | None = None) -> dict[str, Any]:
+    """The snapshot of a (possibly unsaved) lane: its settings, fallback and ranked nodes."""
+    config = {key: getattr(lane, key) for key in CONFIG_FIELDS}
+    config["fallback"] = lane.fallback.name if lane.fallback_id and lane.fallback else None
+    ranked = list(nodes) if nodes is not None else (lane.ranked_nodes() if lane.pk else [])
+    config["nodes"] = [node.name for node in ranked]
+    config["revision"] = lane.revision
+    return config
+
+
+def node_facts(node: Node) -> NodeFacts:
+    return NodeFacts(name=node.name, memory_gib=node.memory_gib, os_reserve_gib=node.os_reserve_gib)
+
+
+def other_lanes_on(nodes: Sequence[Node], *, exclude: Lane | None = None) -> dict[str, list[OtherLane]]:
+    found: dict[str, list[OtherLane]] = {}
+    for node in nodes:
+        lanes = Lane.objects.filter(members__node=node).distinct().order_by("name")
+        if exclude is not None and exclude.pk:
+            lanes = lanes.exclude(pk=exclude.pk)
+        found[node.name] = [
+            OtherLane(other.name, lane_footprint_gib(lane_config(other), node_memory_gib=node.memory_gib),
+                      other.api_port, other.master_port, other.container_name)
+            for other in lanes
+        ]
+    return found
+
+
+def lane_check(lane: Lane, nodes: Sequence[Node] | None = None) -> LaneCheck:
+    ranked = list(nodes) if nodes is not None else lane.ranked_nodes()
+    return check_lane(lane_config(lane, ranked), [node_facts(n) for n in ranked], other_lanes_on(ranked, exclude=lane))
+
+
+@dataclass(frozen=True)
+class NodeMemoryUse:
+    lane: str
+    gib: float
+    percent: float
+
+
+def node_memory_use(node: Node) -> list[NodeMemoryUse]:
+    uses = []
+    for lane in Lane.objects.filter(members__node=node).distinct().order_by("name"):
+        gib = lane_footprint_gib(lane_config(lane), node_memory_gib=node.memory_gib)
+        uses.append(NodeMemoryUse(lane.name, round(gib, 1), round(100 * gib / node.memory_gib, 1)))
+    return uses
+
+
+def current_revision(lane: Lane) -> LaneRevision | None:
+    return lane.revisions.filter(number=lane.revision).first()
+
+
+def node_targets(names: Sequence[str]) -> list[NodeTarget]:
+    """Plan targets for the nodes named in a revision, in that (rank) order."""
+    by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
+    missing = [name for name in names if name not in by_name]
+    if missing:
+        raise ValueError(f"node(s) no longer registered: {', '.join(missing)}")
+    return [
+        NodeTarget(name=node.name, address=node.address, runtime=node.runtime_command,
+                   report=node.network_report or {}, memory_gib=node.memory_gib)
+        for node in (by_name[name] for name in names)
+    ]
+
+
+def lane_plan(lane: Lane, action: str = "launch", revision: LaneRevision | None = None) -> Plan:
+    """The plan of a lane's current revision (what a launch would run now)."""
+    revision = revision or current_revision(lane)
+    config = dict(revision.config) if revision else lane_config(lane)
+    renderer = {"launch": render_launch_plan, "stop": render_stop_plan, "status": render_status_plan}[action]
+    return renderer(config, node_targets(config["nodes"]))
+
+
+@dataclass(frozen=True)
+class RevisionView:
+    revision: LaneRevision
+    changes: list[tuple[str, Any, Any]]
+
+
+def lane_revisions(lane: Lane) -> list[RevisionView]:
+    """Newest first, each with what changed from the one before it."""
+    revisions = list(lane.revisions.select_related("created_by").order_by("number"))
+    views, previous = [], None
+    for revision in revisions:
+        diff: dict[str, list[Any]] = audit_diff(previous, revision.config) if previous is not None else {}
+        diff.pop("revision", None)
+        views.append(RevisionView(revision, [(key, pair[0], pair[1]) for key, pair in sorted(diff.items())]))
+        previous = revision.config
+    return list(reversed(views))

@@ -1,0 +1,328 @@
+"""Changes to nodes and lanes. Every change is validated with the lane rules (errors block
+saving, as a ValidationError naming each field), saved, given an immutable LaneRevision
+(lanes) and an AuditEvent with the before/after diff; lane state changes are broadcast
+after they are saved."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from lanes.crypto import CredentialError, encrypt_private_key, host_key_fingerprint, normalize_host_key
+from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node
+from lanes.rules import LaneCheck, check_lane, rule_max_model_len_pinned
+from lanes.selectors import lane_check, lane_config, node_facts, other_lanes_on
+from portal.audit import audit_record
+from portal.broadcast import DASHBOARD_GROUP, broadcast
+from portal.roles import UserLike
+
+NODE_FIELDS = ("name", "address", "transport", "ssh_port", "ssh_user", "runtime_command", "sim_dir", "memory_gib",
+               "os_reserve_gib", "labels", "state")
+LANE_FIELDS = (
+    "name", "model_id", "model_revision", "served_model_name", "image", "tensor_parallel_size", "executor",
+    "api_port", "master_port", "container_name", "max_model_len", "kv_cache_memory_bytes",
+    "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype",
+    "enable_prefix_caching", "enable_chunked_prefill", "speculative_config", "max_cudagraph_capture_size",
+    "extra_args", "container_env", "weights_gib", "kv_bytes_per_token", "runtime_overhead_gib",
+    "degraded_context_limit",
+)
+MAX_MODEL_LEN_MESSAGE = rule_max_model_len_pinned({"max_model_len": None}, [])[0].message
+ADDRESS = re.compile(r"^[A-Za-z0-9._:-]+$")
+SAFE_WORD = re.compile(r"^[A-Za-z0-9._/=:+-]+$")
+
+
+def _merge(errors: dict[str, list[str]], field: str, message: str) -> None:
+    errors.setdefault(field, [])
+    if message not in errors[field]:
+        errors[field].append(message)
+
+
+# ---------------------------------------------------------------- nodes
+
+
+def node_snapshot(node: Node) -> dict[str, Any]:
+    """What the audit log records: never the private key, only whether one is set."""
+    data = {key: getattr(node, key) for key in NODE_FIELDS}
+    data["ssh_private_key"] = "set" if node.ssh_private_key_encrypted else "not set"
+    data["ssh_host_key"] = host_key_fingerprint(node.ssh_host_key) or "not pinned"
+    return data
+
+
+def _apply_node_data(node: Node, data: Mapping[str, Any], private_key: str | None, errors: dict[str, list[str]]) -> None:
+    for key, value in data.items():
+        if key not in NODE_FIELDS and key != "ssh_host_key":
+            raise ValueError(f"unknown node field {key!r}")
+        if key == "ssh_host_key":
+            try:
+                node.ssh_host_key = normalize_host_key(value) if value else ""
+            except CredentialError as exc:
+                _merge(errors, "ssh_host_key", str(exc))
+            continue
+        setattr(node, key, value)
+    if private_key:
+        try:
+            node.ssh_private_key_encrypted = encrypt_private_key(private_key)
+        except CredentialError as exc:
+            _merge(errors, "ssh_private_key", str(exc))
+    if node.address and not ADDRESS.match(node.address):
+        _merge(errors, "address", "Enter a host name or an IP address (letters, digits, '.', ':' and '-').")
+    try:
+        words = shlex.split(node.runtime_command)
+    except ValueError:
+        words = []
+    if not words or not all(SAFE_WORD.match(word) for word in words):
+        _merge(errors, "runtime_command", "Enter a command such as 'docker' or 'sudo -n docker'.")
+
+
+def _full_clean(instance: Node | Lane, errors: dict[str, list[str]], exclude: Sequence[str] = ()) -> None:
+    try:
+        # Fields that already failed a rule keep that message only.
+        instance.full_clean(exclude=[*exclude, *errors], validate_unique=True)
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            for message in messages:
+                _merge(errors, field, message)
+
+
+def _check_lanes_still_fit(node: Node, errors: dict[str, list[str]]) -> None:
+    for lane in Lane.objects.filter(members__node=node).distinct():
+        ranked = [node if n.pk == node.pk else n for n in lane.ranked_nodes()]
+        for result in lane_check(lane, ranked).errors:
+            if result.code in ("memory_budget", "shared_node_overflow", "memory_budget_no_kv"):
+                _merge(errors, "memory_gib", f"Lane {lane.name}: {result.message}")
+
+
+@transaction.atomic
+def node_create(*, actor: UserLike | None, data: Mapping[str, Any], private_key: str | None = None) -> Node:
+    node = Node()
+    errors: dict[str, list[str]] = {}
+    _apply_node_data(node, data, private_key, errors)
+    _full_clean(node, errors)
+    if errors:
+        raise ValidationError(errors)
+    node.save()
+    audit_record(actor=actor, action="node.create", obj=node, after=node_snapshot(node))
+    return node
+
+
+@transaction.atomic
+def node_update(
+    *, node: Node, actor: UserLike | None, data: Mapping[str, Any], private_key: str | None = None,
+    clear_private_key: bool = False,
+) -> Node:
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    before = node_snapshot(node)
+    errors: dict[str, list[str]] = {}
+    _apply_node_data(node, data, private_key, errors)
+    if clear_private_key and not private_key:
+        node.ssh_private_key_encrypted = ""
+    _full_clean(node, errors)
+    if not errors and ("memory_gib" in data or "os_reserve_gib" in data):
+        _check_lanes_still_fit(node, errors)
+    if errors:
+        raise ValidationError(errors)
+    node.save()
+    after = node_snapshot(node)
+    if after != before:
+        audit_record(actor=actor, action="node.update", obj=node, before=before, after=after)
+    return node
+
+
+@transaction.atomic
+def node_delete(*, node: Node, actor: UserLike | None) -> None:
+    lanes = sorted(set(Lane.objects.filter(members__node=node).values_list("name", flat=True)))
+    if lanes:
+        raise ValidationError({"name": [f"{node.name} is used by lane(s) {', '.join(lanes)}: remove it from them first."]})
+    before = node_snapshot(node)
+    audit_record(actor=actor, action="node.delete", obj=node, before=before)
+    node.delete()
+
+
+@transaction.atomic
+def node_pin_host_key(*, node: Node, host_key_line: str, actor: UserLike | None) -> Node:
+    """Pin the node's SSH host key (entered by an admin, or a captured one they confirmed)."""
+    try:
+        key = normalize_host_key(host_key_line)
+    except CredentialError as exc:
+        raise ValidationError({"ssh_host_key": [str(exc)]}) from None
+    before = node_snapshot(node)
+    node.ssh_host_key = key
+    node.ssh_host_key_pending = ""
+    node.save(update_fields=["ssh_host_key", "ssh_host_key_pending", "updated_at"])
+    audit_record(actor=actor, action="node.pin_host_key", obj=node, before=before, after=node_snapshot(node))
+    return node
+
+
+def node_record_captured_host_key(*, node: Node, host_key_line: str) -> Node:
+    """A capture job saw this host key: keep it until an admin confirms it (never trusted as is)."""
+    try:
+        node.ssh_host_key_pending = normalize_host_key(host_key_line)
+    except CredentialError as exc:
+        raise ValidationError({"ssh_host_key": [str(exc)]}) from None
+    node.save(update_fields=["ssh_host_key_pending", "updated_at"])
+    return node
+
+
+def node_confirm_host_key(*, node: Node, actor: UserLike | None) -> Node:
+    if not node.ssh_host_key_pending:
+        raise ValidationError({"ssh_host_key": ["No captured host key is waiting for confirmation."]})
+    return node_pin_host_key(node=node, host_key_line=node.ssh_host_key_pending, actor=actor)
+
+
+def node_record_network_report(*, node: Node, report: Mapping[str, Any]) -> Node:
+    """The network check's result (docs/runtime-contract.md): plans read it at the next render."""
+    node.network_report = dict(report)
+    node.network_checked_at = timezone.now()
+    node.save(update_fields=["network_report", "network_checked_at", "updated_at"])
+    return node
+
+
+# ---------------------------------------------------------------- lanes
+
+
+def _resolve_nodes(names: Sequence[str], errors: dict[str, list[str]]) -> list[Node]:
+    if len(set(names)) != len(names):
+        _merge(errors, "nodes", "A node can appear only once in a lane.")
+    if not names:
+        _merge(errors, "nodes", "Choose at least one node (rank 0 is the head).")
+    found = {node.name: node for node in Node.objects.filter(name__in=names)}
+    unknown = [name for name in names if name not in found]
+    if unknown:
+        _merge(errors, "nodes", f"Unknown node(s): {', '.join(unknown)}.")
+    return [found[name] for name in names if name in found]
+
+
+def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list[str]]) -> None:
+    for key, value in data.items():
+        if key == "fallback":
+            continue
+        if key not in LANE_FIELDS:
+            raise ValueError(f"unknown lane field {key!r}")
+        if key == "max_model_len" and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            _merge(errors, key, MAX_MODEL_LEN_MESSAGE)
+            continue
+        setattr(lane, key, value)
+    if "fallback" in data:
+        name = data["fallback"]
+        if not name:
+            lane.fallback = None
+        elif name == lane.name:
+            _merge(errors, "fallback", "A lane cannot be its own fallback.")
+        else:
+            fallback = Lane.objects.filter(name=name).first()
+            if fallback is None:
+                _merge(errors, "fallback", f"No lane named {name!r}.")
+            else:
+                lane.fallback = fallback
+
+
+def lane_validate(lane: Lane, nodes: Sequence[Node]) -> LaneCheck:
+    """Rules on an unsaved lane; raises ValidationError naming each field when one fails."""
+    check = check_lane(lane_config(lane, nodes), [node_facts(n) for n in nodes], other_lanes_on(nodes, exclude=lane))
+    if check.errors:
+        raise ValidationError(check.errors_by_field())
+    return check
+
+
+def _save_revision(lane: Lane, actor: UserLike | None, nodes: Sequence[Node]) -> LaneRevision:
+    lane.revision += 1
+    lane.save(update_fields=["revision", "updated_at"])
+    config = lane_config(lane, nodes)
+    actor_id = actor.pk if actor is not None and actor.is_authenticated else None
+    return LaneRevision.objects.create(lane=lane, number=lane.revision, config=config, created_by_id=actor_id)
+
+
+def _set_members(lane: Lane, nodes: Sequence[Node]) -> None:
+    lane.members.filter(replica=0).delete()
+    LaneNode.objects.bulk_create([LaneNode(lane=lane, node=node, replica=0, rank=r) for r, node in enumerate(nodes)])
+
+
+@transaction.atomic
+def lane_create(*, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str]) -> Lane:
+    lane = Lane()
+    errors: dict[str, list[str]] = {}
+    _apply_lane_data(lane, data, errors)
+    ranked = _resolve_nodes(nodes, errors)
+    _full_clean(lane, errors, exclude=["fallback"])
+    if not errors:
+        try:
+            lane_validate(lane, ranked)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    lane.save()
+    _set_members(lane, ranked)
+    revision = _save_revision(lane, actor, ranked)
+    audit_record(actor=actor, action="lane.create", obj=lane, after=revision.config)
+    return lane
+
+
+@transaction.atomic
+def lane_update(
+    *, lane: Lane, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str] | None = None
+) -> Lane:
+    lane = Lane.objects.select_for_update().select_related("fallback").get(pk=lane.pk)
+    before = lane_config(lane)
+    errors: dict[str, list[str]] = {}
+    _apply_lane_data(lane, data, errors)
+    ranked = _resolve_nodes(nodes, errors) if nodes is not None else lane.ranked_nodes()
+    _full_clean(lane, errors, exclude=["fallback"])
+    if not errors:
+        try:
+            lane_validate(lane, ranked)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    after = lane_config(lane, ranked)
+    if {k: v for k, v in after.items() if k != "revision"} == {k: v for k, v in before.items() if k != "revision"}:
+        return lane  # nothing in the configuration changed: no new revision
+    lane.save()
+    if nodes is not None:
+        _set_members(lane, ranked)
+    revision = _save_revision(lane, actor, ranked)
+    audit_record(actor=actor, action="lane.update", obj=lane, before=before, after=revision.config)
+    return lane
+
+
+@transaction.atomic
+def lane_delete(*, lane: Lane, actor: UserLike | None) -> None:
+    if lane.observed_state not in (LaneState.STOPPED, LaneState.FAILED):
+        raise ValidationError({"name": [f"Lane {lane.name} is {lane.observed_state}: stop it before deleting it."]})
+    before = lane_config(lane)
+    audit_record(actor=actor, action="lane.delete", obj=lane, before=before)
+    lane.delete()
+
+
+def lane_set_observed_state(*, lane: Lane, state: str, reason: str = "") -> Lane:
+    """Called by the jobs app (launch, stop, status, watchdog): save, then broadcast."""
+    if state not in LaneState.values:
+        raise ValueError(f"unknown lane state {state!r}")
+    lane.observed_state = state
+    lane.state_changed_at = timezone.now()
+    lane.save(update_fields=["observed_state", "state_changed_at", "updated_at"])
+    data = {"name": lane.name, "observed_state": lane.observed_state, "desired_state": lane.desired_state}
+    if reason:
+        data["reason"] = reason
+    broadcast(DASHBOARD_GROUP, "lane.state", data)
+    broadcast(f"lane-{lane.name}", "lane.state", data)
+    return lane
+
+
+def lane_set_desired_state(*, lane: Lane, state: str, actor: UserLike | None) -> Lane:
+    """What the admin asked for (launch → serving, stop → stopped); the jobs app calls it."""
+    if state not in ("stopped", "serving"):
+        raise ValueError(f"unknown desired state {state!r}")
+    if lane.desired_state != state:
+        audit_record(actor=actor, action="lane.desired_state", obj=lane, before={"desired_state": lane.desired_state},
+                     after={"desired_state": state})
+        lane.desired_state = state
+        lane.save(update_fields=["desired_state", "updated_at"])
+    return lane
