@@ -127,8 +127,8 @@ class EngineMetrics:
         for name, help_text in COUNTERS.items():
             lines += self._counter(name, help_text, self.counters[name])
         lines += [
-            "# HELP vllm:request_success Count of successfully processed requests.",
-            "# TYPE vllm:request_success counter",
+            "# HELP vllm:request_success_total Count of successfully processed requests.",
+            "# TYPE vllm:request_success_total counter",
         ]
         for reason, value in self.finished.items():
             reason_labels = (*labels, ("finished_reason", reason))
@@ -137,8 +137,8 @@ class EngineMetrics:
             for name, help_text in SPEC_COUNTERS.items():
                 lines += self._counter(name, help_text, self.counters[name])
             name = "spec_decode_num_accepted_tokens_per_pos"
-            lines += [f"# HELP vllm:{name} Accepted tokens per draft position.",
-                      f"# TYPE vllm:{name} counter"]
+            lines += [f"# HELP vllm:{name}_total Accepted tokens per draft position.",
+                      f"# TYPE vllm:{name}_total counter"]
             for position, value in enumerate(self.accepted_per_position):
                 position_labels = (*labels, ("position", str(position)))
                 lines.append(f"vllm:{name}_total{format_labels(position_labels)} {value}.0")
@@ -148,5 +148,6 @@ class EngineMetrics:
         return "\n".join(lines) + "\n"
 
     def _counter(self, name: str, help_text: str, value: int) -> list[str]:
-        return [f"# HELP vllm:{name} {help_text}", f"# TYPE vllm:{name} counter",
+        # Like prometheus_client (and so vLLM), HELP/TYPE carry the _total name.
+        return [f"# HELP vllm:{name}_total {help_text}", f"# TYPE vllm:{name}_total counter",
                 f"vllm:{name}_total{format_labels(self.labels)} {value}.0"]

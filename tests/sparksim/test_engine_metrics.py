@@ -1,0 +1,105 @@
+"""/metrics in Prometheus text with vLLM's names, and the capacity limits behind the gauges."""
+
+import asyncio
+from collections.abc import Callable
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparksim.standalone import EngineHandle
+from tests.sparksim.conftest import DEEPSEEK, QWEN
+
+
+def families(engine: EngineHandle) -> dict[str, object]:
+    text = httpx.get(f"{engine.url}/metrics").text
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def sample(engine: EngineHandle, name: str, **labels: str) -> float:
+    text = httpx.get(f"{engine.url}/metrics").text
+    for family in text_string_to_metric_families(text):
+        for item in family.samples:
+            if item.name == name and all(item.labels.get(k) == v for k, v in labels.items()):
+                return float(item.value)
+    raise KeyError(name)
+
+
+def test_metrics_parse_with_vllm_names_and_labels(engine: EngineHandle) -> None:
+    parsed = families(engine)
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+                 "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success",
+                 "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                 "vllm:e2e_request_latency_seconds", "vllm:cache_config_info"):
+        assert name in parsed, name
+    assert parsed["vllm:prompt_tokens"].type == "counter"  # type: ignore[attr-defined]
+    assert parsed["vllm:time_to_first_token_seconds"].type == "histogram"  # type: ignore[attr-defined]
+    labels = parsed["vllm:prompt_tokens"].samples[0].labels  # type: ignore[attr-defined]
+    assert labels == {"model_name": DEEPSEEK, "engine": "0"}
+    assert "vllm:spec_decode_num_drafts" not in parsed
+
+
+def test_counters_move_with_requests(engine: EngineHandle) -> None:
+    body = {"model": "deepseek", "messages": [{"role": "user", "content": "count me"}],
+            "max_tokens": 7, "ignore_eos": True}
+    usage = httpx.post(f"{engine.url}/v1/chat/completions", json=body).json()["usage"]
+    assert sample(engine, "vllm:prompt_tokens_total") == usage["prompt_tokens"]
+    assert sample(engine, "vllm:generation_tokens_total") == 7
+    assert sample(engine, "vllm:request_success_total", finished_reason="length") == 1
+    assert sample(engine, "vllm:time_to_first_token_seconds_count") == 1
+    assert sample(engine, "vllm:inter_token_latency_seconds_count") == 6
+    assert sample(engine, "vllm:e2e_request_latency_seconds_count") == 1
+
+
+def test_spec_decode_counters_when_configured(
+    engine_factory: Callable[..., EngineHandle],
+) -> None:
+    engine = engine_factory(DEEPSEEK, "--speculative-config",
+                            '{"method":"dspark","num_speculative_tokens":3}')
+    body = {"model": DEEPSEEK, "prompt": "spec", "max_tokens": 41, "ignore_eos": True}
+    assert httpx.post(f"{engine.url}/v1/completions", json=body).status_code == 200
+    drafts = sample(engine, "vllm:spec_decode_num_drafts_total")
+    draft_tokens = sample(engine, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = sample(engine, "vllm:spec_decode_num_accepted_tokens_total")
+    assert drafts == 40 and draft_tokens == 120
+    assert 0.5 < accepted / draft_tokens < 0.7  # acceptance ~0.6 by default (seed 003: 60-80%)
+    per_position = [sample(engine, "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                           position=str(position)) for position in range(3)]
+    assert sum(per_position) == accepted and per_position[0] > per_position[2]
+
+
+async def test_kv_pool_makes_excess_requests_wait(
+    engine_factory: Callable[..., EngineHandle],
+) -> None:
+    # 4 MiB of KV at ~104K tokens/GiB is ~400 tokens: one 300-token request at a time.
+    engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
+                            "--max-model-len", "400", time_scale=0.05)
+    await assert_second_request_waits(engine)
+
+
+async def test_max_num_seqs_makes_excess_requests_wait(
+    engine_factory: Callable[..., EngineHandle],
+) -> None:
+    engine = engine_factory(QWEN, "--max-num-seqs", "1", "--max-model-len", "4096",
+                            time_scale=0.05)
+    await assert_second_request_waits(engine)
+
+
+async def assert_second_request_waits(engine: EngineHandle) -> None:
+    body = {"model": QWEN, "messages": [{"role": "user", "content": "wait"}], "max_tokens": 300,
+            "ignore_eos": True}
+    async with httpx.AsyncClient(timeout=60) as client:
+        requests = [asyncio.create_task(client.post(f"{engine.url}/v1/chat/completions",
+                                                    json=body)) for _ in range(2)]
+        waiting = 0.0
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            waiting = sample(engine, "vllm:num_requests_waiting")
+            if waiting:
+                break
+        assert waiting == 1
+        assert sample(engine, "vllm:num_requests_running") == 1
+        assert sample(engine, "vllm:kv_cache_usage_perc") > 0
+        responses = await asyncio.gather(*requests)
+    assert [response.status_code for response in responses] == [200, 200]
+    assert sample(engine, "vllm:num_requests_waiting") == 0
