@@ -161,6 +161,40 @@ LOGGING = {
 # Portal-wide knobs used by later apps.
 HEALTHZ_TIMEOUT_S = env_float("PORTAL_HEALTHZ_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)
 
+# --- gateway --- (routing.gateway: the OpenAI-compatible /v1/ endpoint, issue 6)
+# Lane that model="auto" goes to until the semantic router decides (empty = the first serving lane).
+GATEWAY_DEFAULT_LANE = env_str("PORTAL_GATEWAY_DEFAULT_LANE", "")
+# Upstream (vLLM) timeouts, seconds. A timeout is never retried nor failed over: the lane may have the request.
+GATEWAY_CONNECT_TIMEOUT_S = env_float("PORTAL_GATEWAY_CONNECT_TIMEOUT_S", 3.0, minimum=0.1, maximum=60)
+GATEWAY_READ_TIMEOUT_S = env_float("PORTAL_GATEWAY_READ_TIMEOUT_S", 600.0, minimum=1, maximum=7200)
+GATEWAY_MAX_CONNECTIONS = env_int("PORTAL_GATEWAY_MAX_CONNECTIONS", 1000, minimum=1)
+# In-process caches of API keys and lanes (revocation is immediate anyway, through Redis).
+GATEWAY_KEY_CACHE_TTL_S = env_float("PORTAL_GATEWAY_KEY_CACHE_TTL_S", 30.0, minimum=0, maximum=3600)
+GATEWAY_LANE_CACHE_TTL_S = env_float("PORTAL_GATEWAY_LANE_CACHE_TTL_S", 2.0, minimum=0, maximum=600)
+# Circuit breaker per lane and process: open after N consecutive upstream failures, for S seconds.
+GATEWAY_BREAKER_FAILURES = env_int("PORTAL_GATEWAY_BREAKER_FAILURES", 5, minimum=1)
+GATEWAY_BREAKER_COOLDOWN_S = env_float("PORTAL_GATEWAY_BREAKER_COOLDOWN_S", 10.0, minimum=0.1)
+# Idempotency-Key: how long a finished answer is kept for replay, and the largest one kept.
+GATEWAY_IDEMPOTENCY_TTL_S = env_int("PORTAL_GATEWAY_IDEMPOTENCY_TTL_S", 600, minimum=1)
+GATEWAY_IDEMPOTENCY_MAX_BYTES = env_int("PORTAL_GATEWAY_IDEMPOTENCY_MAX_BYTES", 1_048_576, minimum=0)
+# Context guard: below this share of the lane's limit the cheap estimate suffices; above, ask /tokenize.
+GATEWAY_TOKENIZE_THRESHOLD = env_float("PORTAL_GATEWAY_TOKENIZE_THRESHOLD", 0.5, minimum=0, maximum=1)
+# Request log: batch size and flush interval of the in-process writer; retention and purge batch.
+GATEWAY_LOG_BATCH = env_int("PORTAL_GATEWAY_LOG_BATCH", 500, minimum=1)
+GATEWAY_LOG_FLUSH_S = env_float("PORTAL_GATEWAY_LOG_FLUSH_S", 1.0, minimum=0.01)
+GATEWAY_LOG_RETENTION_DAYS = env_int("PORTAL_GATEWAY_LOG_RETENTION_DAYS", 30, minimum=1)
+GATEWAY_PURGE_BATCH = env_int("PORTAL_GATEWAY_PURGE_BATCH", 10_000, minimum=1)
+GATEWAY_PURGE_MAX_SECONDS = env_float("PORTAL_GATEWAY_PURGE_MAX_SECONDS", 240.0, minimum=1)
+# Shadow traffic: off unless a base URL is set (an external OpenAI-compatible endpoint).
+GATEWAY_SHADOW_BASE_URL = env_str("PORTAL_GATEWAY_SHADOW_BASE_URL", "")
+GATEWAY_SHADOW_API_KEY = env_str("PORTAL_GATEWAY_SHADOW_API_KEY", "")
+GATEWAY_SHADOW_MODEL = env_str("PORTAL_GATEWAY_SHADOW_MODEL", "")
+GATEWAY_SHADOW_SHARE = env_float("PORTAL_GATEWAY_SHADOW_SHARE", 0.01, minimum=0, maximum=1)
+GATEWAY_SHADOW_TIMEOUT_S = env_float("PORTAL_GATEWAY_SHADOW_TIMEOUT_S", 120.0, minimum=1)
+CELERY_BEAT_SCHEDULE.update(
+    {"gateway-request-log-purge": {"task": "routing.tasks.purge_request_logs", "schedule": crontab(minute="17")}}
+)
+
 # --- jobs --- (jobs: runner, transports, live logs; issue 5)
 # Seconds between a running job's heartbeats, and how often it looks for a cancel request.
 JOBS_HEARTBEAT_S = env_float("PORTAL_JOBS_HEARTBEAT_S", 5.0, minimum=0.1, maximum=300)

@@ -1,0 +1,62 @@
+"""Which lane answers a request. The semantic router (a later issue) plugs in behind
+`route_request`; until then model="auto" goes to the configured default lane."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from routing.gateway.directory import KeyInfo, LaneInfo, resolve_model
+from routing.gateway.wire import GatewayError
+from routing.models import RouteReason
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    lane: str
+    reason: str
+    score: float | None = None
+    label: str = ""
+
+
+async def route_request(*, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo]) -> RouteDecision:
+    """model="auto": the router's choice. For now, PORTAL_GATEWAY_DEFAULT_LANE, or the
+    first serving lane when that is not set."""
+    default = settings.GATEWAY_DEFAULT_LANE
+    if default and default in lanes:
+        return RouteDecision(lane=default, reason=RouteReason.ROUTER, label="default")
+    for lane in lanes.values():
+        if lane.serving:
+            return RouteDecision(lane=lane.name, reason=RouteReason.ROUTER, label="default")
+    raise GatewayError(503, "No lane is serving.", code="no_lane_available", type_="server_error",
+                       retry_after_s=5, retryable=True)
+
+
+async def choose_lane(
+    *, model: str, path_lane: str | None, key: KeyInfo, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo]
+) -> RouteDecision:
+    """The lane named by the URL, else by `model`, else (auto) the key's pinned lane or the router."""
+    if path_lane is not None:
+        lane = lanes.get(path_lane)
+        if lane is None:
+            raise GatewayError(404, f"The lane `{path_lane}` does not exist.", code="model_not_found", param="model")
+        decision = RouteDecision(lane=lane.name, reason=RouteReason.EXPLICIT)
+    elif model == AUTO:
+        if key.default_lane is not None and key.default_lane in lanes:
+            decision = RouteDecision(lane=key.default_lane, reason=RouteReason.KEY_DEFAULT)
+        else:
+            decision = await route_request(body=body, lanes=lanes)
+    else:
+        found = resolve_model(model, lanes)
+        if found is None:
+            raise GatewayError(404, f"The model `{model}` does not exist.", code="model_not_found", param="model")
+        decision = RouteDecision(lane=found.name, reason=RouteReason.EXPLICIT)
+    if not key.may_use(decision.lane):
+        raise GatewayError(403, f"This API key may not use the lane `{decision.lane}`.", code="lane_not_allowed",
+                           type_="permission_error", param="model")
+    return decision

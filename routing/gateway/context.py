@@ -1,0 +1,38 @@
+"""Context guard: refuse a prompt the lane cannot hold before it is sent (a lane in
+degraded mode holds less: 512K instead of 1M in the seed's RDMA watchdog).
+
+A cheap bound decides most requests: a byte-level BPE token is at least one byte, so
+the prompt's UTF-8 length (plus the chat template's overhead) is an upper bound on its
+tokens. Only when that bound comes close to the limit does the gateway ask the lane's
+own /tokenize for the exact count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TEMPLATE_OVERHEAD_PER_MESSAGE = 8
+CHARS_PER_TOKEN_GUESS = 4  # used only when /tokenize cannot answer
+
+
+@dataclass(frozen=True)
+class ContextCheck:
+    upper_bound: int  # tokens the prompt can at most be
+    needs_exact: bool  # the bound is close enough to the limit to ask /tokenize
+
+
+def context_bound(*, prompt_bytes: int, messages: int, max_tokens: int, limit: int, threshold: float) -> ContextCheck:
+    upper = prompt_bytes + TEMPLATE_OVERHEAD_PER_MESSAGE * max(messages, 1)
+    return ContextCheck(upper_bound=upper, needs_exact=upper + max_tokens > limit * threshold)
+
+
+def exceeds(prompt_tokens: int, *, max_tokens: int, limit: int) -> bool:
+    return prompt_tokens + max_tokens > limit
+
+
+def context_message(prompt_tokens: int, *, max_tokens: int, limit: int, estimated: bool) -> str:
+    counted = "about " if estimated else ""
+    return (
+        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"{counted}{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+        f"completion). Please reduce the length of the messages or completion."
+    )

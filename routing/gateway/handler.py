@@ -1,0 +1,397 @@
+"""One completion request, end to end: key → body → lane → admission (limits and
+idempotency, one Redis round trip) → context guard → exactly one upstream send →
+answer relayed → release, log and shadow after the answer.
+
+The rule that keeps a request from ever being sent twice: the gateway tries the next lane
+(the fallback) only while nothing has been sent — lane not serving, circuit open, or the
+TCP connection refused. Once a connection is open, whatever happens (timeout, reset,
+5xx, death mid-stream) the client gets an error and the request is not sent again; the
+answer tells the official SDKs not to retry (`x-should-retry: false`), and a retry that
+comes anyway with the same Idempotency-Key is answered from Redis, never upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from django.conf import settings
+
+from routing.gateway import limits
+from routing.gateway.choose import RouteDecision, choose_lane
+from routing.gateway.context import CHARS_PER_TOKEN_GUESS, context_bound, context_message, exceeds
+from routing.gateway.directory import KeyInfo, LaneInfo
+from routing.gateway.http import Receive, Scope, Send, authenticate, header, read_body, send_bytes, send_error
+from routing.gateway.runtime import GatewayRuntime, runtime
+from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
+from routing.gateway.upstream import is_timeout, provably_not_received
+from routing.gateway.wire import (
+    SSE_DONE,
+    GatewayError,
+    ParsedRequest,
+    StreamFilter,
+    Usage,
+    completion_text,
+    error_event,
+    parse_request,
+    prompt_text,
+    upstream_body,
+    upstream_error,
+    usage_from,
+)
+from routing.models import RouteReason
+
+UPSTREAM_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
+MAX_FALLBACK_HOPS = 3
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+
+
+@dataclass
+class Outcome:
+    """What happened, for the response headers, the log row and the idempotency record."""
+
+    request_id: str
+    started: float
+    lane: str = ""
+    reason: str = ""
+    score: float | None = None
+    label: str = ""
+    status: int = 0
+    error_code: str = ""
+    sent_upstream: bool = False
+    usage: Usage = field(default_factory=Usage)
+    ttft_ms: float | None = None
+    upstream_ms: float | None = None
+    keep_answer: bool = False  # an Idempotency-Key or a shadow sample needs the answer afterwards
+    shadow: bool = False  # sampled for shadow traffic
+    record: bytes | None = None  # the answer, as an idempotency record
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        out = [(b"x-request-id", self.request_id.encode())]
+        if self.lane:
+            out.append((b"x-spark-lane", self.lane.encode()))
+            out.append((b"x-spark-route-reason", self.reason.encode()))
+            if self.score is not None:
+                out.append((b"x-spark-route-score", f"{self.score:.4f}".encode()))
+            if self.label:
+                out.append((b"x-spark-route-label", self.label.encode()))
+        return out
+
+
+def new_request_id() -> str:
+    return "req-" + os.urandom(12).hex()
+
+
+def fallback_chain(first: LaneInfo, lanes: dict[str, LaneInfo] | Any, key: KeyInfo) -> list[LaneInfo]:
+    chain, seen, lane = [first], {first.name}, first
+    while lane.fallback and len(chain) <= MAX_FALLBACK_HOPS:
+        nxt = lanes.get(lane.fallback)
+        if nxt is None or nxt.name in seen:
+            break
+        seen.add(nxt.name)
+        if key.may_use(nxt.name):
+            chain.append(nxt)
+        lane = nxt
+    return chain
+
+
+async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpoint: str, path_lane: str | None) -> None:
+    rt = runtime()
+    outcome = Outcome(request_id=new_request_id(), started=time.perf_counter())
+    key: KeyInfo | None = None
+    request: ParsedRequest | None = None
+    try:
+        key = await authenticate(rt, scope)
+        raw = await read_body(receive)
+        request = parse_request(raw, endpoint=endpoint)
+        lanes = await rt.lanes.get()
+        decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body, lanes=lanes)
+        outcome.lane, outcome.reason, outcome.score, outcome.label = (
+            decision.lane, decision.reason, decision.score, decision.label)
+        await admit_and_send(rt, scope, receive, send, key, request, raw, decision, lanes, endpoint, outcome)
+    except GatewayError as error:
+        outcome.status, outcome.error_code = error.status, error.code
+        await send_error(send, error, outcome.headers())
+    finally:
+        if key is not None:
+            finish(rt, key, request, endpoint, outcome)
+
+
+async def admit_and_send(
+    rt: GatewayRuntime, scope: Scope, receive: Receive, send: Send, key: KeyInfo, request: ParsedRequest,
+    raw: bytes, decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
+) -> None:
+    idem = header(scope, b"idempotency-key")
+    idem_key = idem.decode("latin-1") if idem else ""
+    names = limits.key_names(settings.REDIS_PREFIX, key.id, idem_key)
+    # While in flight, the idempotency record and the in-flight slot outlive the longest
+    # possible upstream call, so a crashed process cannot hold them forever.
+    lease_s = int(settings.GATEWAY_READ_TIMEOUT_S + 60)
+    reply = await rt.admit_script(
+        keys=names,
+        args=[key.rpm, key.tpm, key.max_parallel, outcome.request_id, lease_s * 1000, lease_s, 1 if idem_key else 0],
+    )
+    admission = limits.admission_from_reply(reply, rpm=key.rpm, tpm=key.tpm)
+    if admission.code != limits.ALLOWED:
+        await refuse(send, admission, outcome)
+        return
+    outcome.shadow = shadow_enabled() and random.random() < settings.GATEWAY_SHADOW_SHARE
+    outcome.keep_answer = bool(idem_key) or outcome.shadow
+    try:
+        await send_once(rt, receive, send, key, request, raw, decision, lanes, endpoint, outcome)
+    finally:
+        tokens = (outcome.usage.prompt_tokens or 0) + (outcome.usage.completion_tokens or 0)
+        mode = "none"
+        if idem_key:
+            mode = "keep" if outcome.sent_upstream else "forget"
+        record = outcome.record or b""
+        if mode == "keep" and len(record) > settings.GATEWAY_IDEMPOTENCY_MAX_BYTES:
+            record = record[:5] + b"X|" + outcome.lane.encode() + b"|"
+        rt.spawn(rt.release_script(
+            keys=[names[4], names[3], names[1]],
+            args=[outcome.request_id, tokens, mode, record or b"D" + str(outcome.status).encode() + b"X||",
+                  settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000],
+        ))
+
+
+async def refuse(send: Send, admission: limits.Admission, outcome: Outcome) -> None:
+    code = admission.code
+    if code == limits.REVOKED:
+        error = GatewayError(401, "This API key has been revoked.", code="invalid_api_key", type_="authentication_error")
+    elif code == limits.IDEMPOTENT_IN_FLIGHT:
+        error = GatewayError(409, "A request with this Idempotency-Key is still in progress; it is not sent twice. "
+                             "Retry later to receive its answer.", code="idempotent_request_in_flight",
+                             type_="conflict_error", retry_after_s=2, retryable=True)
+    elif code == limits.IDEMPOTENT_DONE:
+        await replay(send, admission.record, outcome)
+        return
+    else:
+        what = {limits.RPM_EXCEEDED: "requests per minute", limits.TPM_EXCEEDED: "tokens per minute",
+                limits.PARALLEL_EXCEEDED: "requests in flight"}[code]
+        error = GatewayError(429, f"Rate limit reached for this API key: {what}.", code="rate_limit_exceeded",
+                             type_="rate_limit_error", retry_after_s=admission.retry_after_s, retryable=True)
+    outcome.status, outcome.error_code = error.status, error.code
+    await send_error(send, error, outcome.headers())
+
+
+def make_record(status: int, kind: bytes, lane: str, body: bytes) -> bytes:
+    """Idempotency record: b"D" + status + kind (J json, S stream, X too large) + |lane| + body."""
+    return b"D" + str(status).encode() + kind + b"|" + lane.encode() + b"|" + body
+
+
+async def replay(send: Send, record: bytes, outcome: Outcome) -> None:
+    status, kind = int(record[1:4]), record[4:5]
+    lane, _, body = record[6:].partition(b"|")
+    outcome.lane, outcome.reason, outcome.status, outcome.error_code = lane.decode(), "replay", status, "replayed"
+    headers = [*outcome.headers(), (b"x-idempotent-replay", b"true")]
+    if kind == b"X":
+        error = GatewayError(409, "The request with this Idempotency-Key already finished; its answer was too large "
+                             "to keep, and it is not sent twice.", code="idempotent_request_done",
+                             type_="conflict_error", retryable=False)
+        await send_error(send, error, headers)
+        return
+    if kind == b"S":
+        await send_bytes(send, status, body, [*headers, *SSE_HEADERS[1:]], content_type=b"text/event-stream")
+    else:
+        await send_bytes(send, status, body, [*headers, (b"x-should-retry", b"false")] if status >= 400 else headers)
+
+
+async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest, raw: bytes) -> None:
+    messages = request.body.get("messages")
+    count = len(messages) if isinstance(messages, list) else 1
+    # The raw body's length bounds the prompt's bytes: no parsing needed for the common case.
+    check = context_bound(prompt_bytes=len(raw), messages=count, max_tokens=request.max_tokens,
+                          limit=lane.context_limit, threshold=settings.GATEWAY_TOKENIZE_THRESHOLD)
+    if not check.needs_exact:
+        return
+    tokens, estimated = await tokenize(rt, lane, request), False
+    if tokens is None:
+        tokens, estimated = len(prompt_text(request).encode()) // CHARS_PER_TOKEN_GUESS, True
+    if exceeds(tokens, max_tokens=request.max_tokens, limit=lane.context_limit):
+        raise GatewayError(400, context_message(tokens, max_tokens=request.max_tokens, limit=lane.context_limit,
+                                                estimated=estimated),
+                           code="context_length_exceeded", param="messages", retryable=False)
+
+
+async def tokenize(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> int | None:
+    """The lane's exact prompt length from vLLM's /tokenize (None if it cannot say)."""
+    body: dict[str, Any] = {"model": lane.public_model_name}
+    for name in ("messages", "tools", "prompt"):
+        if name in request.body:
+            body[name] = request.body[name]
+    try:
+        response = await rt.client.post(f"{lane.base_url}/tokenize", content=orjson.dumps(body),
+                                        headers={"content-type": "application/json"}, timeout=30)
+        if response.status_code != 200:
+            return None
+        count = orjson.loads(response.content).get("count")
+        return count if isinstance(count, int) else None
+    except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError):
+        return None
+
+
+async def send_once(
+    rt: GatewayRuntime, receive: Receive, send: Send, key: KeyInfo, request: ParsedRequest, raw: bytes,
+    decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
+) -> None:
+    unavailable: list[str] = []
+    for hop, lane in enumerate(fallback_chain(lanes[decision.lane], lanes, key)):
+        if hop:
+            outcome.lane, outcome.reason, outcome.score, outcome.label = lane.name, RouteReason.FALLBACK, None, ""
+        if not lane.serving:
+            unavailable.append(f"{lane.name} is {lane.observed_state}")
+            continue
+        await check_context(rt, lane, request, raw)
+        breaker = rt.breaker(lane.name)
+        if not breaker.allows():
+            unavailable.append(f"{lane.name}'s circuit is open")
+            continue
+        body = upstream_body(request, upstream_model=lane.public_model_name)
+        upstream = rt.client.build_request("POST", lane.base_url + UPSTREAM_PATHS[endpoint], content=body,  # type: ignore[operator]
+                                           headers={"content-type": "application/json"})
+        sent_at = time.perf_counter()
+        try:
+            response = await rt.client.send(upstream, stream=True)
+        except Exception as exc:
+            breaker.record_failure()
+            if provably_not_received(exc):
+                unavailable.append(f"{lane.name} refused the connection")
+                continue
+            outcome.sent_upstream = True
+            raise lost_request(exc) from None
+        outcome.sent_upstream = True
+        try:
+            if request.stream and response.status_code == 200:
+                await relay_stream(rt, receive, send, response, request, breaker, outcome, sent_at)
+            else:
+                await relay_whole(send, response, breaker, outcome, sent_at)
+        finally:
+            await response.aclose()
+        return
+    raise GatewayError(503, "No lane can serve this request: " + "; ".join(unavailable) + ".",
+                       code="no_lane_available", type_="server_error", retry_after_s=5, retryable=True)
+
+
+def lost_request(exc: BaseException) -> GatewayError:
+    if is_timeout(exc):
+        return GatewayError(504, "The lane did not answer in time; the request is not sent again.",
+                            code="upstream_timeout", type_="server_error", retryable=False)
+    return GatewayError(502, f"The connection to the lane failed after the request was sent ({type(exc).__name__}); "
+                        "it is not sent again.", code="upstream_connection_error", type_="server_error",
+                        retryable=False)
+
+
+async def relay_whole(send: Send, response: httpx.Response, breaker: Any, outcome: Outcome, sent_at: float) -> None:
+    try:
+        content = await response.aread()
+    except Exception as exc:
+        breaker.record_failure()
+        raise lost_request(exc) from None
+    outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
+    if response.status_code >= 500:
+        breaker.record_failure()
+    else:
+        breaker.record_success()
+    if response.status_code != 200:
+        error = upstream_error(response.status_code, content)
+        outcome.status, outcome.error_code = error.status, error.code
+        outcome.record = make_record(error.status, b"J", outcome.lane, error.body())
+        await send_error(send, error, outcome.headers())
+        return
+    try:
+        payload = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        payload = None
+    outcome.usage = usage_from(payload)
+    outcome.status = 200
+    if outcome.keep_answer:
+        outcome.record = make_record(200, b"J", outcome.lane, content)
+    await send_bytes(send, 200, content, outcome.headers())
+
+
+async def relay_stream(
+    rt: GatewayRuntime, receive: Receive, send: Send, response: httpx.Response, request: ParsedRequest,
+    breaker: Any, outcome: Outcome, sent_at: float,
+) -> None:
+    stream_filter = StreamFilter(client_wants_usage=request.client_wants_usage)
+    keep: list[bytes] | None = [] if outcome.keep_answer else None
+    gone = asyncio.Event()
+    watcher = asyncio.create_task(watch_disconnect(receive, gone))
+    outcome.status = 200
+    await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *outcome.headers()]})
+    failure: GatewayError | None = None
+    try:
+        async for chunk in response.aiter_raw():
+            if outcome.ttft_ms is None:
+                outcome.ttft_ms = (time.perf_counter() - outcome.started) * 1000
+            out = stream_filter.feed(chunk)
+            if out:
+                if keep is not None:
+                    keep.append(out)
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+            if gone.is_set():  # the client left: stop the lane's work too
+                break
+    except Exception as exc:
+        failure = lost_request(exc)
+    finally:
+        watcher.cancel()
+    outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
+    outcome.usage = stream_filter.usage
+    if failure is None and not stream_filter.saw_done and not gone.is_set():
+        failure = GatewayError(502, "The lane closed the stream before it finished; the request is not sent again.",
+                               code="upstream_stream_interrupted", type_="server_error", retryable=False)
+    if failure is not None:
+        breaker.record_failure()
+        outcome.error_code = failure.code
+        tail = error_event(failure.message, type_=failure.type, code=failure.code) + SSE_DONE
+    else:
+        breaker.record_success()
+        tail = stream_filter.leftover()
+    if keep is not None:
+        keep.append(tail)
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
+    if keep is not None:
+        joined = b"".join(keep)
+        outcome.record = make_record(200, b"S", outcome.lane, joined)
+
+
+async def watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
+def finish(rt: GatewayRuntime, key: KeyInfo, request: ParsedRequest | None, endpoint: str, outcome: Outcome) -> None:
+    """After the answer: one request log row (batched), and maybe a shadow replay."""
+    latency_ms = (time.perf_counter() - outcome.started) * 1000
+    rt.log_writer.add({
+        "request_id": outcome.request_id, "key_id": key.id, "endpoint": endpoint,
+        "requested_model": (request.model if request else "")[:200], "lane": outcome.lane,
+        "route_reason": outcome.reason if outcome.reason != "replay" else "", "route_score": outcome.score,
+        "route_label": outcome.label, "stream": bool(request and request.stream), "status": outcome.status,
+        "error_code": outcome.error_code, "prompt_tokens": outcome.usage.prompt_tokens,
+        "completion_tokens": outcome.usage.completion_tokens, "ttft_ms": outcome.ttft_ms,
+        "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms,
+        "prompt_text": prompt_text(request) if request and key.log_prompts else "",
+    })
+    if request is not None and outcome.shadow and outcome.status == 200 and outcome.record is not None:
+        raw = outcome.record.partition(b"|")[2].partition(b"|")[2]
+        if request.stream:
+            text = text_of_stream(raw)
+        else:
+            try:
+                text = completion_text(orjson.loads(raw))
+            except orjson.JSONDecodeError:
+                text = ""
+        rt.spawn(shadow_replay(
+            client=rt.client, endpoint=endpoint, body=request.body, request_id=outcome.request_id, key_id=key.id,
+            lane=outcome.lane, local_text=text, local_latency_ms=latency_ms,
+            local_completion_tokens=outcome.usage.completion_tokens,
+        ))

@@ -1,0 +1,75 @@
+"""Raw ASGI helpers of the gateway: reading the body, sending JSON answers and errors,
+authenticating the API key. Kept free of Django's request machinery on purpose (see
+routing/gateway/asgi.py for why)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from routing.gateway.directory import KeyInfo, hash_secret
+from routing.gateway.runtime import GatewayRuntime
+from routing.gateway.wire import GatewayError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON = b"application/json"
+MAX_BODY = 64 * 1024 * 1024  # a 1M-token prompt is ~4 MB of text; 64 MB leaves room for images
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+async def read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise GatewayError(400, "The client went away before sending the whole body.", code="client_disconnected")
+        body = message.get("body", b"")
+        if body:
+            size += len(body)
+            if size > MAX_BODY:
+                raise GatewayError(413, f"The body is larger than {MAX_BODY} bytes.", code="request_too_large")
+            chunks.append(body)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def send_bytes(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]], content_type: bytes = JSON
+) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]]) -> None:
+    await send_bytes(send, error.status, error.body(), [*headers, *error.headers()])
+
+
+async def authenticate(rt: GatewayRuntime, scope: Scope) -> KeyInfo:
+    """Bearer token → the key's cached description. 401 for anything else."""
+    value = header(scope, b"authorization")
+    if value is None or not value[:7].lower() == b"bearer ":
+        raise GatewayError(401, "Missing API key: send `Authorization: Bearer <key>`.", code="invalid_api_key",
+                           type_="authentication_error")
+    secret = value[7:].strip().decode("latin-1")
+    key = await rt.keys.get(hash_secret(secret)) if secret else None
+    if key is None or key.revoked or key.expired(time.time()):
+        shown = secret[:12] + "…" if len(secret) > 12 else "…"
+        raise GatewayError(401, f"Incorrect API key provided: {shown}", code="invalid_api_key",
+                           type_="authentication_error")
+    return key

@@ -1,0 +1,129 @@
+"""Per-process (per event loop) gateway state: the pooled upstream client, Redis, the key
+and lane caches, circuit breakers, the request log writer and background tasks.
+
+Everything here is bound to the event loop that created it, so the state is kept per
+loop (uvicorn runs one loop per worker process; tests start one server per test)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from routing.gateway.breaker import CircuitBreaker
+from routing.gateway.directory import KeyCache, LaneCache
+from routing.gateway.limits import ADMIT_LUA
+from routing.gateway.logwriter import RequestLogWriter
+from routing.gateway.upstream import upstream_client
+
+log = logging.getLogger(__name__)
+
+# Finishing work of one request, in one round trip: free the in-flight slot, count the
+# tokens in the current minute, and keep (or forget) the idempotency record.
+# KEYS: 1 in-flight zset, 2 tpm prefix, 3 idempotency record
+# ARGV: 1 request id, 2 tokens, 3 mode (keep|forget|none), 4 record, 5 ttl ms
+RELEASE_LUA = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+local tokens = tonumber(ARGV[2])
+if tokens > 0 then
+  local t = redis.call('TIME')
+  local slot = math.floor(tonumber(t[1]) / 60)
+  local key = KEYS[2] .. ':' .. slot
+  redis.call('INCRBY', key, tokens)
+  redis.call('EXPIRE', key, 125)
+end
+if ARGV[3] == 'keep' then
+  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
+elseif ARGV[3] == 'forget' then
+  redis.call('DEL', KEYS[3])
+end
+return 1
+"""
+
+
+def invalidation_channel() -> str:
+    return f"{settings.REDIS_PREFIX}:gw:invalidate"
+
+
+class GatewayRuntime:
+    def __init__(self) -> None:
+        self.client: httpx.AsyncClient = upstream_client()
+        self.redis: aioredis.Redis = aioredis.Redis.from_url(settings.REDIS_URL, max_connections=200)
+        self.admit_script: Any = self.redis.register_script(ADMIT_LUA)
+        self.release_script: Any = self.redis.register_script(RELEASE_LUA)
+        self.keys = KeyCache()
+        self.lanes = LaneCache()
+        self.breakers: dict[str, CircuitBreaker] = {}
+        self.log_writer = RequestLogWriter()
+        self.background: set[asyncio.Task[Any]] = set()
+        self._listener = asyncio.create_task(self._listen())
+
+    def breaker(self, lane: str) -> CircuitBreaker:
+        breaker = self.breakers.get(lane)
+        if breaker is None:
+            breaker = self.breakers[lane] = CircuitBreaker(
+                failures_to_open=settings.GATEWAY_BREAKER_FAILURES, cooldown_s=settings.GATEWAY_BREAKER_COOLDOWN_S
+            )
+        return breaker
+
+    def spawn(self, coro: Any) -> None:
+        """Fire-and-forget work after the answer (kept referenced until done)."""
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def _listen(self) -> None:
+        """Drop cached keys/lanes when the portal says they changed (any process)."""
+        while True:
+            try:
+                pubsub = self.redis.pubsub()
+                await pubsub.subscribe(invalidation_channel())
+                async for message in pubsub.listen():
+                    if message.get("type") != "message":
+                        continue
+                    data = message["data"].decode() if isinstance(message["data"], bytes) else str(message["data"])
+                    if data == "lanes":
+                        self.lanes.drop()
+                    elif data.startswith("key:"):
+                        self.keys.drop(int(data[4:]))
+                    else:
+                        self.keys.drop()
+                        self.lanes.drop()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis restarting: the TTLs still bound staleness
+                log.warning("gateway: invalidation listener lost Redis; retrying", exc_info=True)
+                await asyncio.sleep(1.0)
+
+    async def close(self) -> None:
+        await self.log_writer.flush()
+        if self.background:
+            await asyncio.wait(self.background, timeout=5)
+        self._listener.cancel()
+        with contextlib.suppress(BaseException):
+            await self._listener
+        await self.client.aclose()
+        await self.redis.aclose()
+
+
+_runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GatewayRuntime] = weakref.WeakKeyDictionary()
+
+
+def runtime() -> GatewayRuntime:
+    loop = asyncio.get_running_loop()
+    current = _runtimes.get(loop)
+    if current is None:
+        current = _runtimes[loop] = GatewayRuntime()
+    return current
+
+
+async def close_runtime() -> None:
+    current = _runtimes.pop(asyncio.get_running_loop(), None)
+    if current is not None:
+        await current.close()

@@ -1,0 +1,111 @@
+"""Shadow traffic: a share of requests is replayed, after the client has its answer, to
+an external OpenAI-compatible endpoint, and the two answers are compared (seed 000: a
+silent second router on 1% of traffic, with divergence logs). It runs in a background
+task with its own timeout: it can neither delay nor fail the client's request."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import orjson
+from django.conf import settings
+
+from routing.gateway.db import db_call
+from routing.gateway.wire import completion_text, usage_from
+
+log = logging.getLogger(__name__)
+WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def shadow_enabled() -> bool:
+    return bool(settings.GATEWAY_SHADOW_BASE_URL and settings.GATEWAY_SHADOW_MODEL and settings.GATEWAY_SHADOW_SHARE > 0)
+
+
+def divergence(first: str, second: str) -> float:
+    """1 − cosine similarity of the two answers' word counts: 0 = the same words in the
+    same proportions, 1 = no word in common."""
+    a, b = Counter(WORD.findall(first.lower())), Counter(WORD.findall(second.lower()))
+    if not a and not b:
+        return 0.0
+    if not a or not b:
+        return 1.0
+    dot = sum(count * b[word] for word, count in a.items())
+    norm = math.sqrt(sum(c * c for c in a.values())) * math.sqrt(sum(c * c for c in b.values()))
+    return round(max(0.0, 1.0 - dot / norm), 4)
+
+
+def text_of_stream(sse: bytes) -> str:
+    """The answer text carried by an SSE stream (choices' content or text deltas)."""
+    parts: list[str] = []
+    for event in sse.split(b"\n\n"):
+        event = event.strip()
+        if not event.startswith(b"data:") or event == b"data: [DONE]":
+            continue
+        try:
+            payload = orjson.loads(event[5:])
+        except orjson.JSONDecodeError:
+            continue
+        for choice in payload.get("choices") or [] if isinstance(payload, dict) else []:
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                parts.append(delta["content"])
+            elif isinstance(choice.get("text"), str):
+                parts.append(choice["text"])
+    return "".join(parts)
+
+
+def _save(row: dict[str, Any]) -> None:
+    from routing.models import ShadowSample
+
+    ShadowSample.objects.create(**row)
+
+
+async def shadow_replay(
+    *,
+    client: httpx.AsyncClient,
+    endpoint: str,
+    body: dict[str, Any],
+    request_id: str,
+    key_id: int | None,
+    lane: str,
+    local_text: str,
+    local_latency_ms: float,
+    local_completion_tokens: int | None,
+) -> None:
+    external = {**body, "model": settings.GATEWAY_SHADOW_MODEL, "stream": False}
+    external.pop("stream_options", None)
+    path = "/chat/completions" if endpoint == "chat.completions" else "/completions"
+    headers = {"content-type": "application/json"}
+    if settings.GATEWAY_SHADOW_API_KEY:
+        headers["authorization"] = f"Bearer {settings.GATEWAY_SHADOW_API_KEY}"
+    row: dict[str, Any] = {
+        "request_id": request_id, "key_id": key_id, "lane": lane, "external_model": settings.GATEWAY_SHADOW_MODEL,
+        "local_latency_ms": local_latency_ms, "local_chars": len(local_text),
+        "local_completion_tokens": local_completion_tokens,
+    }
+    started = time.perf_counter()
+    try:
+        response = await client.post(
+            settings.GATEWAY_SHADOW_BASE_URL.rstrip("/") + path, content=orjson.dumps(external), headers=headers,
+            timeout=settings.GATEWAY_SHADOW_TIMEOUT_S,
+        )
+        row["external_latency_ms"] = (time.perf_counter() - started) * 1000
+        if response.status_code != 200:
+            row["error"] = f"external endpoint answered {response.status_code}"
+        else:
+            payload = orjson.loads(response.content)
+            text = completion_text(payload)
+            row.update(external_chars=len(text), external_completion_tokens=usage_from(payload).completion_tokens,
+                       divergence=divergence(local_text, text))
+    except Exception as exc:  # the shadow never affects anyone: record and move on
+        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    try:
+        await db_call(_save, row)
+    except Exception:
+        log.exception("gateway: could not save a shadow sample")

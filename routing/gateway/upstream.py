@@ -1,0 +1,60 @@
+"""The gateway's one upstream HTTP client (httpx's API over aiohttp's transport, pooled,
+one per process and event loop) and the rule that decides whether a failed send may be
+failed over: only when the upstream provably never received the request."""
+
+from __future__ import annotations
+
+import aiohttp
+import httpx
+from django.conf import settings
+from httpx_aiohttp import AiohttpTransport
+
+
+def upstream_client() -> httpx.AsyncClient:
+    """Plain httpx's connection pool costs ~2.5 ms a request on this CPU and scales badly
+    with concurrency; its aiohttp transport keeps httpx's API at aiohttp's speed. No
+    retries anywhere: a retry is how one request becomes two (LiteLLM PR #34129)."""
+    limits = httpx.Limits(
+        max_connections=settings.GATEWAY_MAX_CONNECTIONS,
+        max_keepalive_connections=settings.GATEWAY_MAX_CONNECTIONS,
+        keepalive_expiry=30,
+    )
+    timeout = httpx.Timeout(
+        connect=settings.GATEWAY_CONNECT_TIMEOUT_S,
+        read=settings.GATEWAY_READ_TIMEOUT_S,
+        write=settings.GATEWAY_READ_TIMEOUT_S,
+        pool=settings.GATEWAY_CONNECT_TIMEOUT_S,
+    )
+    return httpx.AsyncClient(transport=AiohttpTransport(limits=limits, trust_env=False), timeout=timeout)
+
+
+def provably_not_received(exc: BaseException) -> bool:
+    """True only when no byte of the request can have reached the upstream: the TCP
+    connection itself was refused or unreachable. httpx-aiohttp maps every aiohttp
+    connection error (even a reset after the request was written) to ConnectTimeout, so
+    the decision looks at the original aiohttp exception. Timeouts never qualify."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectorError) and not isinstance(
+            cause, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError
+        ):
+            return True
+        if isinstance(cause, aiohttp.ClientConnectionError | TimeoutError):
+            return False
+        if isinstance(cause, ConnectionRefusedError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def is_timeout(exc: BaseException) -> bool:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, TimeoutError | aiohttp.ServerTimeoutError | httpx.TimeoutException) and not isinstance(
+            cause, httpx.ConnectTimeout
+        ):
+            return True
+        if isinstance(cause, aiohttp.ServerTimeoutError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False

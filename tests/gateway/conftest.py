@@ -1,0 +1,103 @@
+"""Gateway fixtures: counting upstreams, lanes pointing at them, API keys, and the real
+ASGI app under uvicorn (tests.conftest.asgi_server) in front."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.auth.models import User
+
+from lanes.models import Lane, LaneNode, Node
+from routing.services import api_key_create
+from tests.conftest import AsgiServer, free_port
+from tests.gateway.upstreams import CountingUpstream
+
+
+@pytest.fixture(autouse=True)
+def clean_gateway_redis() -> Iterator[None]:
+    """Limits, idempotency records and revocation markers are keyed by key id, which a
+    fresh test database reuses: start every test from an empty namespace."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for key in client.scan_iter(f"{settings.REDIS_PREFIX}:gw:*"):
+        client.delete(key)
+    yield
+
+
+@pytest.fixture
+def upstream() -> Iterator[CountingUpstream]:
+    server = CountingUpstream(model="qwen-test").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def second_upstream() -> Iterator[CountingUpstream]:
+    server = CountingUpstream(model="deepseek-test").start()
+    yield server
+    server.stop()
+
+
+_node_count = 0
+
+
+def make_lane(name: str, port: int, *, served: str = "", state: str = "serving", fallback: Lane | None = None,
+              max_model_len: int = 4096, degraded_limit: int | None = None) -> Lane:
+    global _node_count
+    _node_count += 1
+    node = Node.objects.create(name=f"sim-{name}-{_node_count}", address="127.0.0.1", transport="local")
+    lane = Lane.objects.create(
+        name=name, model_id=f"org/{name}", served_model_name=served, image="vllm/vllm-openai@sha256:" + "0" * 64,
+        api_port=port, max_model_len=max_model_len, observed_state=state, desired_state="serving",
+        fallback=fallback, degraded_context_limit=degraded_limit,
+    )
+    LaneNode.objects.create(lane=lane, node=node, rank=0)
+    return lane
+
+
+def unused_port() -> int:
+    """A port nothing listens on: connecting to it is refused."""
+    return free_port()
+
+
+@dataclass
+class Gateway:
+    server: AsgiServer
+    secret: str
+    key_id: int
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.server.url}/v1"
+
+    def headers(self, secret: str | None = None) -> dict[str, str]:
+        return {"authorization": f"Bearer {secret or self.secret}"}
+
+
+@pytest.fixture
+def key_owner(transactional_db: None) -> User:
+    from portal.roles import Role
+    from tests.conftest import make_user
+
+    return make_user("gw-admin", Role.ADMIN)
+
+
+def create_key(owner: User, **kwargs: Any) -> tuple[str, int]:
+    created = api_key_create(actor=owner, name=kwargs.pop("name", "agent"), **kwargs)
+    return created.secret, created.key.pk
+
+
+@pytest.fixture
+def gateway(asgi_server: AsgiServer, key_owner: User, upstream: CountingUpstream, settings: Any) -> Gateway:
+    settings.GATEWAY_DEFAULT_LANE = "qwen"
+    make_lane("qwen", upstream.port, served="qwen-test")
+    secret, key_id = create_key(key_owner)
+    return Gateway(server=asgi_server, secret=secret, key_id=key_id)
