@@ -268,7 +268,7 @@ def lane_create(*, actor: UserLike | None, data: Mapping[str, Any], nodes: Seque
 def lane_update(
     *, lane: Lane, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str] | None = None
 ) -> Lane:
-    lane = Lane.objects.select_for_update().select_related("fallback").get(pk=lane.pk)
+    lane = Lane.objects.select_for_update(of=("self",)).select_related("fallback").get(pk=lane.pk)
     before = lane_config(lane)
     errors: dict[str, list[str]] = {}
     _apply_lane_data(lane, data, errors)
