@@ -1,0 +1,97 @@
+"""Ray and native multi-node serving across two simulated node directories."""
+
+import re
+
+from sparksim.host.node import NodeInfo
+from sparksim.standalone import free_port
+from tests.sparksim.conftest import node_shell, wait_for
+from tests.sparksim.test_shim import IMAGE, health
+
+MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
+SERVE = (f"vllm serve {MODEL} --host 0.0.0.0 --port {{port}} --tensor-parallel-size 2 "
+         "--max-model-len 1048576 --kv-cache-memory-bytes 11G --max-num-seqs 16")
+
+
+def ray_gpus(node: NodeInfo) -> float:
+    status = node_shell(node, "docker exec vllm_node ray status").stdout
+    match = re.search(r"^ [\d.]+/([\d.]+) GPU$", status, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def keepalive(node: NodeInfo) -> None:
+    assert node_shell(node, f"docker run -d --name vllm_node --network host --gpus all {IMAGE} "
+                      "sleep infinity").returncode == 0
+
+
+def test_ray_tp2_serves_once_both_gpus_joined(nodes: list[NodeInfo]) -> None:
+    head, worker = nodes
+    ray_port = free_port()
+    head_ip = head.fabric_ip("enp1s0f0np0")
+    for node in nodes:
+        keepalive(node)
+    assert node_shell(head, f"docker exec -d vllm_node ray start --block --head --port={ray_port}"
+                      f" --node-ip-address={head_ip} --num-cpus=2 --include-dashboard=false "
+                      "--disable-usage-stats").returncode == 0
+    wait_for(lambda: ray_gpus(head) == 1.0, what="head GPU")
+    assert node_shell(worker, "docker exec -d vllm_node ray start --block "
+                      f"--address={head_ip}:{ray_port} --node-ip-address="
+                      f"{worker.fabric_ip('enp1s0f0np0')}").returncode == 0
+    wait_for(lambda: ray_gpus(head) == 2.0, what="two GPUs")
+    port = free_port(head.address)
+    assert node_shell(head, "docker exec -d vllm_node " + SERVE.format(port=port) +
+                      " --distributed-executor-backend ray").returncode == 0
+    wait_for(lambda: health(head, port) == 200, what="Ray engine healthy")
+    assert "2.0/2.0 GPU" in node_shell(head, "docker exec vllm_node ray status").stdout
+    # Removing the worker's container takes a GPU away: the TP=2 engine dies with it.
+    assert node_shell(worker, "docker rm -f vllm_node").returncode == 0
+    wait_for(lambda: health(head, port) in (None, 503), what="engine down after worker loss")
+
+
+def test_ray_tp2_refuses_to_start_with_one_gpu(nodes: list[NodeInfo]) -> None:
+    head = nodes[0]
+    keepalive(head)
+    ray_port = free_port()
+    node_shell(head, f"docker exec -d vllm_node ray start --block --head --port={ray_port} "
+               f"--node-ip-address={head.fabric_ip('enp1s0f0np0')}")
+    wait_for(lambda: ray_gpus(head) == 1.0, what="head GPU")
+    node_shell(head, "docker exec -d vllm_node " + SERVE.format(port=free_port(head.address)) +
+               " --distributed-executor-backend ray --sim-placement-timeout-s 30")
+    wait_for(lambda: "Cannot provide a placement group" in node_shell(
+        head, "docker logs vllm_node").stdout, what="placement failure")
+    assert "Waiting for creating a placement group" in node_shell(head, "docker logs vllm_node").stdout
+
+
+def test_native_multinode_rank0_serves_after_the_headless_worker(nodes: list[NodeInfo]) -> None:
+    head, worker = nodes
+    master_port = free_port()
+    port = free_port(head.address)
+    native = (f" --nnodes 2 --master-addr {head.fabric_ip('enp1s0f0np0')} "
+              f"--master-port {master_port}")
+    assert node_shell(worker, f"docker run -d --name vllm_node {IMAGE} " + SERVE.format(port=port)
+                      + native + " --node-rank 1 --headless").returncode == 0
+    assert node_shell(head, f"docker run -d --name vllm_node {IMAGE} " + SERVE.format(port=port)
+                      + native + " --node-rank 0").returncode == 0
+    wait_for(lambda: health(head, port) == 200, what="rank 0 serving")
+    assert health(worker, port) is None  # headless: no API server on the worker
+    assert node_shell(worker, "docker exec vllm_node pgrep -f 'vllm serve'").returncode == 0
+    # Traffic of a TP group shows on the RoCE counters of both nodes.
+    counter = f"{worker.sim_dir}/sys/class/infiniband/rocep1s0f0/ports/1/counters/port_xmit_data"
+    before = int(open(counter).read())
+    body = ('{"model":"' + MODEL + '","prompt":"traffic","max_tokens":20,"ignore_eos":true}')
+    node_shell(head, f"curl -sf -H 'Content-Type: application/json' -d '{body}' "
+               f"http://{head.address}:{port}/v1/completions")
+    wait_for(lambda: int(open(counter).read()) > before, what="counters to grow")
+    # Stopping rank 0 ends the headless worker too.
+    node_shell(head, "docker rm -f vllm_node")
+    wait_for(lambda: "Exited" in node_shell(worker, "docker ps -a --format '{{.Status}}'").stdout,
+             what="worker exit")
+
+
+def test_native_rank0_alone_times_out(nodes: list[NodeInfo]) -> None:
+    head = nodes[0]
+    node_shell(head, f"docker run -d --name vllm_node {IMAGE} " + SERVE.format(port=free_port())
+               + f" --nnodes 2 --node-rank 0 --master-addr {head.fabric_ip('enp1s0f0np0')} "
+               f"--master-port {free_port()} --sim-placement-timeout-s 30")
+    wait_for(lambda: "Exited (1)" in node_shell(head, "docker ps -a --format '{{.Status}}'").stdout,
+             what="rank 0 exit")
+    assert "timed out" in node_shell(head, "docker logs vllm_node").stdout
