@@ -52,14 +52,25 @@ class AsyncBridge:
         self.thread = threading.Thread(target=self.loop.run_forever, name="job-transport-loop", daemon=True)
         self.thread.start()
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+    def submit(self, coro: Coroutine[Any, Any, T], stop: threading.Event | None = None) -> Future[T]:
+        """Runs `coro` on the loop. Setting `stop` cancels it *inside* the loop, so its
+        cleanup (killing the process on the node) finishes before the future does."""
+        return asyncio.run_coroutine_threadsafe(_stoppable(coro, stop or threading.Event()), self.loop)
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+async def _stoppable(coro: Coroutine[Any, Any, T], stop: threading.Event) -> T:
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        if stop.is_set():
+            task.cancel()
+        await asyncio.wait({task}, timeout=0.05)
+    return task.result()
 
 
 class JobMonitor(threading.Thread):
@@ -130,18 +141,20 @@ class JobContext:
                 return
             self.cancel.wait(min(left, 0.2))
 
-    def wait(self, future: Future[T]) -> T:
-        """Wait for transport work; on cancel or deadline cancel it (which kills the
-        process on the node) and raise."""
+    def wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run transport work; on cancel or deadline stop it (which kills the process on
+        the node), wait for that cleanup, and raise."""
+        stop = threading.Event()
+        future = self.bridge.submit(coro, stop)
         while True:
             try:
                 return future.result(timeout=0.1)
             except TimeoutError:
                 pass
             if self.cancel.is_set() or time.monotonic() > self.deadline:
-                future.cancel()
+                stop.set()
                 with _suppress_all():
-                    future.result(timeout=15)
+                    future.result(timeout=20)
                 self.check()
 
     # --- nodes --------------------------------------------------------------------------
@@ -175,9 +188,7 @@ class JobContext:
 
         transport = self.transport(endpoint)
         timeout = max(0.1, min(timeout_s, self.deadline - time.monotonic() + 1))
-        return self.wait(self.bridge.submit(
-            transport.run(command, on_line=on_line, stdin=stdin, timeout_s=timeout, capture=capture)
-        ))
+        return self.wait(transport.run(command, on_line=on_line, stdin=stdin, timeout_s=timeout, capture=capture))
 
     # --- steps --------------------------------------------------------------------------
     def declare_steps(self, steps: list[tuple[str, str, str, str]]) -> list[JobStep]:

@@ -4,6 +4,7 @@ on_failure, wait_health polling from the worker with a fail-fast alive check."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -42,8 +43,9 @@ def health_probe(url: str, models_url: str, expect_model: str, timeout_s: float 
 
 
 class PlanRunner:
-    def __init__(self, ctx: JobContext, nodes: list[Node], param_overrides: dict[str, Any] | None = None) -> None:
+    def __init__(self, ctx: JobContext, nodes: list[Node], skip: Callable[[PlanStep], str] | None = None) -> None:
         self.ctx = ctx
+        self.skip = skip  # a kind's own reason to skip a step ("" = run it)
         self.endpoints: dict[str, NodeEndpoint] = {node.name: ctx.endpoint(node) for node in nodes}
         self.collected: dict[str, dict[str, str]] = {}
         self.outcomes: dict[str, str] = {}  # step key -> final step state
@@ -71,6 +73,12 @@ class PlanRunner:
         endpoint = self.endpoints[step.node]
         with ctx.step(row):
             try:
+                reason = self.skip(step) if self.skip is not None else ""
+                if reason:
+                    ctx.log(f"skipped: {reason}", node=step.node)
+                    row.state = StepState.SKIPPED
+                    self.outcomes[step.key] = row.state
+                    return
                 if step.skip_if:
                     check = ctx.run(endpoint, step.skip_if, timeout_s=min(step.timeout_s, 60), quiet=True)
                     if check.ok:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shlex
 from typing import Any
 
@@ -20,6 +21,9 @@ from jobs.transports.base import (
     wrap_command,
 )
 from jobs.transports.local import PIPE_GRACE_S
+
+# asyncssh logs every channel at INFO: too chatty for a worker that runs hundreds of commands.
+logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
 
 def fingerprint(key: asyncssh.SSHKey) -> str:
