@@ -411,3 +411,19 @@ def rule_kv_pool(config: Mapping[str, Any], pool: KvPool) -> list[RuleResult]:
             "(\"KV cache needed 10.06 GiB, had 10.03\").",
         )]
     return [RuleResult("kv_pool", "kv_bytes_per_token", "info", message)]
+
+
+MEMORY_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def parse_memory_bytes(value: object) -> int | None:
+    """Bytes from an int or "11G" / "11 GiB" (binary units, as vLLM reads "11G")."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = MEMORY_SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"Enter a size such as 11G or 11811160064 (bytes); got {value!r}.")
+    number, unit = match.groups()
+    return int(float(number) * 1024 ** "_KMGT".index(unit.upper() or "_"))

@@ -23,3 +23,9 @@ def make_lane(nodes: dict[str, Node], admin_user: Any):
         return lane_create(actor=admin_user, data=lane_data(name=name, **overrides), nodes=node_names or ["spark1"])
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """Role users are created per test: PBKDF2 would dominate these tests' time."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
