@@ -1,6 +1,7 @@
 """Multi-node start-up: wait for Ray GPUs or native ranks, then watch that they stay alive."""
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -129,10 +130,8 @@ async def _wait(
         if loop.time() >= next_log:
             on_waiting()
             next_log += config.scaled(WAIT_LOG_INTERVAL_S)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=POLL_S)
-        except TimeoutError:
-            pass
     return None
 
 

@@ -80,7 +80,7 @@ def plan_completion(
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, list) and all(isinstance(token, int) for token in prompt):
-        prompt_ids = completion_prompt_token_ids(prompt, vocab_size)
+        prompt_ids = [int(token) for token in prompt]
     elif isinstance(prompt, str):
         prompt_ids = completion_prompt_token_ids(prompt, vocab_size)
     else:

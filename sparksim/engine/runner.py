@@ -1,6 +1,7 @@
 """The engine process: parse flags, join the cluster, load (simulated), serve, shut down."""
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from sparksim.engine.server import VLLM_VERSION, EngineServer
 from sparksim.engine.vllm_args import parse_serve_args
 from sparksim.host.node import NodeInfo, load_node
 from sparksim.host.procfs import drop_budget, record_budget
+from sparksim.rendezvous import Member
 
 STATS_INTERVAL_S = 10.0
 
@@ -79,7 +81,7 @@ async def serve(config: EngineConfig) -> int:
     try:
         if config.headless:
             log("INFO", "api_server.py", "Launching headless engine; waiting for rank 0.")
-            watcher = loop.create_task(watch_members(config, members, stop))
+            watcher: asyncio.Task[bool] = loop.create_task(watch_members(config, members, stop))
             await stop.wait()
             lost = watcher.done() and not watcher.cancelled() and watcher.result()
             watcher.cancel()
@@ -91,7 +93,8 @@ async def serve(config: EngineConfig) -> int:
 
 
 async def serve_http(
-    config: EngineConfig, members: list, budget_nodes: list[NodeInfo], stop: asyncio.Event
+    config: EngineConfig, members: list[Member], budget_nodes: list[NodeInfo],
+    stop: asyncio.Event,
 ) -> int:
     loop = asyncio.get_running_loop()
     await simulate_loading(config, stop)
@@ -124,7 +127,8 @@ async def serve_http(
 
     server.set_listening = set_listening
     if config.faults.refuse_connections_s:
-        log("WARNING", "sparksim", f"refusing connections for {config.faults.refuse_connections_s}s")
+        seconds = config.faults.refuse_connections_s
+        log("WARNING", "sparksim", f"refusing connections for {seconds}s")
         await asyncio.sleep(config.faults.refuse_connections_s)
     try:
         await set_listening(True)
@@ -132,10 +136,11 @@ async def serve_http(
         log("ERROR", "api_server.py", f"OSError: [Errno {error.errno}] {error.strerror}")
         await runner.cleanup()
         return 1
-    log("INFO", "api_server.py", f"Starting vLLM API server 0 on http://{config.host}:{config.port}")
+    address = f"http://{config.host}:{config.port}"
+    log("INFO", "api_server.py", f"Starting vLLM API server 0 on {address}")
     log("INFO", "launcher.py", "Available routes are: /health, /v1/models, /v1/chat/completions, "
         "/v1/completions, /tokenize, /metrics")
-    print("INFO:     Started server process [%d]" % os.getpid(), flush=True)
+    print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
     print("INFO:     Waiting for application startup.", flush=True)
     print("INFO:     Application startup complete.", flush=True)
     background = [
@@ -143,7 +148,7 @@ async def serve_http(
         loop.create_task(account_traffic(server, budget_nodes)),
     ]
     if len(members) > 1:
-        background.append(loop.create_task(watch_members(config, members, stop, server)))
+        background.append(loop.create_task(watch_peers(config, members, stop, server)))
     await stop.wait()
     log("INFO", "launcher.py", "Shutting down FastAPI HTTP server.")
     for task in background:
@@ -153,6 +158,11 @@ async def serve_http(
     print("INFO:     Shutting down", flush=True)
     print("INFO:     Application shutdown complete.", flush=True)
     return exit_code or (1 if server.core.dead and server.faults.exit_on_death else 0)
+
+
+async def watch_peers(config: EngineConfig, members: list[Member], stop: asyncio.Event,
+                      server: EngineServer) -> None:
+    await watch_members(config, members, stop, server)
 
 
 async def simulate_loading(config: EngineConfig, stop: asyncio.Event) -> None:
@@ -169,10 +179,8 @@ async def simulate_loading(config: EngineConfig, stop: asyncio.Event) -> None:
     log("INFO", "kv_cache_utils.py",
         f"Maximum concurrency for {config.max_model_len:,} tokens per request: "
         f"{config.kv_pool_tokens / config.max_model_len:.2f}x")
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=startup * 0.4)
-    except TimeoutError:
-        pass
     log("INFO", "core.py", f"init engine (profile, create kv cache, warmup model) took "
         f"{config.profile.startup_s * 0.4:.2f} seconds")
 

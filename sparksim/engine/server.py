@@ -113,7 +113,7 @@ class EngineServer:
 
     async def models(self, request: web.Request) -> web.Response:
         created = int(time.time())
-        data = [
+        data: list[dict[str, object]] = [
             {
                 "id": name,
                 "object": "model",

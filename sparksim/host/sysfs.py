@@ -44,13 +44,14 @@ def gid_table(node: NodeInfo, device: str, netdev: str, ipv4_index: int) -> list
     IPv6 addresses push the IPv4 pair further down (seed 003 found it at index 11).
     """
     netdev_index = list(ROCE_DEVICES).index(device)
-    link_local = ipaddress.IPv6Address(f"fe80::4ebb:47ff:fe{node.host_number:02x}:{netdev_index:04x}")
+    host = node.host_number
+    link_local = ipaddress.IPv6Address(f"fe80::4ebb:47ff:fe{host:02x}:{netdev_index:04x}")
     ipv4 = ipaddress.IPv6Address(f"::ffff:{node.fabric_ip(netdev)}")
     table = [(gid_text(link_local), "IB/RoCE v1"), (gid_text(link_local), "RoCE v2")]
     extra = 0
     while len(table) < ipv4_index - 1:
         extra += 1
-        global_v6 = ipaddress.IPv6Address(f"2001:db8:{netdev_index}::{node.host_number:x}:{extra:x}")
+        global_v6 = ipaddress.IPv6Address(f"2001:db8:{netdev_index}::{host:x}:{extra:x}")
         table.append((gid_text(global_v6), "IB/RoCE v1" if len(table) % 2 == 0 else "RoCE v2"))
     table.append((gid_text(ipv4), "IB/RoCE v1"))
     table.append((gid_text(ipv4), "RoCE v2"))
@@ -125,9 +126,9 @@ def roce_v2_ipv4_gid_index(node: NodeInfo, device: str) -> int | None:
     for index in range(len(list((port / "gids").iterdir()))):
         kind_path = port / "gid_attrs" / "types" / str(index)
         gid = (port / "gids" / str(index)).read_text().strip()
-        if kind_path.exists() and kind_path.read_text().strip() == "RoCE v2":
-            if gid.startswith("0000:0000:0000:0000:0000:ffff:"):
-                return index
+        is_v2 = kind_path.exists() and kind_path.read_text().strip() == "RoCE v2"
+        if is_v2 and gid.startswith("0000:0000:0000:0000:0000:ffff:"):
+            return index
     return None
 
 

@@ -132,6 +132,8 @@ def link_line(node: NodeInfo, netdev: str) -> str:
     state = (sysfs / "operstate").read_text().strip().upper()
     index = NETDEV_INDEX[netdev]
     mtu = netdev_mtu(node, netdev)
-    mac = mac_address(node, 9 if netdev == MANAGEMENT_NETDEV else list(NETDEV_INDEX).index(netdev) - 1)
-    return (f"{index}: {netdev}: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu {mtu} qdisc mq state {state} "
+    offset = 9 if netdev == MANAGEMENT_NETDEV else list(NETDEV_INDEX).index(netdev) - 1
+    mac = mac_address(node, offset)
+    return (f"{index}: {netdev}: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu {mtu} qdisc mq "
+            f"state {state} "
             f"mode DEFAULT group default qlen 1000\\    link/ether {mac} brd ff:ff:ff:ff:ff:ff")

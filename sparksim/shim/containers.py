@@ -6,6 +6,7 @@ process runs in its own session, so it outlives the shim call and the SSH sessio
 process group kill takes its children too.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -185,10 +186,8 @@ def signal_group(pid: int, signum: int) -> None:
     try:
         os.killpg(pid, signum)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
 
 def wait_gone(pids: list[int], timeout: float) -> list[int]:

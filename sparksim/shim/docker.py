@@ -109,9 +109,8 @@ def run(node: NodeInfo, argv: list[str]) -> int:
               "container to be able to reuse that name.\nSee 'docker run --help'.",
               file=sys.stderr)
         return 125
-    env = dict(item.split("=", 1) if "=" in item else (item, "") for item in options.all("env"))
-    labels = dict(item.split("=", 1) if "=" in item else (item, "")
-                  for item in options.all("label"))
+    env = dict(key_value(item) for item in options.all("env"))
+    labels = dict(key_value(item) for item in options.all("label"))
     stamp = now_iso()
     container = Container(
         id=secrets.token_hex(32), name=name, image=image, image_id=node_image_id(node, image),
@@ -132,6 +131,11 @@ def run(node: NodeInfo, argv: list[str]) -> int:
         print(container.id)
         return 0
     return lifecycle.follow(node, container, None)
+
+
+def key_value(item: str) -> tuple[str, str]:
+    key, _, value = item.partition("=")
+    return key, value
 
 
 def ps(node: NodeInfo, argv: list[str]) -> int:

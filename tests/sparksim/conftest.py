@@ -59,7 +59,9 @@ def nodes(tmp_path: Path) -> Iterator[list[NodeInfo]]:
     cluster_down(root)
 
 
-def node_shell(node: NodeInfo, line: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def node_shell(
+    node: NodeInfo, line: str, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     """Run one command line the way the launcher does on a simulated node."""
     prefix = (f"export PATH={node.sim_dir}/bin:$PATH SPARK_SYSFS={node.sim_dir}/sys "
               f"SPARK_PROCFS={node.sim_dir}/proc; ")

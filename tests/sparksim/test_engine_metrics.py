@@ -33,7 +33,8 @@ def test_metrics_parse_with_vllm_names_and_labels(engine: EngineHandle) -> None:
                  "vllm:e2e_request_latency_seconds", "vllm:cache_config_info"):
         assert name in parsed, name
     assert parsed["vllm:prompt_tokens"].type == "counter"  # type: ignore[attr-defined]
-    assert parsed["vllm:time_to_first_token_seconds"].type == "histogram"  # type: ignore[attr-defined]
+    ttft = parsed["vllm:time_to_first_token_seconds"]
+    assert ttft.type == "histogram"  # type: ignore[attr-defined]
     labels = parsed["vllm:prompt_tokens"].samples[0].labels  # type: ignore[attr-defined]
     assert labels == {"model_name": DEEPSEEK, "engine": "0"}
     assert "vllm:spec_decode_num_drafts" not in parsed

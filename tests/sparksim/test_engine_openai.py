@@ -181,8 +181,10 @@ def test_unknown_model_is_404_not_found_error(engine: EngineHandle) -> None:
         client(engine).chat.completions.create(model="gpt-9", messages=[{"role": "user",
                                                                           "content": "x"}])
     assert caught.value.status_code == 404
-    assert caught.value.body["message"] == "The model `gpt-9` does not exist."  # type: ignore[index]
-    assert caught.value.body["type"] == "NotFoundError"  # type: ignore[index]
+    body = caught.value.body
+    assert isinstance(body, dict)
+    assert body["message"] == "The model `gpt-9` does not exist."
+    assert body["type"] == "NotFoundError"
 
 
 def test_context_too_long_is_400_bad_request(engine: EngineHandle) -> None:

@@ -1,9 +1,9 @@
 """The docker stand-in starts, lists, logs and removes engines from real `vllm serve` lines."""
 
-import os
 import re
 import sys
 import urllib.request
+from pathlib import Path
 
 from sparksim.host.node import NodeInfo
 from sparksim.rendezvous import pid_alive
@@ -45,13 +45,16 @@ def test_run_ps_logs_and_rm_of_a_vllm_serve_line(nodes: list[NodeInfo]) -> None:
     logs = node_shell(node, "docker logs --tail 50 vllm_node").stdout
     assert "Application startup complete." in logs
     pid = int(node_shell(node, "docker exec vllm_node pgrep -f 'vllm serve'").stdout.split()[0])
-    meminfo = (os.path.join(node.sim_dir, "proc", "meminfo"))
-    available = int(re.search(r"MemAvailable:\s+(\d+)", open(meminfo).read()).group(1))  # type: ignore[union-attr]
+    meminfo = (Path(node.sim_dir) / "proc" / "meminfo").read_text()
+    match = re.search(r"MemAvailable:\s+(\d+)", meminfo)
+    assert match is not None
+    available = int(match.group(1))
     assert available < 0.2 * node.memory_gib * 1024 * 1024  # 0.85 of the unified memory taken
     removed = node_shell(node, "docker rm -f vllm_node")
     assert removed.returncode == 0 and removed.stdout == "vllm_node\n"
     assert not pid_alive(pid)
-    assert node_shell(node, "docker ps -a --filter name=vllm_node --format '{{.Names}}'").stdout == ""
+    listed = node_shell(node, "docker ps -a --filter name=vllm_node --format '{{.Names}}'")
+    assert listed.stdout == ""
     again = node_shell(node, "docker rm -f vllm_node")
     assert again.returncode == 1 and "Error: No such container: vllm_node" in again.stderr
 
@@ -100,10 +103,10 @@ def test_image_ids_are_stable_per_reference_unless_faulted(nodes: list[NodeInfo]
     command = f"docker image inspect --format '{{{{.Id}}}}' {IMAGE}"
     ids = [node_shell(node, command).stdout.strip() for node in nodes]
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", ids[0]) and ids[0] == ids[1]
-    node_shell(second, f"{sys.executable} -m sparksim fault --node-dir {second.sim_dir} image-id {IMAGE} "
-               + "ab" * 32)
+    fault = f"{sys.executable} -m sparksim fault --node-dir"
+    node_shell(second, f"{fault} {second.sim_dir} image-id {IMAGE} " + "ab" * 32)
     assert node_shell(second, command).stdout.strip() == "sha256:" + "ab" * 32
-    node_shell(first, f"{sys.executable} -m sparksim fault --node-dir {first.sim_dir} image-missing {IMAGE}")
+    node_shell(first, f"{fault} {first.sim_dir} image-missing {IMAGE}")
     missing = node_shell(first, command)
     assert missing.returncode == 1 and f"Error: No such image: {IMAGE}" in missing.stderr
 

@@ -1,6 +1,7 @@
 """Ray and native multi-node serving across two simulated node directories."""
 
 import re
+from pathlib import Path
 
 from sparksim.host.node import NodeInfo
 from sparksim.standalone import free_port
@@ -58,7 +59,8 @@ def test_ray_tp2_refuses_to_start_with_one_gpu(nodes: list[NodeInfo]) -> None:
                " --distributed-executor-backend ray --sim-placement-timeout-s 30")
     wait_for(lambda: "Cannot provide a placement group" in node_shell(
         head, "docker logs vllm_node").stdout, what="placement failure")
-    assert "Waiting for creating a placement group" in node_shell(head, "docker logs vllm_node").stdout
+    logs = node_shell(head, "docker logs vllm_node").stdout
+    assert "Waiting for creating a placement group" in logs
 
 
 def test_native_multinode_rank0_serves_after_the_headless_worker(nodes: list[NodeInfo]) -> None:
@@ -75,12 +77,13 @@ def test_native_multinode_rank0_serves_after_the_headless_worker(nodes: list[Nod
     assert health(worker, port) is None  # headless: no API server on the worker
     assert node_shell(worker, "docker exec vllm_node pgrep -f 'vllm serve'").returncode == 0
     # Traffic of a TP group shows on the RoCE counters of both nodes.
-    counter = f"{worker.sim_dir}/sys/class/infiniband/rocep1s0f0/ports/1/counters/port_xmit_data"
-    before = int(open(counter).read())
+    port_dir = Path(worker.sim_dir) / "sys/class/infiniband/rocep1s0f0/ports/1"
+    counter = port_dir / "counters" / "port_xmit_data"
+    before = int(counter.read_text())
     body = ('{"model":"' + MODEL + '","prompt":"traffic","max_tokens":20,"ignore_eos":true}')
     node_shell(head, f"curl -sf -H 'Content-Type: application/json' -d '{body}' "
                f"http://{head.address}:{port}/v1/completions")
-    wait_for(lambda: int(open(counter).read()) > before, what="counters to grow")
+    wait_for(lambda: int(counter.read_text()) > before, what="counters to grow")
     # Stopping rank 0 ends the headless worker too.
     node_shell(head, "docker rm -f vllm_node")
     wait_for(lambda: "Exited" in node_shell(worker, "docker ps -a --format '{{.Status}}'").stdout,
