@@ -191,6 +191,9 @@ GATEWAY_SHADOW_API_KEY = env_str("PORTAL_GATEWAY_SHADOW_API_KEY", "")
 GATEWAY_SHADOW_MODEL = env_str("PORTAL_GATEWAY_SHADOW_MODEL", "")
 GATEWAY_SHADOW_SHARE = env_float("PORTAL_GATEWAY_SHADOW_SHARE", 0.01, minimum=0, maximum=1)
 GATEWAY_SHADOW_TIMEOUT_S = env_float("PORTAL_GATEWAY_SHADOW_TIMEOUT_S", 120.0, minimum=1)
+# httpx logs every request at INFO: on the gateway's hot path that is a log line per call.
+_gateway_loggers: Any = LOGGING["loggers"]
+_gateway_loggers.update({"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}})
 CELERY_BEAT_SCHEDULE.update(
     {"gateway-request-log-purge": {"task": "routing.tasks.purge_request_logs", "schedule": crontab(minute="17")}}
 )

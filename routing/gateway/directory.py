@@ -137,6 +137,7 @@ class LaneCache:
         self._lanes: dict[str, LaneInfo] | None = None
         self._loaded_at = 0.0
         self._refreshing: asyncio.Task[None] | None = None
+        self._miss_refresh: asyncio.Task[None] | None = None
 
     async def _refresh(self) -> None:
         lanes = await db_call(load_lanes)
@@ -152,6 +153,14 @@ class LaneCache:
             self._refreshing = asyncio.create_task(self._refresh())
         assert self._lanes is not None
         return self._lanes
+
+    async def refresh_on_miss(self) -> bool:
+        """A name not in the snapshot may be a lane created a moment ago: reload now.
+        Concurrent misses share one reload (callers are authenticated keys under rpm limits)."""
+        if self._miss_refresh is None or self._miss_refresh.done():
+            self._miss_refresh = asyncio.create_task(self._refresh())
+        await asyncio.shield(self._miss_refresh)
+        return True
 
     def drop(self) -> None:
         """Reload now (called from the invalidation listener, inside the event loop)."""

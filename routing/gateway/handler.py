@@ -12,6 +12,7 @@ comes anyway with the same Idempotency-Key is answered from Redis, never upstrea
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import random
 import time
@@ -68,6 +69,7 @@ class Outcome:
     ttft_ms: float | None = None
     upstream_ms: float | None = None
     keep_answer: bool = False  # an Idempotency-Key or a shadow sample needs the answer afterwards
+    gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client disconnected
     shadow: bool = False  # sampled for shadow traffic
     record: bytes | None = None  # the answer, as an idempotency record
 
@@ -110,7 +112,15 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
         raw = await read_body(receive)
         request = parse_request(raw, endpoint=endpoint)
         lanes = await rt.lanes.get()
-        decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body, lanes=lanes)
+        try:
+            decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body,
+                                         lanes=lanes)
+        except GatewayError as error:
+            if error.code != "model_not_found" or not await rt.lanes.refresh_on_miss():
+                raise
+            lanes = await rt.lanes.get()
+            decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body,
+                                         lanes=lanes)
         outcome.lane, outcome.reason, outcome.score, outcome.label = (
             decision.lane, decision.reason, decision.score, decision.label)
         await admit_and_send(rt, scope, receive, send, key, request, raw, decision, lanes, endpoint, outcome)
@@ -122,39 +132,55 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
             finish(rt, key, request, endpoint, outcome)
 
 
+def idempotency_of(scope: Scope, raw: bytes) -> tuple[str, str]:
+    """(record key, mode). An explicit `Idempotency-Key` header is honoured as such. The
+    official Python SDK does not send one, but it marks its retries with
+    `x-stainless-retry-count`; so every request is registered under a fingerprint of its
+    body, and a retry (count > 0) of a request still in flight or answered after the
+    client gave up is recognised instead of being sent again."""
+    explicit = header(scope, b"idempotency-key")
+    if explicit:
+        return explicit.decode("latin-1"), limits.IDEM_EXPLICIT
+    fingerprint = "fp:" + hashlib.sha256(raw).hexdigest()[:40]
+    retry = header(scope, b"x-stainless-retry-count")
+    return fingerprint, limits.IDEM_RETRY if retry and retry != b"0" else limits.IDEM_REGISTER
+
+
 async def admit_and_send(
     rt: GatewayRuntime, scope: Scope, receive: Receive, send: Send, key: KeyInfo, request: ParsedRequest,
     raw: bytes, decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
 ) -> None:
-    idem = header(scope, b"idempotency-key")
-    idem_key = idem.decode("latin-1") if idem else ""
+    idem_key, idem_mode = idempotency_of(scope, raw)
     names = limits.key_names(settings.REDIS_PREFIX, key.id, idem_key)
     # While in flight, the idempotency record and the in-flight slot outlive the longest
     # possible upstream call, so a crashed process cannot hold them forever.
     lease_s = int(settings.GATEWAY_READ_TIMEOUT_S + 60)
     reply = await rt.admit_script(
-        keys=names,
-        args=[key.rpm, key.tpm, key.max_parallel, outcome.request_id, lease_s * 1000, lease_s, 1 if idem_key else 0],
+        keys=names, args=[key.rpm, key.tpm, key.max_parallel, outcome.request_id, lease_s * 1000, lease_s, idem_mode],
     )
     admission = limits.admission_from_reply(reply, rpm=key.rpm, tpm=key.tpm)
     if admission.code != limits.ALLOWED:
         await refuse(send, admission, outcome)
         return
+    explicit = idem_mode == limits.IDEM_EXPLICIT
     outcome.shadow = shadow_enabled() and random.random() < settings.GATEWAY_SHADOW_SHARE
-    outcome.keep_answer = bool(idem_key) or outcome.shadow
+    outcome.keep_answer = explicit or outcome.shadow
+    watcher = asyncio.create_task(watch_disconnect(receive, outcome.gone))
     try:
-        await send_once(rt, receive, send, key, request, raw, decision, lanes, endpoint, outcome)
+        await send_once(rt, send, key, request, raw, decision, lanes, endpoint, outcome)
     finally:
+        watcher.cancel()
         tokens = (outcome.usage.prompt_tokens or 0) + (outcome.usage.completion_tokens or 0)
-        mode = "none"
-        if idem_key:
-            mode = "keep" if outcome.sent_upstream else "forget"
+        # Keep the answer for a retry when the client asked for it (explicit key), or when
+        # the client left before it had the answer (its SDK will retry); else forget.
+        keep = outcome.sent_upstream and (explicit or outcome.gone.is_set())
         record = outcome.record or b""
-        if mode == "keep" and len(record) > settings.GATEWAY_IDEMPOTENCY_MAX_BYTES:
-            record = record[:5] + b"X|" + outcome.lane.encode() + b"|"
+        if keep and (not record or len(record) > settings.GATEWAY_IDEMPOTENCY_MAX_BYTES or outcome.gone.is_set()
+                     and request.stream):
+            record = b"D" + str(outcome.status or 502).encode() + b"X|" + outcome.lane.encode() + b"|"
         rt.spawn(rt.release_script(
             keys=[names[4], names[3], names[1]],
-            args=[outcome.request_id, tokens, mode, record or b"D" + str(outcome.status).encode() + b"X||",
+            args=[outcome.request_id, tokens, "keep" if keep else "forget", record,
                   settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000],
         ))
 
@@ -236,7 +262,7 @@ async def tokenize(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -
 
 
 async def send_once(
-    rt: GatewayRuntime, receive: Receive, send: Send, key: KeyInfo, request: ParsedRequest, raw: bytes,
+    rt: GatewayRuntime, send: Send, key: KeyInfo, request: ParsedRequest, raw: bytes,
     decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
 ) -> None:
     unavailable: list[str] = []
@@ -267,7 +293,7 @@ async def send_once(
         outcome.sent_upstream = True
         try:
             if request.stream and response.status_code == 200:
-                await relay_stream(rt, receive, send, response, request, breaker, outcome, sent_at)
+                await relay_stream(send, response, request, breaker, outcome, sent_at)
             else:
                 await relay_whole(send, response, breaker, outcome, sent_at)
         finally:
@@ -309,19 +335,17 @@ async def relay_whole(send: Send, response: httpx.Response, breaker: Any, outcom
         payload = None
     outcome.usage = usage_from(payload)
     outcome.status = 200
-    if outcome.keep_answer:
-        outcome.record = make_record(200, b"J", outcome.lane, content)
+    outcome.record = make_record(200, b"J", outcome.lane, content)  # cheap: kept only if needed
     await send_bytes(send, 200, content, outcome.headers())
 
 
 async def relay_stream(
-    rt: GatewayRuntime, receive: Receive, send: Send, response: httpx.Response, request: ParsedRequest,
+    send: Send, response: httpx.Response, request: ParsedRequest,
     breaker: Any, outcome: Outcome, sent_at: float,
 ) -> None:
     stream_filter = StreamFilter(client_wants_usage=request.client_wants_usage)
     keep: list[bytes] | None = [] if outcome.keep_answer else None
-    gone = asyncio.Event()
-    watcher = asyncio.create_task(watch_disconnect(receive, gone))
+    gone = outcome.gone
     outcome.status = 200
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *outcome.headers()]})
     failure: GatewayError | None = None
@@ -337,9 +361,9 @@ async def relay_stream(
             if gone.is_set():  # the client left: stop the lane's work too
                 break
     except Exception as exc:
-        failure = lost_request(exc)
-    finally:
-        watcher.cancel()
+        failure = lost_request(exc) if is_timeout(exc) else GatewayError(
+            502, f"The lane's stream broke off ({type(exc).__name__}); the request is not sent again.",
+            code="upstream_stream_interrupted", type_="server_error", retryable=False)
     outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
     outcome.usage = stream_filter.usage
     if failure is None and not stream_filter.saw_done and not gone.is_set():

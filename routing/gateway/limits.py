@@ -39,6 +39,14 @@ def retry_after_seconds(value: float) -> int:
     return max(1, math.ceil(value))
 
 
+# Idempotency modes (ARGV 7): none, an explicit Idempotency-Key (check and register), an
+# SDK retry without one (check the body's fingerprint and register), a first attempt
+# (register its fingerprint only: two identical fresh requests both run).
+IDEM_NONE = "0"
+IDEM_EXPLICIT = "1"
+IDEM_RETRY = "2"
+IDEM_REGISTER = "3"
+
 # Result codes of the script.
 ALLOWED = 0
 REVOKED = 1
@@ -50,10 +58,10 @@ PARALLEL_EXCEEDED = 6
 
 # KEYS: 1 revoked marker, 2 idempotency record, 3 rpm prefix, 4 tpm prefix, 5 in-flight zset
 # ARGV: 1 rpm limit (0 = none), 2 tpm limit, 3 max parallel, 4 request id,
-#       5 idempotency ttl (ms), 6 in-flight lease (s), 7 has idempotency key (0/1)
+#       5 idempotency ttl (ms), 6 in-flight lease (s), 7 idempotency mode (IDEM_*)
 ADMIT_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1, 0, ''} end
-if ARGV[7] == '1' then
+if ARGV[7] == '1' or ARGV[7] == '2' then
   local record = redis.call('GET', KEYS[2])
   if record then
     if string.sub(record, 1, 1) == 'I' then return {2, 0, record} end
@@ -94,7 +102,7 @@ if par > 0 then
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[6]), ARGV[4])
   redis.call('EXPIRE', KEYS[5], tonumber(ARGV[6]) + 5)
 end
-if ARGV[7] == '1' then redis.call('SET', KEYS[2], 'I' .. ARGV[4], 'PX', ARGV[5]) end
+if ARGV[7] ~= '0' then redis.call('SET', KEYS[2], 'I' .. ARGV[4], 'PX', ARGV[5]) end
 return {0, 0, ''}
 """
 

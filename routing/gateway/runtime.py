@@ -40,7 +40,7 @@ if tokens > 0 then
 end
 if ARGV[3] == 'keep' then
   redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
-elseif ARGV[3] == 'forget' then
+elseif ARGV[3] == 'forget' and redis.call('GET', KEYS[3]) == 'I' .. ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 return 1
