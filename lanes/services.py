@@ -33,6 +33,7 @@ LANE_FIELDS = (
     "degraded_context_limit",
 )
 MAX_MODEL_LEN_MESSAGE = rule_max_model_len_pinned({"max_model_len": None}, [])[0].message
+RESERVED_NAMES = ("new",)  # /nodes/new/ and /lanes/new/
 ADDRESS = re.compile(r"^[A-Za-z0-9._:-]+$")
 SAFE_WORD = re.compile(r"^[A-Za-z0-9._/=:+-]+$")
 
@@ -70,6 +71,8 @@ def _apply_node_data(node: Node, data: Mapping[str, Any], private_key: str | Non
             node.ssh_private_key_encrypted = encrypt_private_key(private_key)
         except CredentialError as exc:
             _merge(errors, "ssh_private_key", str(exc))
+    if node.name in RESERVED_NAMES:
+        _merge(errors, "name", f"{node.name!r} is reserved by the pages; choose another name.")
     if node.address and not ADDRESS.match(node.address):
         _merge(errors, "address", "Enter a host name or an IP address (letters, digits, '.', ':' and '-').")
     try:
@@ -208,6 +211,8 @@ def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list
             _merge(errors, key, MAX_MODEL_LEN_MESSAGE)
             continue
         setattr(lane, key, value)
+    if lane.name in RESERVED_NAMES:
+        _merge(errors, "name", f"{lane.name!r} is reserved by the pages; choose another name.")
     if "fallback" in data:
         name = data["fallback"]
         if not name:

@@ -1,0 +1,188 @@
+"""Node and lane forms. They only turn text into values; the services apply the lane rules
+and their messages come back onto the fields (`apply_service_errors`), so a page shows
+exactly what the API answers."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from lanes.models import Executor, Lane, NodeState, Transport
+from lanes.rules import parse_memory_bytes
+
+TRI_STATE = [("", "vLLM default"), ("true", "on"), ("false", "off")]
+
+
+def style_widgets(form: forms.Form) -> None:
+    for field in form.fields.values():
+        widget = field.widget
+        if isinstance(widget, forms.CheckboxInput):
+            widget.attrs.setdefault("class", "form-check-input")
+        else:
+            widget.attrs.setdefault("class", "form-select form-select-sm" if isinstance(widget, forms.Select)
+                                    else "form-control form-control-sm")
+
+
+def apply_service_errors(form: forms.Form, error: ValidationError) -> None:
+    """Put each rule's message next to its field (or on top when the form has no such field)."""
+    for field, messages in error.message_dict.items():
+        for message in messages:
+            form.add_error(field if field in form.fields else None, message)
+
+
+class NodeForm(forms.Form):
+    name = forms.SlugField(max_length=63, help_text="A slug: spark1, spark-a.")
+    address = forms.CharField(max_length=253, help_text="Management address or host name (SSH, API endpoint).")
+    transport = forms.ChoiceField(choices=Transport.choices)
+    ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22)
+    ssh_user = forms.CharField(max_length=64, initial="spark")
+    ssh_private_key = forms.CharField(
+        required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text="Stored encrypted; never shown again. Leave empty to keep the current key.",
+    )
+    clear_private_key = forms.BooleanField(required=False, label="Remove the stored private key")
+    ssh_host_key = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="The node's public host key line (ssh-keyscan or /etc/ssh/ssh_host_ed25519_key.pub): pinned.",
+    )
+    runtime_command = forms.CharField(max_length=200, initial="docker")
+    sim_dir = forms.CharField(max_length=500, required=False, help_text="sparksim node directory (simulated nodes).")
+    memory_gib = forms.FloatField(min_value=1, initial=128)
+    os_reserve_gib = forms.FloatField(min_value=0, initial=8, help_text="Kept free for the OS in the budget.")
+    labels = forms.CharField(required=False, help_text="Comma-separated.")
+    state = forms.ChoiceField(choices=NodeState.choices, initial=NodeState.UNKNOWN)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        style_widgets(self)
+
+    def clean_labels(self) -> list[str]:
+        return [label.strip() for label in self.cleaned_data["labels"].split(",") if label.strip()]
+
+    def service_data(self) -> tuple[dict[str, Any], str | None, bool]:
+        data = dict(self.cleaned_data)
+        private_key = data.pop("ssh_private_key") or None
+        clear = data.pop("clear_private_key", False)
+        return data, private_key, clear
+
+
+class LaneForm(forms.Form):
+    name = forms.SlugField(max_length=63)
+    model_id = forms.CharField(max_length=200, help_text="Hugging Face id, e.g. deepseek-ai/DeepSeek-V4-Flash-0731.")
+    model_revision = forms.CharField(max_length=100, required=False)
+    served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the lane name.")
+    image = forms.CharField(max_length=300, help_text="Pinned by digest: repo@sha256:…")
+    nodes = forms.CharField(help_text="Node names in rank order, comma-separated; the first is the head.")
+    tensor_parallel_size = forms.IntegerField(min_value=1, initial=1)
+    executor = forms.ChoiceField(choices=Executor.choices)
+    api_port = forms.IntegerField(min_value=1, max_value=65535, initial=8000)
+    master_port = forms.IntegerField(min_value=1, max_value=65535, initial=29501, help_text="Ray port or --master-port.")
+    container_name = forms.SlugField(max_length=63, initial="vllm_node")
+    max_model_len = forms.CharField(help_text="Pinned, in tokens (no 'auto').")
+    kv_cache_memory_bytes = forms.CharField(required=False, help_text="Fixed KV cache per node, e.g. 11G.")
+    gpu_memory_utilization = forms.FloatField(required=False, help_text="Ignored by vLLM when the KV size is fixed.")
+    max_num_seqs = forms.IntegerField(required=False, min_value=1)
+    max_num_batched_tokens = forms.IntegerField(required=False, min_value=1)
+    kv_cache_dtype = forms.CharField(max_length=32, required=False)
+    enable_prefix_caching = forms.TypedChoiceField(choices=TRI_STATE, required=False, coerce=lambda v: v == "true",
+                                                   empty_value=None)
+    enable_chunked_prefill = forms.TypedChoiceField(choices=TRI_STATE, required=False, coerce=lambda v: v == "true",
+                                                    empty_value=None)
+    speculative_config = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                                         help_text='JSON, e.g. {"method":"dspark","num_speculative_tokens":3}.')
+    max_cudagraph_capture_size = forms.IntegerField(required=False, min_value=1)
+    extra_args = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
+                                 help_text="More vLLM flags, written as on a command line (quotes work).")
+    container_env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
+                                    help_text="NAME=value, one per line; set on the container.")
+    weights_gib = forms.FloatField(min_value=0, initial=0, help_text="All weights; each node holds weights/TP.")
+    kv_bytes_per_token = forms.IntegerField(required=False, min_value=1, help_text="Per node (per TP rank).")
+    runtime_overhead_gib = forms.FloatField(min_value=0, initial=6)
+    fallback = forms.ChoiceField(required=False)
+    degraded_context_limit = forms.IntegerField(required=False, min_value=1)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = Lane.objects.order_by("name").values_list("name", flat=True)
+        fallback = self.fields["fallback"]
+        assert isinstance(fallback, forms.ChoiceField)
+        fallback.choices = [("", "none"), *[(name, name) for name in names]]
+        style_widgets(self)
+
+    def clean_nodes(self) -> list[str]:
+        return [name.strip() for name in self.cleaned_data["nodes"].replace("\n", ",").split(",") if name.strip()]
+
+    def clean_max_model_len(self) -> int | str:
+        value = self.cleaned_data["max_model_len"].strip().replace(",", "").replace("_", "")
+        return int(value) if value.isdigit() else value  # anything else: the rule explains
+
+    def clean_kv_cache_memory_bytes(self) -> int | None:
+        try:
+            return parse_memory_bytes(self.cleaned_data["kv_cache_memory_bytes"].strip())
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def clean_speculative_config(self) -> Any:
+        text = self.cleaned_data["speculative_config"].strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"Not valid JSON: {exc.msg}.") from None
+
+    def clean_extra_args(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data["extra_args"])
+        except ValueError as exc:
+            raise ValidationError(f"Cannot split into arguments: {exc}.") from None
+
+    def clean_container_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for number, line in enumerate(self.cleaned_data["container_env"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            if "=" not in line:
+                raise ValidationError(f"Line {number}: write NAME=value.")
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip()
+        return env
+
+    def clean_fallback(self) -> str | None:
+        return self.cleaned_data["fallback"] or None
+
+    def service_data(self) -> tuple[dict[str, Any], list[str]]:
+        data = dict(self.cleaned_data)
+        nodes = data.pop("nodes")
+        for key in ("model_revision", "served_model_name", "kv_cache_dtype"):
+            data[key] = data[key] or ""
+        return data, nodes
+
+    @staticmethod
+    def initial_for(lane: Lane) -> dict[str, Any]:
+        from lanes.selectors import lane_config
+
+        config = lane_config(lane)
+        initial = dict(config)
+        initial["nodes"] = ", ".join(config["nodes"])
+        initial["kv_cache_memory_bytes"] = _bytes_text(config["kv_cache_memory_bytes"])
+        initial["speculative_config"] = json.dumps(config["speculative_config"]) if config["speculative_config"] else ""
+        initial["extra_args"] = shlex.join(config["extra_args"] or [])
+        initial["container_env"] = "\n".join(f"{k}={v}" for k, v in (config["container_env"] or {}).items())
+        for key in ("enable_prefix_caching", "enable_chunked_prefill"):
+            initial[key] = "" if config[key] is None else ("true" if config[key] else "false")
+        initial["fallback"] = config["fallback"] or ""
+        return initial
+
+
+def _bytes_text(value: int | None) -> str:
+    if not value:
+        return ""
+    from lanes.plan_shell import human_bytes
+
+    return human_bytes(int(value))
+

@@ -1,0 +1,222 @@
+"""Node and lane pages: every role reads, admins change (the buttons are hidden from the
+others and their POSTs refused with 403 by the same capability check)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from lanes.crypto import host_key_fingerprint
+from lanes.forms import LaneForm, NodeForm, apply_service_errors
+from lanes.models import Lane
+from lanes.rules import LaneCheck, NodeBudget
+from lanes.selectors import (
+    lane_check,
+    lane_get,
+    lane_list,
+    lane_plan,
+    lane_revisions,
+    node_get,
+    node_list,
+    node_memory_use,
+)
+from lanes.services import (
+    lane_create,
+    lane_delete,
+    lane_update,
+    node_confirm_host_key,
+    node_create,
+    node_delete,
+    node_pin_host_key,
+    node_update,
+)
+from portal.models import AuditEvent
+from portal.roles import Capability, role_required
+
+PLAN_ACTIONS = ("launch", "stop", "status")
+
+
+def _results_by_field(check: LaneCheck) -> dict[str, list[Any]]:
+    grouped: dict[str, list[Any]] = {}
+    for result in check.results:
+        if result.level != "error":
+            grouped.setdefault(result.field, []).append(result)
+    return grouped
+
+
+def _budget_row(budget: NodeBudget) -> dict[str, Any]:
+    others = sum(gib for _, gib in budget.other_lanes)
+    scale = max(budget.memory_gib, budget.used_gib)  # an overflowing budget still fits the bar
+    return {
+        "node": budget.node, "memory_gib": budget.memory_gib, "used_gib": budget.used_gib,
+        "free_gib": budget.free_gib, "weights_gib": budget.weights_gib, "kv_gib": budget.kv_gib,
+        "overhead_gib": budget.overhead_gib, "reserve_gib": budget.reserve_gib, "others_gib": others,
+        **{f"{key}_pct": round(100 * value / scale, 1) for key, value in (
+            ("weights", budget.weights_gib), ("kv", budget.kv_gib), ("overhead", budget.overhead_gib),
+            ("reserve", budget.reserve_gib), ("others", others))},
+    }
+
+
+# ---------------------------------------------------------------- nodes
+
+
+@role_required(Capability.VIEW)
+def node_list_page(request: HttpRequest) -> HttpResponse:
+    rows = [(node, node_memory_use(node)) for node in node_list()]
+    return render(request, "lanes/node_list.html", {"rows": rows})
+
+
+@role_required(Capability.VIEW)
+def node_detail_page(request: HttpRequest, name: str) -> HttpResponse:
+    node = node_get(name)
+    uses = node_memory_use(node)
+    used = sum(use.gib for use in uses) + node.os_reserve_gib
+    return render(request, "lanes/node_detail.html", {
+        "node": node, "uses": uses, "used_gib": round(used, 1),
+        "reserve_percent": round(100 * node.os_reserve_gib / node.memory_gib, 1),
+        "free_gib": round(node.memory_gib - used, 1),
+        "host_key_fingerprint": host_key_fingerprint(node.ssh_host_key),
+        "pending_fingerprint": host_key_fingerprint(node.ssh_host_key_pending),
+        "report": node.network_report or {},
+        "events": AuditEvent.objects.filter(object_type="lanes.node", object_id=str(node.pk))[:20],
+    })
+
+
+@role_required(Capability.OPERATE)
+def node_create_page(request: HttpRequest) -> HttpResponse:
+    form = NodeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data, private_key, _ = form.service_data()
+        try:
+            node = node_create(actor=request.user, data=data, private_key=private_key)
+        except ValidationError as exc:
+            apply_service_errors(form, exc)
+        else:
+            messages.success(request, f"Node {node.name} registered.")
+            return redirect("lanes:node_detail", name=node.name)
+    return render(request, "lanes/node_form.html", {"form": form, "node": None})
+
+
+@role_required(Capability.OPERATE)
+def node_edit_page(request: HttpRequest, name: str) -> HttpResponse:
+    node = node_get(name)
+    initial = {key: getattr(node, key) for key in NodeForm.base_fields if hasattr(node, key)}
+    initial.update(labels=", ".join(node.labels or []), ssh_private_key="")
+    form = NodeForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        data, private_key, clear = form.service_data()
+        try:
+            node = node_update(node=node, actor=request.user, data=data, private_key=private_key,
+                               clear_private_key=clear)
+        except ValidationError as exc:
+            apply_service_errors(form, exc)
+        else:
+            messages.success(request, f"Node {node.name} saved.")
+            return redirect("lanes:node_detail", name=node.name)
+    return render(request, "lanes/node_form.html", {"form": form, "node": node})
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def node_delete_page(request: HttpRequest, name: str) -> HttpResponse:
+    node = node_get(name)
+    try:
+        node_delete(node=node, actor=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("lanes:node_detail", name=name)
+    messages.success(request, f"Node {name} removed.")
+    return redirect("lanes:node_list")
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def node_host_key_page(request: HttpRequest, name: str) -> HttpResponse:
+    """Pin an entered host key line, or confirm the one a capture job saw."""
+    node = node_get(name)
+    try:
+        if request.POST.get("confirm_captured"):
+            node_confirm_host_key(node=node, actor=request.user)
+        else:
+            node_pin_host_key(node=node, host_key_line=request.POST.get("host_key_line", ""), actor=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Host key of {name} pinned.")
+    return redirect("lanes:node_detail", name=name)
+
+
+# ---------------------------------------------------------------- lanes
+
+
+@role_required(Capability.VIEW)
+def lane_list_page(request: HttpRequest) -> HttpResponse:
+    rows = [(lane, lane_check(lane)) for lane in lane_list()]
+    return render(request, "lanes/lane_list.html", {"rows": rows})
+
+
+@role_required(Capability.VIEW)
+def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
+    lane = lane_get(name)
+    action = request.GET.get("plan", "launch")
+    action = action if action in PLAN_ACTIONS else "launch"
+    try:
+        plan_text, plan_error = lane_plan(lane, action).render(), ""
+    except ValueError as exc:
+        plan_text, plan_error = "", str(exc)
+    check = lane_check(lane)
+    return render(request, "lanes/lane_detail.html", {
+        "lane": lane, "check": check, "budgets": [_budget_row(b) for b in check.budgets], "nodes": lane.ranked_nodes(), "plan_action": action,
+        "plan_actions": PLAN_ACTIONS, "plan_text": plan_text, "plan_error": plan_error,
+        "revisions": lane_revisions(lane),
+        "events": AuditEvent.objects.filter(object_type="lanes.lane", object_id=str(lane.pk))[:20],
+    })
+
+
+def _lane_form_page(request: HttpRequest, lane: Lane | None) -> HttpResponse:
+    initial = LaneForm.initial_for(lane) if lane else {}
+    form = LaneForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        data, nodes = form.service_data()
+        try:
+            if lane is None:
+                saved = lane_create(actor=request.user, data=data, nodes=nodes)
+            else:
+                saved = lane_update(lane=lane, actor=request.user, data=data, nodes=nodes)
+        except ValidationError as exc:
+            apply_service_errors(form, exc)
+        else:
+            for warning in lane_check(saved).warnings:
+                messages.warning(request, warning.message)
+            messages.success(request, f"Lane {saved.name} saved as revision {saved.revision}.")
+            return redirect("lanes:lane_detail", name=saved.name)
+    notes = _results_by_field(lane_check(lane)) if lane else {}
+    fields = [(form[name], notes.get(name, [])) for name in form.fields]
+    return render(request, "lanes/lane_form.html", {"form": form, "lane": lane, "fields": fields})
+
+
+@role_required(Capability.OPERATE)
+def lane_create_page(request: HttpRequest) -> HttpResponse:
+    return _lane_form_page(request, None)
+
+
+@role_required(Capability.OPERATE)
+def lane_edit_page(request: HttpRequest, name: str) -> HttpResponse:
+    return _lane_form_page(request, lane_get(name))
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def lane_delete_page(request: HttpRequest, name: str) -> HttpResponse:
+    try:
+        lane_delete(lane=lane_get(name), actor=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("lanes:lane_detail", name=name)
+    messages.success(request, f"Lane {name} deleted.")
+    return redirect("lanes:lane_list")
