@@ -218,3 +218,9 @@ JOBS_SSH_KEEPALIVE_S = env_float("PORTAL_JOBS_SSH_KEEPALIVE_S", 15.0, minimum=1,
 CELERY_BEAT_SCHEDULE.update(
     {"jobs-reap-lost": {"task": "jobs.tasks.reap_lost_jobs", "schedule": JOBS_REAPER_INTERVAL_S}}
 )
+
+# --- lanes --- (nodes, lanes, launch plans; issue 4)
+# The demo's simulated cluster (sparksim): where its node directories live, and real
+# seconds per simulated second (1.0 = the seeds' timings; smaller is faster).
+SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))
+SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
