@@ -1,0 +1,72 @@
+"""Gateway selectors: request log with filters, per-key and per-lane totals, shadow samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Avg, Count, Q, QuerySet, Sum
+from django.utils import timezone
+
+from routing.models import ApiKey, RequestLog, ShadowSample
+
+
+@dataclass(frozen=True)
+class LogFilters:
+    key_id: int | None = None
+    lane: str = ""
+    status: str = ""  # "ok" | "error" | "" | a number
+    since: datetime | None = None
+
+
+def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | None = None) -> QuerySet[RequestLog]:
+    rows = RequestLog.objects.select_related("key").order_by("-id")
+    if filters.key_id is not None:
+        rows = rows.filter(key_id=filters.key_id)
+    if filters.lane:
+        rows = rows.filter(lane=filters.lane)
+    if filters.status == "ok":
+        rows = rows.filter(status__lt=400)
+    elif filters.status == "error":
+        rows = rows.filter(status__gte=400)
+    elif filters.status.isdigit():
+        rows = rows.filter(status=int(filters.status))
+    if filters.since is not None:
+        rows = rows.filter(created_at__gte=filters.since)
+    if before_id is not None:
+        rows = rows.filter(id__lt=before_id)
+    return rows[:limit]
+
+
+def request_totals(*, by: str, hours: int = 24) -> list[dict[str, Any]]:
+    """Requests, errors, tokens and latency per key (`by="key"`) or lane over the last hours."""
+    field = {"key": "key__name", "lane": "lane"}[by]
+    since = timezone.now() - timedelta(hours=hours)
+    rows = (
+        RequestLog.objects.filter(created_at__gte=since)
+        .values(field)
+        .annotate(
+            requests=Count("id"), errors=Count("id", filter=Q(status__gte=400)),
+            prompt_tokens=Sum("prompt_tokens"), completion_tokens=Sum("completion_tokens"),
+            avg_latency_ms=Avg("latency_ms"), avg_ttft_ms=Avg("ttft_ms"),
+        )
+        .order_by("-requests")
+    )
+    return [{"name": row.pop(field) or "—", **row} for row in rows]
+
+
+def api_key_list() -> QuerySet[ApiKey]:
+    return ApiKey.objects.select_related("owner", "default_lane").prefetch_related("allowed_lanes")
+
+
+def shadow_sample_list(*, limit: int = 100) -> QuerySet[ShadowSample]:
+    return ShadowSample.objects.order_by("-id")[:limit]
+
+
+def shadow_summary() -> dict[str, Any]:
+    return dict(ShadowSample.objects.aggregate(
+        samples=Count("id"), avg_divergence=Avg("divergence"),
+        avg_local_ms=Avg("local_latency_ms"), avg_external_ms=Avg("external_latency_ms"),
+        errors=Count("id", filter=~Q(error="")),
+    ))

@@ -1,0 +1,62 @@
+"""Gateway pages (/gateway/): API keys, recent requests, totals, shadow samples. Admins only."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.roles import Capability, role_required
+from routing.forms import ApiKeyForm
+from routing.models import ApiKey
+from routing.selectors import (
+    LogFilters,
+    api_key_list,
+    request_log_list,
+    request_totals,
+    shadow_sample_list,
+    shadow_summary,
+)
+from routing.services import api_key_create, api_key_revoke
+
+
+@role_required(Capability.OPERATE)
+def gateway_home(request: HttpRequest) -> HttpResponse:
+    form = ApiKeyForm(request.POST or None)
+    created = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = api_key_create(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                for message in messages:
+                    form.add_error(field if field in form.fields else None, message)
+        else:
+            form = ApiKeyForm()
+    return render(request, "routing/gateway.html", {
+        "form": form, "created": created, "keys": api_key_list(),
+        "by_key": request_totals(by="key"), "by_lane": request_totals(by="lane"),
+    })
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+    api_key_revoke(actor=request.user, key=get_object_or_404(ApiKey, pk=key_id))
+    return redirect("routing:gateway")
+
+
+@role_required(Capability.OPERATE)
+def requests_page(request: HttpRequest) -> HttpResponse:
+    key = request.GET.get("key", "")
+    filters = LogFilters(key_id=int(key) if key.isdigit() else None, lane=request.GET.get("lane", ""),
+                         status=request.GET.get("status", ""))
+    return render(request, "routing/requests.html", {
+        "rows": request_log_list(filters=filters, limit=200), "filters": filters, "keys": api_key_list(),
+    })
+
+
+@role_required(Capability.OPERATE)
+def shadow_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "routing/shadow.html", {"samples": shadow_sample_list(), "summary": shadow_summary()})

@@ -1,0 +1,164 @@
+"""API keys at the gateway, and every error in OpenAI's shape with the right status."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from lanes.models import Lane
+from routing.models import ApiKey
+from routing.services import api_key_revoke
+from tests.conftest import wait_for
+from tests.gateway.conftest import Gateway, create_key, make_lane
+from tests.gateway.upstreams import CountingUpstream
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+ERROR_FIELDS = {"message", "type", "param", "code"}
+
+
+def post(gateway: Gateway, body: dict[str, Any], secret: str | None = None, path: str = "/v1/chat/completions",
+         **headers: str) -> httpx.Response:
+    return httpx.post(f"{gateway.url}{path}", json=body, headers={**gateway.headers(secret), **headers}, timeout=10)
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == ERROR_FIELDS and error["code"] == code
+    assert response.headers["x-request-id"].startswith("req-")
+    return error  # type: ignore[no-any-return]
+
+
+def test_a_bad_or_missing_key_is_401(gateway: Gateway) -> None:
+    assert_error(post(gateway, {"model": "qwen", "messages": MESSAGES}, secret="sk-spark-wrong"), 401, "invalid_api_key")
+    bare = httpx.post(f"{gateway.base_url}/chat/completions", json={"model": "qwen", "messages": MESSAGES})
+    assert_error(bare, 401, "invalid_api_key")
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=gateway.base_url, api_key="nope").models.list()
+
+
+def test_a_revoked_key_is_refused_at_once(gateway: Gateway, upstream: CountingUpstream, key_owner: User) -> None:
+    assert post(gateway, {"model": "qwen", "messages": MESSAGES}).status_code == 200  # now cached in the gateway
+    api_key_revoke(actor=key_owner, key=ApiKey.objects.get(pk=gateway.key_id))
+    assert_error(post(gateway, {"model": "qwen", "messages": MESSAGES}), 401, "invalid_api_key")
+    assert upstream.completions == 1
+
+
+def test_an_expired_key_is_refused(gateway: Gateway, key_owner: User) -> None:
+    secret, key_id = create_key(key_owner, name="short-lived", expires_at=timezone.now() + timedelta(seconds=60))
+    assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200
+    ApiKey.objects.filter(pk=key_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    from routing.services import gateway_invalidate
+
+    gateway_invalidate(f"key:{key_id}")
+    wait_for(lambda: post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 401,
+             what="the expiry to reach the gateway")
+
+
+def test_a_lane_outside_the_keys_allowed_lanes_is_403(
+    gateway: Gateway, key_owner: User, second_upstream: CountingUpstream
+) -> None:
+    make_lane("deepseek", second_upstream.port)
+    secret, _ = create_key(key_owner, name="qwen-only", allowed_lanes=["qwen"])
+    assert_error(post(gateway, {"model": "deepseek", "messages": MESSAGES}, secret=secret), 403, "lane_not_allowed")
+    assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200
+    listed = httpx.get(f"{gateway.base_url}/models", headers=gateway.headers(secret)).json()
+    assert [m["id"] for m in listed["data"]] == ["auto", "qwen-test"]
+    assert second_upstream.completions == 0
+
+
+def test_a_key_pinned_to_a_lane_sends_auto_there(
+    gateway: Gateway, key_owner: User, second_upstream: CountingUpstream
+) -> None:
+    make_lane("deepseek", second_upstream.port)
+    secret, _ = create_key(key_owner, name="refactor-agent", default_route="deepseek")
+    answer = post(gateway, {"model": "auto", "messages": MESSAGES}, secret=secret)
+    assert answer.headers["x-spark-lane"] == "deepseek" and answer.headers["x-spark-route-reason"] == "key_default"
+
+
+def test_an_unknown_model_is_404_model_not_found(gateway: Gateway) -> None:
+    error = assert_error(post(gateway, {"model": "gpt-9", "messages": MESSAGES}), 404, "model_not_found")
+    assert error["param"] == "model"
+    assert_error(post(gateway, {"model": "x", "messages": MESSAGES}, path="/lanes/nope/v1/chat/completions"),
+                 404, "model_not_found")
+
+
+def test_bad_bodies_are_400_naming_the_field(gateway: Gateway) -> None:
+    assert assert_error(post(gateway, {"messages": MESSAGES}), 400, "invalid_value")["param"] == "model"
+    assert assert_error(post(gateway, {"model": "qwen"}), 400, "invalid_value")["param"] == "messages"
+    bad_json = httpx.post(f"{gateway.base_url}/chat/completions", content=b"{nope", headers=gateway.headers())
+    assert_error(bad_json, 400, "invalid_json")
+    assert assert_error(post(gateway, {"model": "qwen", "messages": MESSAGES, "max_tokens": -1}), 400,
+                        "invalid_value")["param"] == "max_tokens"
+
+
+def test_requests_per_minute_are_limited_across_the_gateway_with_retry_after(gateway: Gateway, key_owner: User) -> None:
+    secret, _ = create_key(key_owner, name="slow-agent", rpm_limit=2)
+    for _ in range(2):
+        assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200
+    refused = post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret)
+    assert_error(refused, 429, "rate_limit_exceeded")
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.headers["x-should-retry"] == "true"
+
+
+def test_tokens_per_minute_are_limited(gateway: Gateway, key_owner: User) -> None:
+    secret, _ = create_key(key_owner, name="token-hungry", tpm_limit=10)
+    assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200  # 18 tokens
+    wait_for(lambda: post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 429,
+             what="the tokens to be counted")
+
+
+def test_requests_in_flight_are_limited(gateway: Gateway, key_owner: User, upstream: CountingUpstream) -> None:
+    import threading
+
+    secret, _ = create_key(key_owner, name="one-at-a-time", max_parallel=1)
+    upstream.mode, upstream.hang_s = "hang", 1.0
+    thread = threading.Thread(target=post, args=(gateway, {"model": "qwen", "messages": MESSAGES}, secret))
+    thread.start()
+    wait_for(lambda: upstream.completions == 1, what="the first request upstream")
+    refused = post(gateway, {"model": "qwen", "messages": [{"role": "user", "content": "other"}]}, secret=secret)
+    assert_error(refused, 429, "rate_limit_exceeded")
+    thread.join(10)
+    upstream.mode = "ok"
+    wait_for(lambda: post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200,
+             what="the slot to be freed")
+
+
+def test_a_prompt_longer_than_the_lanes_current_limit_is_400_before_sending(
+    gateway: Gateway, upstream: CountingUpstream, second_upstream: CountingUpstream
+) -> None:
+    make_lane("deepseek", second_upstream.port, max_model_len=100_000, degraded_limit=1000, state="degraded")
+    long_prompt = "word " * 900  # fits 100K, not the degraded 1000 with max_tokens 200
+    error = assert_error(post(gateway, {"model": "deepseek", "max_tokens": 200,
+                                        "messages": [{"role": "user", "content": long_prompt}]}),
+                         400, "context_length_exceeded")
+    assert "maximum context length is 1000 tokens" in error["message"]
+    assert second_upstream.counts["/tokenize"] == 1 and second_upstream.completions == 0
+    short = post(gateway, {"model": "deepseek", "max_tokens": 10, "messages": MESSAGES})
+    assert short.status_code == 200
+    assert second_upstream.counts["/tokenize"] == 1  # the cheap bound sufficed
+
+
+def test_no_serving_lane_for_auto_is_503(gateway: Gateway, settings: Any) -> None:
+    Lane.objects.filter(name="qwen").update(observed_state="stopped")
+    settings.GATEWAY_DEFAULT_LANE = ""
+    from routing.services import gateway_invalidate
+
+    gateway_invalidate("lanes")
+    response = wait_for(lambda: (r := post(gateway, {"model": "auto", "messages": MESSAGES})).status_code == 503 and r,
+                        what="the lane state to reach the gateway")
+    assert_error(response, 503, "no_lane_available")
+    assert int(response.headers["retry-after"]) >= 1
+
+
+def test_unknown_endpoints_and_methods_answer_in_openai_shape(gateway: Gateway) -> None:
+    assert_error(httpx.get(f"{gateway.base_url}/embeddings-nope", headers=gateway.headers()), 404, "unknown_url")
+    wrong = httpx.get(f"{gateway.base_url}/chat/completions", headers=gateway.headers())
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
