@@ -3,8 +3,10 @@
 Times here are simulated seconds. The engine multiplies them by its time scale.
 
 Shape of the model (mirrors vLLM's scheduler closely enough for benchmarks):
-- prefill runs one request after another (seed 004: "the prompts are processed one after
-  another, so the waits stack up"); a request's first token appears when its prefill ends;
+- prefill compute runs one request after another (seed 004: "the prompts are processed one
+  after another, so the waits stack up"); the first token appears a fixed latency (base_ttft_s:
+  scheduling, the first forward step) after the request's prefill compute ends, and that fixed
+  part overlaps between requests;
 - decode runs in steps: every running sequence gets one token per step, and a step takes
   1 / per_stream_decode_rate(running) seconds, so streams slow down as more share the GPU;
 - a sequence whose prefill ends during a step joins at the next step boundary.
@@ -104,12 +106,16 @@ def decode_step_seconds(
     return 1.0 / per_stream_decode_rate(profile, running, graph_seqs)
 
 
+def prefill_compute_seconds(
+    profile: TimingProfile, uncached_tokens: int, cached_tokens: int
+) -> float:
+    """The serial part of a prefill: the time the GPU spends on this prompt alone."""
+    return uncached_tokens / profile.prefill_tok_s + cached_tokens / profile.cached_prefill_tok_s
+
+
 def prefill_seconds(profile: TimingProfile, uncached_tokens: int, cached_tokens: int) -> float:
-    return (
-        profile.base_ttft_s
-        + uncached_tokens / profile.prefill_tok_s
-        + cached_tokens / profile.cached_prefill_tok_s
-    )
+    """TTFT of a request that does not queue behind another prefill."""
+    return profile.base_ttft_s + prefill_compute_seconds(profile, uncached_tokens, cached_tokens)
 
 
 @dataclass(frozen=True)
@@ -150,8 +156,8 @@ def simulate(
         request = requests[index]
         start = max(request.arrival_s, prefill_free_at)
         uncached = request.prompt_tokens - request.cached_tokens
-        prefill_free_at = start + prefill_seconds(profile, uncached, request.cached_tokens)
-        first_token[index] = prefill_free_at
+        prefill_free_at = start + prefill_compute_seconds(profile, uncached, request.cached_tokens)
+        first_token[index] = prefill_free_at + profile.base_ttft_s
 
     finish = list(first_token)
     remaining = {index: requests[index].output_tokens - 1 for index in range(len(requests))}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from sparksim.engine.config import EngineConfig
 from sparksim.engine.metrics import EngineMetrics
 from sparksim.engine.prefix_cache import PrefixCache
-from sparksim.timing import decode_step_seconds, prefill_seconds
+from sparksim.timing import decode_step_seconds, prefill_compute_seconds, prefill_seconds
 
 ENGINE_DIED = -1  # event position telling a handler the engine died under it
 
@@ -139,14 +139,16 @@ class EngineCore:
             hashes = self.prefix_cache.block_hashes(request.prompt_ids)
             request.cached_tokens = self.prefix_cache.cached_tokens(request.prompt_ids, hashes)
             uncached = len(request.prompt_ids) - request.cached_tokens
+            compute = prefill_compute_seconds(config.profile, uncached, request.cached_tokens)
             seconds = prefill_seconds(config.profile, uncached, request.cached_tokens)
             start = max(now, self.prefill_free_at)
-            self.prefill_free_at = start + config.scaled(seconds)
+            self.prefill_free_at = start + config.scaled(compute)
+            first_token_at = self.prefill_free_at + config.scaled(config.profile.base_ttft_s)
             self.metrics.count("prefix_cache_queries", len(request.prompt_ids))
             self.metrics.count("prefix_cache_hits", request.cached_tokens)
             queued = self._simulated(now - request.arrived_at)
             self.metrics.observe("request_queue_time_seconds", queued)
-            loop.call_at(self.prefill_free_at, self._prefill_done, request, hashes, seconds)
+            loop.call_at(first_token_at, self._prefill_done, request, hashes, seconds)
 
     def _prefill_done(self, request: ScheduledRequest, hashes: list[int], seconds: float) -> None:
         if request.aborted or self.dead:
