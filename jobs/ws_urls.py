@@ -1,3 +1,7 @@
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-websocket_urlpatterns: list[URLPattern] = []
+from jobs.consumers import JobLogConsumer
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/jobs/<int:job_id>/", JobLogConsumer.as_asgi()),
+]

@@ -1,0 +1,129 @@
+// Job page: the tail comes from the API, then the socket follows. Lines carry seq: after a
+// reconnect the page sends the last seq it has and the server replays exactly what is
+// missing. The DOM holds a window of lines (never 100,000 nodes); earlier lines load on
+// demand and the whole log downloads as text.
+(function () {
+  const view = document.getElementById("job-log");
+  if (!view) return;
+  const jobId = view.dataset.job;
+  const WINDOW = 2000;       // lines kept in the DOM while following
+  const PAGE = 1000;         // lines per fetch
+  const follow = document.getElementById("log-follow");
+  const earlierBtn = document.getElementById("log-earlier");
+  const countEl = document.getElementById("log-count");
+  let lastSeq = 0;           // highest seq shown
+  let firstSeq = null;       // lowest seq in the DOM
+  let jobFirstSeq = 0;       // the job's first line
+  let pending = [];
+  let scheduled = false;
+  window.jobLog = { lastSeq: function () { return lastSeq; }, rendered: function () { return view.childElementCount; } };
+
+  function normalize(line) {
+    return Array.isArray(line) ? { seq: line[0], time: line[1], node: line[2], stream: line[3], text: line[4] } : line;
+  }
+  function row(line) {
+    const div = document.createElement("div");
+    div.dataset.seq = line.seq;
+    if (line.stream !== "stdout") div.className = line.stream;
+    div.textContent = (line.node ? "[" + line.node + "] " : "") + line.text;
+    return div;
+  }
+  function updateCount() {
+    countEl.textContent = view.childElementCount + " lines shown, last #" + lastSeq;
+    earlierBtn.hidden = !(firstSeq !== null && firstSeq > jobFirstSeq);
+  }
+  function flush() {
+    scheduled = false;
+    if (!pending.length) return;
+    const frag = document.createDocumentFragment();
+    for (const line of pending) frag.appendChild(row(line));
+    pending = [];
+    view.appendChild(frag);
+    if (follow.checked) {
+      let extra = view.childElementCount - WINDOW;
+      while (extra-- > 0) view.removeChild(view.firstChild);
+      view.scrollTop = view.scrollHeight;
+    }
+    firstSeq = view.firstChild ? Number(view.firstChild.dataset.seq) : firstSeq;
+    updateCount();
+  }
+  function append(lines) {
+    for (const raw of lines) {
+      const line = normalize(raw);
+      if (line.seq <= lastSeq) continue;  // a repeat: never shown twice
+      lastSeq = line.seq;
+      pending.push(line);
+    }
+    if (!scheduled) { scheduled = true; requestAnimationFrame(flush); }
+  }
+  async function loadEarlier() {
+    if (firstSeq === null) return;
+    const r = await fetch("/api/jobs/" + jobId + "/log?before_seq=" + firstSeq + "&limit=" + PAGE, { credentials: "same-origin" });
+    const data = await r.json();
+    const frag = document.createDocumentFragment();
+    for (const raw of data.lines) frag.appendChild(row(normalize(raw)));
+    const before = view.scrollHeight;
+    view.insertBefore(frag, view.firstChild);
+    view.scrollTop += view.scrollHeight - before;  // keep the reader's place
+    follow.checked = false;  // reading history: stop trimming and jumping
+    if (data.lines.length) firstSeq = data.lines[0].seq;
+    updateCount();
+  }
+  earlierBtn.addEventListener("click", loadEarlier);
+  view.addEventListener("scroll", function () {
+    const atBottom = view.scrollHeight - view.scrollTop - view.clientHeight < 30;
+    if (!atBottom && follow.checked && pending.length === 0) follow.checked = false;
+    if (atBottom && !follow.checked) follow.checked = true;
+  });
+
+  function setState(data) {
+    const holder = document.getElementById("job-state");
+    holder.innerHTML = '<span class="badge state state-' + data.state + '" data-state-badge>' + data.state + "</span>";
+    const err = document.getElementById("job-error");
+    if (data.error) { err.hidden = false; err.textContent = data.error; }
+    if (data.started_at) document.getElementById("job-started").textContent = data.started_at.replace("T", " ").slice(0, 19);
+    if (data.finished_at) document.getElementById("job-finished").textContent = data.finished_at.replace("T", " ").slice(0, 19);
+    const form = document.getElementById("cancel-form");
+    if (form) {
+      const final = ["succeeded", "failed", "cancelled", "timed_out", "lost"].includes(data.state);
+      form.hidden = final;
+      if (data.cancel_requested) { const b = document.getElementById("cancel-button"); b.disabled = true; b.textContent = "Cancel requested"; }
+    }
+  }
+  function setStep(step) {
+    const tbody = document.querySelector("#job-steps tbody");
+    const empty = tbody.querySelector("tr.empty");
+    if (empty) empty.remove();
+    let tr = document.getElementById("step-" + step.position);
+    if (!tr) {
+      tr = document.createElement("tr");
+      tr.id = "step-" + step.position;
+      tr.innerHTML = "<td></td><td></td><td></td><td class='text-end' data-duration></td>";
+      tr.children[0].textContent = step.position + 1;
+      tr.children[1].textContent = (step.node ? "[" + step.node + "] " : "") + step.title;
+      const next = Array.from(tbody.children).find(function (r) { return Number(r.id.slice(5)) > step.position; });
+      tbody.insertBefore(tr, next || null);
+    }
+    tr.title = step.detail || "";
+    tr.children[2].innerHTML = '<span class="badge state state-' + step.state + '">' + step.state + "</span>";
+    tr.children[3].textContent = step.duration_s != null ? step.duration_s.toFixed(1) + " s" : "";
+  }
+
+  async function start() {
+    const r = await fetch("/api/jobs/" + jobId + "/log?limit=" + PAGE, { credentials: "same-origin" });
+    const data = await r.json();
+    jobFirstSeq = data.first_seq;
+    append(data.lines);
+    flush();
+    if (data.lines.length) firstSeq = data.lines[0].seq;
+    updateCount();
+    PortalLive.connect("/ws/jobs/" + jobId + "/", function (msg) {
+      if (msg.event === "job.log") append(msg.data.lines);
+      else if (msg.event === "job.state") setState(msg.data);
+      else if (msg.event === "job.step") setStep(msg.data);
+    }, function (ws) {
+      ws.send(JSON.stringify({ after_seq: lastSeq }));
+    });
+  }
+  start();
+})();
