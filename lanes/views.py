@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
 from lanes.models import Lane
+from lanes.plan_shell import human_bytes
 from lanes.rules import LaneCheck, NodeBudget
 from lanes.selectors import (
     lane_check,
@@ -171,7 +172,9 @@ def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
         plan_text, plan_error = "", str(exc)
     check = lane_check(lane)
     return render(request, "lanes/lane_detail.html", {
-        "lane": lane, "check": check, "budgets": [_budget_row(b) for b in check.budgets], "nodes": lane.ranked_nodes(), "plan_action": action,
+        "lane": lane, "check": check, "budgets": [_budget_row(b) for b in check.budgets],
+        "kv_fixed": human_bytes(lane.kv_cache_memory_bytes) if lane.kv_cache_memory_bytes else "",
+        "kv_tokens": f"{check.kv_pool.tokens:,}" if check.kv_pool and check.kv_pool.tokens else "", "nodes": lane.ranked_nodes(), "plan_action": action,
         "plan_actions": PLAN_ACTIONS, "plan_text": plan_text, "plan_error": plan_error,
         "revisions": lane_revisions(lane),
         "events": AuditEvent.objects.filter(object_type="lanes.lane", object_id=str(lane.pk))[:20],
