@@ -54,7 +54,10 @@ def invalidation_channel() -> str:
 class GatewayRuntime:
     def __init__(self) -> None:
         self.client: httpx.AsyncClient = upstream_client()
-        self.redis: aioredis.Redis = aioredis.Redis.from_url(settings.REDIS_URL, max_connections=200)
+        # A blocking pool: under a burst, requests wait a moment for a connection instead of
+        # failing (the default pool raises "Too many connections").
+        pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL, max_connections=64, timeout=10)
+        self.redis: aioredis.Redis = aioredis.Redis(connection_pool=pool)
         self.admit_script: Any = self.redis.register_script(ADMIT_LUA)
         self.release_script: Any = self.redis.register_script(RELEASE_LUA)
         self.keys = KeyCache()
