@@ -1,0 +1,27 @@
+"""Browser: the lane page's state badge follows lane.state events without a reload."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from lanes.services import lane_set_observed_state
+from tests.conftest import browser_login
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def test_the_state_badge_follows_the_lane_state_live(asgi_server, page, viewer_user, make_lane):
+    lane = make_lane("qwen")
+    browser_login(page, asgi_server.url, viewer_user.username)
+    page.wait_for_selector("h1:has-text('Dashboard')")
+    page.goto(f"{asgi_server.url}/lanes/qwen/")
+    page.wait_for_selector("#live-status[data-state='open']")
+    assert page.inner_text("#lane-state") == "stopped"
+    # As the jobs app would, from a worker thread: save, then broadcast.
+    sender = threading.Thread(target=lane_set_observed_state, kwargs={"lane": lane, "state": "serving"})
+    sender.start()
+    sender.join()
+    page.wait_for_selector("#lane-state.state-serving")
+    assert page.inner_text("#lane-state") == "serving"
