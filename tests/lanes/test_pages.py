@@ -186,3 +186,15 @@ def test_leads_and_viewers_cannot_change_anything_by_post(make_lane, role_client
     assert role_clients[role].post(url, payload).status_code == 403
     assert role_clients[role].get(url.replace("delete/", "").replace("host-key/", "")).status_code in (200, 403)
     assert (list(Node.objects.values()), list(Lane.objects.values()), AuditEvent.objects.count()) == before
+
+
+def test_the_django_admin_lists_nodes_lanes_and_revisions(make_lane, admin_user, client):
+    from django.contrib.auth.models import User
+
+    make_lane("qwen")
+    User.objects.filter(pk=admin_user.pk).update(is_superuser=True)
+    client.force_login(admin_user)
+    for url in ("/admin/lanes/node/", "/admin/lanes/lane/", "/admin/lanes/lanerevision/"):
+        assert client.get(url).status_code == 200
+    html = client.get(f"/admin/lanes/node/{Node.objects.get(name='spark1').pk}/change/").content.decode()
+    assert "ssh_private_key_encrypted" not in html
