@@ -35,6 +35,11 @@
   function flush() {
     scheduled = false;
     if (!pending.length) return;
+    if (follow.checked && pending.length >= WINDOW) {
+      // A burst (or a hidden tab catching up): render only the last window, never 100k nodes.
+      view.textContent = "";
+      pending = pending.slice(pending.length - WINDOW);
+    }
     const frag = document.createDocumentFragment();
     for (const line of pending) frag.appendChild(row(line));
     pending = [];
@@ -54,7 +59,11 @@
       lastSeq = line.seq;
       pending.push(line);
     }
-    if (!scheduled) { scheduled = true; requestAnimationFrame(flush); }
+    if (!scheduled) {
+      scheduled = true;
+      // Hidden tabs get no animation frames: render on a timer there instead.
+      if (document.hidden) setTimeout(flush, 250); else requestAnimationFrame(flush);
+    }
   }
   async function loadEarlier() {
     if (firstSeq === null) return;
@@ -104,9 +113,20 @@
       const next = Array.from(tbody.children).find(function (r) { return Number(r.id.slice(5)) > step.position; });
       tbody.insertBefore(tr, next || null);
     }
+    const shown = tr.children[2].textContent.trim();
+    const done = ["succeeded", "failed", "skipped", "warned", "cancelled"];
+    if (done.includes(shown) && !done.includes(step.state)) return;  // a stale snapshot never goes back
     tr.title = step.detail || "";
     tr.children[2].innerHTML = '<span class="badge state state-' + step.state + '">' + step.state + "</span>";
     tr.children[3].textContent = step.duration_s != null ? step.duration_s.toFixed(1) + " s" : "";
+  }
+
+  async function refreshJob() {
+    const r = await fetch("/api/jobs/" + jobId, { credentials: "same-origin" });
+    if (!r.ok) return;
+    const job = await r.json();
+    setState(job);
+    for (const step of job.steps) { step.job = job.id; setStep(step); }
   }
 
   async function start() {
@@ -123,6 +143,7 @@
       else if (msg.event === "job.step") setStep(msg.data);
     }, function (ws) {
       ws.send(JSON.stringify({ after_seq: lastSeq }));
+      refreshJob();  // steps and state that changed before this socket joined the group
     });
   }
   start();

@@ -1,0 +1,86 @@
+"""Browser: an admin clicks Launch on the qwen lane, reads the plan, confirms, watches the
+log lines arrive without reloading, and sees the lane become serving on its page."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from jobs.models import Job
+from jobs.services import job_run
+from lanes.models import Lane, LaneNode, LaneRevision
+from sparksim.cluster import cluster_down
+from tests.conftest import browser_login, free_port, wait_for
+from tests.jobs.conftest import _make_cluster
+from tests.lanes.seed_configs import base_config
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def worker_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """Jobs run in a thread of this process (it sees the test database) instead of Celery."""
+    threads: list[threading.Thread] = []
+
+    def dispatch(job_id: int, time_limit_s: float) -> None:
+        def body() -> None:
+            try:
+                job_run(job_id=job_id)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=body, daemon=True)
+        threads.append(thread)
+        thread.start()
+
+    monkeypatch.setattr("jobs.services.dispatch_job", dispatch)
+    return threads
+
+
+def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_user, tmp_path: Path, worker_threads):
+    cluster = _make_cluster(tmp_path / "sim", ["spark3"], "local", tmp_path)
+    try:
+        node = cluster.node("spark3")
+        port = free_port(node.address)
+        # ~2 s to load, so the log visibly grows while the admin watches
+        config = base_config(name="qwen", nodes=["spark3"], api_port=port, served_model_name="qwen",
+                             model_id="Qwen/Qwen3.8-27B-FP8", gpu_memory_utilization=0.5, max_model_len=32768,
+                             extra_args=["--sim-startup-s", "20"], wait_poll_s=0.3, wait_timeout_s=60)
+        lane = Lane.objects.create(name="qwen", model_id=config["model_id"], image=config["image"], api_port=port,
+                                   max_model_len=32768, served_model_name="qwen", revision=1)
+        LaneNode.objects.create(lane=lane, node=node, rank=0)
+        LaneRevision.objects.create(lane=lane, number=1, config=config)
+
+        browser_login(page, asgi_server.url, admin_user.username)
+        lane_tab = page.context.new_page()
+        lane_tab.goto(f"{asgi_server.url}/lanes/qwen/")
+        lane_tab.wait_for_selector("#live-status[data-state=open]")
+        assert lane_tab.inner_text("#lane-state") == "stopped"
+
+        page.bring_to_front()
+        page.goto(f"{asgi_server.url}/lanes/qwen/")
+        page.click("#lane-launch")
+        plan = page.locator("[data-plan=launch]")
+        plan.wait_for(state="visible")
+        assert "vllm serve" in plan.inner_text()
+        page.click("[data-confirm=launch]")
+        page.wait_for_url(f"{asgi_server.url}/jobs/*/")
+        page.evaluate("window.__notReloaded = true")
+
+        first = wait_for(lambda: page.evaluate("window.jobLog.lastSeq()"), timeout=30, what="log lines")
+        wait_for(lambda: page.evaluate("window.jobLog.lastSeq()") > first + 5, timeout=30, what="more lines")
+        page.wait_for_selector("#job-state .state-succeeded", timeout=60_000)
+        assert page.evaluate("window.__notReloaded") is True
+        page.wait_for_selector("#job-log div:has-text('healthy: /health 200')")
+        assert page.locator("#step-0 .state-succeeded").count() == 1
+
+        lane_tab.wait_for_selector("#lane-state.state-serving", timeout=30_000)
+        job = Job.objects.get()
+        assert job.state == "succeeded"
+    finally:
+        for thread in worker_threads:
+            thread.join(timeout=30)
+        cluster_down(tmp_path / "sim")
