@@ -95,7 +95,7 @@ class Plan:
             if step.skip_if:
                 lines.append(f"      skip if: {step.skip_if}")
             if step.kind == "shell":
-                lines.append(f"      $ {step.command}")
+                lines.append(f"      $ {wrap_command(step.command)}")
             else:
                 lines.append(f"      poll GET {step.url} every {step.poll_s:g} s until 200")
                 if step.models_url:
@@ -109,6 +109,28 @@ class Plan:
                 extras.append(f"collects {step.collect}")
             lines.append(f"      ({'; '.join(extras)})")
         return "\n".join(lines) + "\n"
+
+
+def wrap_command(command: str, width: int = 100, indent: str = "          ") -> str:
+    """For reading only: break a long line before options (outside quotes) with `\\`
+    continuations, which bash reads as the same command."""
+    if len(command) <= width:
+        return command
+    out: list[str] = []
+    quote = ""
+    line_length = 0
+    for index, char in enumerate(command):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == " " and command[index + 1:index + 2] == "-" and line_length > width // 2:
+            out.append(" \\\n" + indent)
+            line_length = len(indent)
+            continue
+        out.append(char)
+        line_length += 1
+    return "".join(out)
 
 
 def check_image_ids(outputs: Mapping[str, str]) -> str | None:

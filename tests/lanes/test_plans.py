@@ -182,3 +182,25 @@ def test_image_steps_are_collected_for_the_comparison():
     image_steps = [s for s in plan.steps if s.collect == "image_id"]
     assert [s.node for s in image_steps] == ["spark1", "spark2"]
     assert shlex.split(image_steps[0].command)[:5] == ["docker", "image", "inspect", "--format", "{{.Id}}"]
+
+
+def _every_command():
+    for make in (seeds.deepseek_ray, seeds.deepseek_tp4_native, seeds.qwen_single):
+        config = make()
+        for render in (render_launch_plan, render_stop_plan, render_status_plan):
+            for with_report in (True, False):
+                yield from all_commands(render(config, seeds.targets(config["nodes"], with_report=with_report)))
+
+
+def test_every_command_is_valid_bash_and_so_is_its_wrapped_display():
+    import subprocess
+
+    from lanes.plans import wrap_command
+
+    commands = sorted(set(_every_command()))
+    for command in commands:
+        wrapped = wrap_command(command)
+        assert wrapped.replace(" \\\n          ", " ") == command
+        for text in (command, wrapped):
+            result = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True, timeout=10)
+            assert result.returncode == 0, (text, result.stderr)
