@@ -1,0 +1,54 @@
+"""Limit math and the circuit breaker, without Redis or a clock."""
+
+from __future__ import annotations
+
+from routing.gateway.breaker import CircuitBreaker
+from routing.gateway.limits import seconds_until_below, sliding_count
+
+
+def test_the_sliding_window_weighs_the_previous_minute_by_its_overlap() -> None:
+    assert sliding_count(previous=60, current=10, elapsed_in_window=30) == 40
+    assert sliding_count(previous=60, current=10, elapsed_in_window=60) == 10
+
+
+def test_retry_after_is_when_the_previous_minute_has_faded_enough() -> None:
+    # limit 50: 60 * (1 - t/60) + 10 + 1 <= 50  →  t >= 21 s into the window; we are at 15 s.
+    assert round(seconds_until_below(50, previous=60, current=10, elapsed_in_window=15), 6) == 6.0
+    assert seconds_until_below(50, previous=0, current=10, elapsed_in_window=15) == 0.0
+    # The current minute alone is full: wait for the next one.
+    assert seconds_until_below(10, previous=0, current=10, elapsed_in_window=15) == 45
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_breaker_opens_after_consecutive_failures_and_probes_once_after_the_cooldown() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failures_to_open=3, cooldown_s=10, clock=clock)
+    for _ in range(2):
+        breaker.record_failure()
+    assert breaker.allows()
+    breaker.record_failure()
+    assert not breaker.allows() and breaker.state == "open"
+    clock.now = 11
+    assert breaker.allows()  # the probe
+    assert not breaker.allows()  # only one probe at a time
+    breaker.record_failure()  # the probe failed: open again
+    assert not breaker.allows()
+    clock.now = 22
+    assert breaker.allows()
+    breaker.record_success()
+    assert breaker.allows() and breaker.state == "closed"
+
+
+def test_a_success_resets_the_failure_count() -> None:
+    breaker = CircuitBreaker(failures_to_open=2, cooldown_s=10, clock=Clock())
+    breaker.record_failure()
+    breaker.record_success()
+    breaker.record_failure()
+    assert breaker.allows()
