@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from django.db import connection
 
 from lanes.services import lane_set_observed_state
 from tests.conftest import browser_login
@@ -20,7 +21,13 @@ def test_the_state_badge_follows_the_lane_state_live(asgi_server, page, viewer_u
     page.wait_for_selector("#live-status[data-state='open']")
     assert page.inner_text("#lane-state") == "stopped"
     # As the jobs app would, from a worker thread: save, then broadcast.
-    sender = threading.Thread(target=lane_set_observed_state, kwargs={"lane": lane, "state": "serving"})
+    def set_serving() -> None:
+        try:
+            lane_set_observed_state(lane=lane, state="serving")
+        finally:
+            connection.close()  # this thread's own connection, or the test database cannot be dropped
+
+    sender = threading.Thread(target=set_serving)
     sender.start()
     sender.join()
     page.wait_for_selector("#lane-state.state-serving")
