@@ -21,6 +21,8 @@ from portal.roles import Role, ensure_role_groups
 
 # Threads (uvicorn, database_sync_to_async) must not keep connections open past a test.
 settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+# Role users are created per test: PBKDF2 would dominate the suite's time.
+settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 PASSWORD = "correct-horse-battery-staple"
 

@@ -24,8 +24,3 @@ def make_lane(nodes: dict[str, Node], admin_user: Any):
 
     return make
 
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
-    """Role users are created per test: PBKDF2 would dominate these tests' time."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
