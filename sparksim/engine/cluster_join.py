@@ -119,7 +119,8 @@ async def _wait(
     on_waiting: Callable[[], None],
 ) -> list[Member] | None:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + config.scaled(config.placement_timeout_s)
+    wait = max(config.scaled(config.placement_timeout_s), config.placement_min_real_s)
+    deadline = loop.time() + wait
     next_log = loop.time() + config.scaled(WAIT_LOG_INTERVAL_S)
     while not stop.is_set():
         found = ready()

@@ -55,7 +55,8 @@ class EngineConfig:
     master_port: int
     headless: bool
     executor: str
-    placement_timeout_s: float
+    placement_timeout_s: float  # simulated seconds
+    placement_min_real_s: float  # a floor in real seconds, so scaled-down clusters still wait
     node_dir: Path | None
     state_dir: Path | None
     faults: FaultSwitches = field(default_factory=FaultSwitches)
@@ -146,7 +147,8 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
         master_port=args.master_port,
         headless=args.headless,
         executor=executor,
-        placement_timeout_s=args.sim_placement_timeout_s,
+        placement_timeout_s=_placement_timeout(args),
+        placement_min_real_s=0.0 if args.sim_placement_timeout_s is not None else 5.0,
         node_dir=Path(args.sim_node_dir) if args.sim_node_dir else None,
         state_dir=Path(args.sim_state_dir) if args.sim_state_dir else None,
         faults=FaultSwitches(
@@ -215,6 +217,13 @@ def _max_model_len(
             "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
         )
     return int(args.max_model_len)
+
+
+def _placement_timeout(args: argparse.Namespace) -> float:
+    if args.sim_placement_timeout_s is not None:
+        return float(args.sim_placement_timeout_s)
+    # vLLM waits 1800 s for a Ray placement group; torch.distributed's default is 600 s.
+    return 1800.0 if args.distributed_executor_backend == "ray" else 600.0
 
 
 def _speculative(config: object) -> tuple[str | None, int]:

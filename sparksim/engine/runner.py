@@ -45,6 +45,9 @@ def non_default_args(argv: list[str]) -> dict[str, str]:
     pairs: dict[str, str] = {}
     key = None
     for item in argv:
+        if item.startswith(("--sim-", "--time-scale")):
+            key = "_sim"
+            continue
         if item.startswith("--"):
             key = item[2:].replace("-", "_")
             pairs[key] = "True"
@@ -53,6 +56,7 @@ def non_default_args(argv: list[str]) -> dict[str, str]:
             key = None
         else:
             pairs["model_tag"] = item
+    pairs.pop("_sim", None)
     return pairs
 
 

@@ -127,7 +127,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     add("--sim-startup-s", type=float, default=None, help="simulated seconds to load")
     add("--sim-spec-acceptance", type=float, default=0.6)
     add("--sim-memory-gib", type=float, default=None)
-    add("--sim-placement-timeout-s", type=float, default=60.0)
+    add("--sim-placement-timeout-s", type=float, default=None,
+        help="simulated seconds to wait for Ray GPUs / native ranks (exact when given)")
     add("--sim-refuse-connections-s", type=float, default=None)
     add("--sim-unavailable", action="store_true", help="answer 503 to everything")
     add("--sim-die-after-requests", type=int, default=None)

@@ -151,25 +151,43 @@ def spawn(node: NodeInfo, container: Container, command: list[str], main: bool) 
 
 
 def run_foreground(node: NodeInfo, container: Container, command: list[str]) -> int:
-    completed = subprocess.run(
+    """`docker exec` without -d; its process group is recorded so daemons it leaves behind
+    (a non-blocking `ray start`) die with the container."""
+    directory = container_dir(node, container.name)
+    (directory / "procs").mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
         host_command(node, container, command),
         env=process_env(node, container),
-        cwd=container_dir(node, container.name),
-        check=False,
+        cwd=directory,
+        start_new_session=True,
     )
-    return completed.returncode
+    record = {"pid": process.pid, "command": command, "main": False, "started_at": now_iso()}
+    (directory / "procs" / f"{process.pid}.json").write_text(json.dumps(record))
+    return process.wait()
 
 
-def processes(node: NodeInfo, container: Container) -> list[dict[str, Any]]:
-    """Live processes of the container, main first."""
+def processes(node: NodeInfo, container: Container, groups: bool = False) -> list[dict[str, Any]]:
+    """Live processes of the container, main first.
+
+    groups=True also keeps records whose leader exited but whose process group lives on.
+    """
     directory = container_dir(node, container.name) / "procs"
     found = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         record = json.loads(path.read_text())
-        if pid_alive(int(record["pid"])):
+        pid = int(record["pid"])
+        if pid_alive(pid) or (groups and group_alive(pid)):
             found.append(record)
     found.sort(key=lambda record: not record["main"])
     return found
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def matching_pids(node: NodeInfo, container: Container, pattern: str) -> list[int]:
@@ -192,15 +210,15 @@ def signal_group(pid: int, signum: int) -> None:
 
 def wait_gone(pids: list[int], timeout: float) -> list[int]:
     deadline = time.monotonic() + timeout
-    remaining = [pid for pid in pids if pid_alive(pid)]
+    remaining = [pid for pid in pids if pid_alive(pid) or group_alive(pid)]
     while remaining and time.monotonic() < deadline:
         time.sleep(0.02)
-        remaining = [pid for pid in remaining if pid_alive(pid)]
+        remaining = [pid for pid in remaining if pid_alive(pid) or group_alive(pid)]
     return remaining
 
 
 def stop_processes(node: NodeInfo, container: Container, grace_s: float) -> None:
-    pids = [int(record["pid"]) for record in processes(node, container)]
+    pids = [int(record["pid"]) for record in processes(node, container, groups=True)]
     for pid in pids:
         signal_group(pid, signal.SIGTERM)
     for pid in wait_gone(pids, grace_s):
@@ -209,7 +227,7 @@ def stop_processes(node: NodeInfo, container: Container, grace_s: float) -> None
 
 
 def kill_processes(node: NodeInfo, container: Container) -> None:
-    pids = [int(record["pid"]) for record in processes(node, container)]
+    pids = [int(record["pid"]) for record in processes(node, container, groups=True)]
     for pid in pids:
         signal_group(pid, signal.SIGKILL)
     wait_gone(pids, 5.0)

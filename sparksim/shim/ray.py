@@ -62,10 +62,14 @@ def start(node: NodeInfo, container: str, state_dir: Path, argv: list[str]) -> i
     args = start_parser().parse_args(argv)
     node_ip = args.node_ip_address or node.address
     if not args.block:
-        # Real `ray start` returns once its daemons run; ours is one blocking process.
-        subprocess.Popen([sys.executable, "-m", "sparksim", "ray", "--node-dir", node.sim_dir,
-                          "--container", container, "start", "--block", *argv],
-                         start_new_session=True, stdin=subprocess.DEVNULL)
+        # Real `ray start` returns once its daemons run; ours is one blocking process. It stays
+        # in this process group, so `docker rm -f` (a group kill) still reaches it.
+        # Its output goes to the container log, not to the caller's pipe.
+        with (state_dir / "log").open("ab") as log:
+            subprocess.Popen([sys.executable, "-m", "sparksim", "ray", "--node-dir",
+                              node.sim_dir, "--container", container, "start", "--block", *argv],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        print("Ray runtime started.")
         return 0
     root = Path(node.sim_dir).parent
     address = f"{node_ip}:{args.port}" if args.head else str(args.address)

@@ -127,3 +127,33 @@ def test_pkill_int_signals_only_its_container(nodes: list[NodeInfo]) -> None:
     assert "Shutting down FastAPI HTTP server." in node_shell(node, "docker logs a").stdout
     assert node_shell(node, "docker exec a pkill -INT -f 'vllm serve'").returncode == 1
     assert node_shell(node, "docker ps --format '{{.Names}}'").stdout.split() == ["a", "b"]
+
+
+def test_exec_runs_with_the_container_env_and_logs_follow_until_exit(
+    nodes: list[NodeInfo],
+) -> None:
+    node = nodes[0]
+    node_shell(node, f"docker run -d --name env -e NCCL_IB_HCA=rocep1s0f0 {IMAGE} sleep infinity")
+    echoed = node_shell(node, "docker exec env sh -c 'echo $NCCL_IB_HCA'")
+    assert echoed.stdout == "rocep1s0f0\n"
+    node_shell(node, f"docker run -d --name short {IMAGE} sh -c 'echo one; sleep 0.3; echo two'")
+    followed = node_shell(node, "docker logs -f short", timeout=20)
+    assert followed.stdout == "one\ntwo\n"
+    assert node_shell(node, "docker inspect --format '{{.State.ExitCode}}' short").stdout == "0\n"
+
+
+def test_rm_kills_a_non_blocking_ray_start(nodes: list[NodeInfo]) -> None:
+    node = nodes[0]
+    node_shell(node, f"docker run -d --name ray_node {IMAGE} sleep infinity")
+    address = f"--port={free_port()} --node-ip-address={node.fabric_ip('enp1s0f0np0')}"
+    assert node_shell(node, f"docker exec ray_node ray start --head {address}").returncode == 0
+    wait_for(lambda: " 0.0/1.0 GPU" in node_shell(node, "docker exec ray_node ray status").stdout,
+             what="ray head")
+    node_shell(node, "docker rm -f ray_node")
+    node_shell(node, f"docker run -d --name ray_node {IMAGE} sleep infinity")
+    node_shell(node, "docker exec -d ray_node true")
+    # The old head is gone with its container: a new head can take the same address.
+    assert node_shell(node, f"docker exec -d ray_node ray start --block --head {address}"
+                      ).returncode == 0
+    wait_for(lambda: " 0.0/1.0 GPU" in node_shell(node, "docker exec ray_node ray status").stdout,
+             what="new ray head")
