@@ -7,7 +7,7 @@ from typing import Any
 
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
-from ninja import Query, Router
+from ninja import Query, Router, Status
 
 from portal.api import can_operate
 from routing.models import ApiKey, RequestLog
@@ -39,9 +39,9 @@ def keys_list(request: HttpRequest) -> list[dict[str, Any]]:
 
 
 @router.post("/gateway/keys", response={201: ApiKeyCreatedOut}, auth=can_operate)
-def keys_create(request: HttpRequest, payload: ApiKeyIn) -> tuple[int, dict[str, Any]]:
+def keys_create(request: HttpRequest, payload: ApiKeyIn) -> Status[dict[str, Any]]:
     created = api_key_create(actor=request.auth, **payload.dict())  # type: ignore[attr-defined]
-    return 201, {**key_out(created.key), "secret": created.secret}
+    return Status(201, {**key_out(created.key), "secret": created.secret})
 
 
 @router.post("/gateway/keys/{key_id}/revoke", response=ApiKeyOut, auth=can_operate)

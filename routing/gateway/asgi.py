@@ -91,7 +91,8 @@ async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
         await handle_models(scope, receive, send, path_lane=path_lane or None, model_id=rest[7:] or None)
     elif endpoint is not None or rest == "models" or rest.startswith("models/"):
         error = GatewayError(405, f"{method} is not allowed on {scope['path']}.", code="method_not_allowed")
-        await send_error(send, error, [(b"allow", b"POST" if endpoint else b"GET")])
+        await send_error(send, error, [(b"allow", b"POST" if endpoint else b"GET"),
+                                       (b"x-request-id", new_request_id().encode())])
     else:
         error = GatewayError(404, f"Unknown endpoint {scope['path']}.", code="unknown_url")
         await send_error(send, error, [(b"x-request-id", new_request_id().encode())])

@@ -166,3 +166,19 @@ def test_an_open_circuit_sends_to_the_fallback_without_touching_the_lane(
     raw = plain.chat.completions.with_raw_response.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
     assert raw.headers["x-spark-lane"] == "deepseek"
     assert upstream.completions == 2 and second_upstream.completions == 1
+
+
+def test_a_lane_saved_in_the_portal_reaches_the_gateway_without_waiting_for_the_cache(
+    gateway: Gateway, upstream: CountingUpstream, settings: Any
+) -> None:
+    settings.GATEWAY_LANE_CACHE_TTL_S = 600  # only the change message can explain a quick update
+    assert client(gateway).chat.completions.create(model="qwen", messages=MESSAGES).choices  # type: ignore[arg-type]
+    lane = Lane.objects.get(name="qwen")
+    lane.observed_state = "stopped"
+    lane.save()
+    from tests.conftest import wait_for
+
+    wait_for(lambda: httpx.post(f"{gateway.base_url}/chat/completions", headers=gateway.headers(),
+                                json={"model": "qwen", "messages": MESSAGES}).status_code == 503,
+             what="the stopped lane to be skipped")
+    assert upstream.completions == 1
