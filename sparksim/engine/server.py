@@ -214,9 +214,10 @@ class EngineServer:
         return response
 
     def _cut(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
-        # The connection drops without [DONE], like a crashed server.
+        # The connection drops without [DONE], like a crashed server; close() (not abort())
+        # first flushes the tokens already written, as a real crash mid-stream would have.
         if request.transport is not None:
-            request.transport.abort()
+            request.transport.close()
         return response
 
     def _finished(self, plan: GenerationRequest) -> None:
