@@ -12,8 +12,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from jobs.logsink import publish
 from lanes.models import Lane, Node
-from portal.broadcast import DASHBOARD_GROUP, broadcast
+from portal.broadcast import DASHBOARD_GROUP
 from portal.roles import UserLike
 
 
@@ -33,8 +34,8 @@ def lane_set_state(*, lane: Lane, state: str, reason: str = "") -> None:
     Lane.objects.filter(pk=lane.pk).update(observed_state=state, state_changed_at=timezone.now())
     lane.observed_state = state
     data = {"name": lane.name, "observed_state": state, "desired_state": lane.desired_state, "reason": reason}
-    broadcast(DASHBOARD_GROUP, "lane.state", data)
-    broadcast(f"lane-{lane.name}", "lane.state", data)
+    publish(DASHBOARD_GROUP, "lane.state", data)
+    publish(f"lane-{lane.name}", "lane.state", data)
 
 
 def lane_set_desired(*, lane: Lane, state: str, actor: UserLike | None) -> None:

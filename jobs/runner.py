@@ -66,9 +66,11 @@ class AsyncBridge:
 
 async def _stoppable(coro: Coroutine[Any, Any, T], stop: threading.Event) -> T:
     task = asyncio.ensure_future(coro)
+    cancelled = False
     while not task.done():
-        if stop.is_set():
-            task.cancel()
+        if stop.is_set() and not cancelled:
+            task.cancel()  # once: a second cancel would interrupt the remote kill it triggers
+            cancelled = True
         await asyncio.wait({task}, timeout=0.05)
     return task.result()
 

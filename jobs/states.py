@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.logsink import job_group
+from jobs.logsink import job_group, publish
 from jobs.models import Job, JobStep
-from portal.broadcast import DASHBOARD_GROUP, broadcast
+from portal.broadcast import DASHBOARD_GROUP
 
 
 def _iso(value: Any) -> str | None:
@@ -50,9 +50,9 @@ def step_payload(step: JobStep) -> dict[str, Any]:
 
 def publish_job_state(job: Job) -> None:
     data = job_payload(job)
-    broadcast(DASHBOARD_GROUP, "job.state", data)
-    broadcast(job_group(job.pk), "job.state", data)
+    publish(DASHBOARD_GROUP, "job.state", data)
+    publish(job_group(job.pk), "job.state", data)
 
 
 def publish_step(step: JobStep) -> None:
-    broadcast(job_group(step.job_id), "job.step", step_payload(step))
+    publish(job_group(step.job_id), "job.step", step_payload(step))

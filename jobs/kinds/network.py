@@ -19,10 +19,11 @@ from jobs.kinds.netprobe import (
     version_mismatches,
 )
 from jobs.lanes_link import node_save_network_report
+from jobs.logsink import publish
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Node, NodeState
-from portal.broadcast import DASHBOARD_GROUP, broadcast
+from portal.broadcast import DASHBOARD_GROUP
 
 
 def job_nodes(ctx: JobContext) -> list[Node]:
@@ -115,7 +116,7 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
         node = next(n for n in nodes if n.name == name)
         node_save_network_report(node=node, report=report)
         Node.objects.filter(pk=node.pk).update(state=NodeState.ONLINE, last_seen=checked_at)
-        broadcast(DASHBOARD_GROUP, "node.network", {"name": name, "verdict": report["verdict"],
+        publish(DASHBOARD_GROUP, "node.network", {"name": name, "verdict": report["verdict"],
                                                      "checked_at": report["checked_at"]})
         ctx.log(f"report saved: verdict {report['verdict']}, eth_if {report['eth_if'] or '-'}, "
                 f"fabric_ip {report['fabric_ip'] or '-'}, ib_hca {','.join(report['ib_hca']) or '-'}, "

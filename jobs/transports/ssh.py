@@ -127,9 +127,10 @@ class SSHTransport:
     ) -> CommandResult:
         conn = await self.connection()
         collector = StreamCollector(on_line, capture)
-        # The login shell may not be bash: run ours; `exec` keeps the session leader's pid,
-        # which sshd made a process-group leader (our kill target).
-        remote = "exec bash -c " + shlex.quote(wrap_command(command, self.node.sim_dir))
+        # The login shell may not be bash: run ours, in a session of its own (setsid -w
+        # waits and passes the exit status on), so its pid is the process group that a
+        # cancel kills on the node.
+        remote = "exec setsid -w bash -c " + shlex.quote(wrap_command(command, self.node.sim_dir))
         try:
             process = await conn.create_process(remote, encoding=None)
         except asyncssh.Error as exc:

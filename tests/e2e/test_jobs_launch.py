@@ -84,3 +84,26 @@ def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_use
         for thread in worker_threads:
             thread.join(timeout=30)
         cluster_down(tmp_path / "sim")
+
+
+def test_a_job_page_with_100000_lines_renders_a_window_and_loads_earlier_lines(asgi_server, page, viewer_user):
+    from django.utils import timezone
+
+    from jobs.models import JobLogLine
+
+    job = Job.objects.create(kind="status", state="succeeded", params={"nodes": ["spark1"]}, last_seq=100_000)
+    now = timezone.now()
+    JobLogLine.objects.bulk_create(
+        (JobLogLine(job=job, seq=i, created_at=now, node="spark1", text=f"line {i}") for i in range(1, 100_001)),
+        batch_size=10_000,
+    )
+    browser_login(page, asgi_server.url, viewer_user.username)
+    page.goto(f"{asgi_server.url}/jobs/{job.pk}/")
+    wait_for(lambda: page.evaluate("window.jobLog.lastSeq()") == 100_000, timeout=30, what="the tail")
+    page.wait_for_selector("#job-log div[data-seq='100000']")
+    rendered = page.evaluate("window.jobLog.rendered()")
+    assert rendered <= 2000
+    page.click("#log-earlier")
+    wait_for(lambda: page.evaluate("window.jobLog.rendered()") > rendered, timeout=15, what="earlier lines")
+    assert page.locator("#job-log div[data-seq='99000']").count() == 1
+    assert page.get_attribute("#log-download", "href") == f"/jobs/{job.pk}/log.txt"

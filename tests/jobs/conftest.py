@@ -148,3 +148,25 @@ def run_in_thread(target: Callable[[], Any]) -> threading.Thread:
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
     return thread
+
+
+def call_in_thread(target: Callable[[], Any], timeout: float = 300) -> Any:
+    """Runs a job to its end in a fresh thread: lanes' services broadcast with
+    async_to_sync, which refuses a thread that runs an event loop (the test thread does,
+    once a Playwright browser test ran in this process)."""
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            result.append(target())
+        except BaseException as exc:  # re-raised in the test thread
+            errors.append(exc)
+
+    thread = run_in_thread(body)
+    thread.join(timeout)
+    if errors:
+        raise errors[0]
+    if thread.is_alive():
+        raise AssertionError(f"still running after {timeout}s")
+    return result[0] if result else None

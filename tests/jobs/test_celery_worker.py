@@ -20,6 +20,7 @@ from jobs.services import job_reap_lost, job_run, lane_job_create
 from jobs.tasks import run_job
 from lanes.models import Lane, LaneState
 from tests.conftest import wait_for
+from tests.jobs.conftest import call_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def test_a_killed_worker_leaves_a_lost_job_and_status_reconciles(worker, local_c
 
     status = Job.objects.get(kind=JobKind.STATUS, lane=lane)
     assert status.pk in dispatched
-    job_run(job_id=status.pk)
+    call_in_thread(lambda: job_run(job_id=status.pk))
     status.refresh_from_db()
     assert status.state == JobState.SUCCEEDED, status.error
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING

@@ -3,6 +3,9 @@ while live batches keep arriving."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+
 import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -14,8 +17,20 @@ from jobs.logsink import LogSink
 from jobs.models import Job, JobKind, JobLogLine
 from portal.asgi import application
 from portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from tests.jobs.conftest import call_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def in_fresh_loop(test):
+    """Runs an async test on its own loop in its own thread: the test thread may already
+    run Playwright's loop when browser tests ran first in this process."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return call_in_thread(lambda: asyncio.run(test(*args, **kwargs)), timeout=60)
+
+    return wrapper
 
 
 async def cookie_for(user) -> str:
@@ -53,6 +68,7 @@ async def receive_lines(ws: WebsocketCommunicator, until_seq: int) -> list[int]:
     return seqs
 
 
+@in_fresh_loop
 async def test_resume_replays_the_missing_lines_then_follows_without_repeats(viewer_user):
     job = await make_job(3000)
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(viewer_user))
@@ -68,6 +84,7 @@ async def test_resume_replays_the_missing_lines_then_follows_without_repeats(vie
     await ws.disconnect()
 
 
+@in_fresh_loop
 async def test_live_lines_before_resume_are_not_lost(viewer_user):
     job = await make_job(5)
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(viewer_user))
@@ -80,6 +97,7 @@ async def test_live_lines_before_resume_are_not_lost(viewer_user):
     await ws.disconnect()
 
 
+@in_fresh_loop
 async def test_bad_resume_is_answered_with_an_error_naming_the_field(viewer_user):
     job = await make_job(1)
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(viewer_user))
@@ -90,6 +108,7 @@ async def test_bad_resume_is_answered_with_an_error_naming_the_field(viewer_user
     await ws.disconnect()
 
 
+@in_fresh_loop
 async def test_anonymous_socket_is_closed_4401():
     job = await make_job(1)
     ws = socket(f"/ws/jobs/{job.pk}/", None)
@@ -97,6 +116,7 @@ async def test_anonymous_socket_is_closed_4401():
     assert not connected and code == CLOSE_UNAUTHENTICATED
 
 
+@in_fresh_loop
 async def test_outsider_socket_is_closed_4403(outsider_user):
     job = await make_job(1)
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(outsider_user))

@@ -11,14 +11,14 @@ from jobs.models import Job, JobKind, JobLogLine, JobState, JobStep, StepState
 from jobs.services import job_cancel, job_run, lane_job_create, node_network_check_create
 from lanes.models import Lane, LaneState, Node, NodeState
 from tests.conftest import free_port, wait_for
-from tests.jobs.conftest import run_in_thread
+from tests.jobs.conftest import call_in_thread, run_in_thread
 from tests.jobs.sshd import client_keypair, keygen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def run(job: Job) -> Job:
-    job_run(job_id=job.pk)
+    call_in_thread(lambda: job_run(job_id=job.pk))
     job.refresh_from_db()
     return job
 
@@ -110,3 +110,27 @@ def test_cancel_during_the_health_wait_stops_the_job(ssh_cluster, make_lane, adm
     assert job.error == f"cancelled by {admin_user.username}"
     assert JobStep.objects.get(job=job, key="wait.health").state == StepState.CANCELLED
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.FAILED
+
+
+def test_cancel_kills_the_remote_command_over_ssh(ssh_cluster, admin_user, tmp_path):
+    from jobs.models import JobKind as Kind
+    from jobs.runner import JobContext, job_execute
+    from jobs.services import job_create
+
+    spark1 = ssh_cluster.node("spark1")
+    marker = tmp_path / "remote-still-ran"
+    job = job_create(kind=Kind.STATUS, user=admin_user, nodes=[spark1])
+
+    def kind(ctx: JobContext) -> dict:
+        ctx.run(ctx.endpoint(spark1), f"echo started; sleep 47; touch {marker}")
+        return {}
+
+    outcome: list[str | None] = []
+    thread = run_in_thread(lambda: outcome.append(job_execute(job_id=job.pk, kinds={Kind.STATUS: kind})))
+    wait_for(lambda: JobLogLine.objects.filter(job=job, text="started").exists(), what="the remote command")
+    job_cancel(job=job, user=admin_user)
+    thread.join(timeout=30)
+    assert outcome == [JobState.CANCELLED]
+    processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 47" not in processes  # killed on the node, not just disconnected
+    assert not marker.exists()

@@ -8,12 +8,13 @@ import pytest
 from jobs.models import Job, JobKind, JobLogLine, JobState, StepState
 from jobs.services import job_run, lane_job_create, node_network_check_create
 from lanes.models import Lane, LaneState, Node
+from tests.jobs.conftest import call_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def run(job: Job) -> Job:
-    job_run(job_id=job.pk)
+    call_in_thread(lambda: job_run(job_id=job.pk))
     job.refresh_from_db()
     return job
 

@@ -14,6 +14,7 @@ from jobs.models import Job, JobKind, JobLogLine, JobState
 from jobs.runner import JobContext, job_execute
 from jobs.services import JobConflict, job_create, job_reap_lost, lane_job_create
 from lanes.models import Lane, LaneState
+from tests.jobs.conftest import call_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,8 +31,8 @@ def test_a_redelivered_task_never_runs_the_job_twice(local_cluster, admin_user):
         calls.append(ctx.job.pk)
         return {"ok": True}
 
-    assert job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind}) == JobState.SUCCEEDED
-    assert job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind}) is None  # the redelivery
+    assert call_in_thread(lambda: job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind})) == JobState.SUCCEEDED
+    assert call_in_thread(lambda: job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind})) is None  # the redelivery
     assert calls == [job.pk]
 
 
@@ -41,7 +42,7 @@ def test_a_crash_in_a_kind_ends_failed_with_its_traceback(local_cluster, admin_u
     def kind(ctx: JobContext) -> dict:
         raise KeyError("boom")
 
-    assert job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind}) == JobState.FAILED
+    assert call_in_thread(lambda: job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind})) == JobState.FAILED
     job.refresh_from_db()
     assert job.error == "KeyError: 'boom'"
     assert 'raise KeyError("boom")' in job.traceback
@@ -56,7 +57,7 @@ def test_the_time_limit_kills_the_command_and_ends_timed_out(local_cluster, admi
         ctx.run(ctx.endpoint(node), "echo started; sleep 60")
         return {}
 
-    assert job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind}, time_limit_s=1.5) == JobState.TIMED_OUT
+    assert call_in_thread(lambda: job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind}, time_limit_s=1.5)) == JobState.TIMED_OUT
     job.refresh_from_db()
     assert "time limit of 1.5s" in job.error
     assert JobLogLine.objects.filter(job=job, text="started").exists()
@@ -75,7 +76,7 @@ def test_cancel_kills_the_running_command_on_the_node(local_cluster, admin_user,
         return {}
 
     outcome: list[str | None] = []
-    thread = threading.Thread(target=lambda: outcome.append(job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind})))
+    thread = threading.Thread(target=lambda: outcome.append(call_in_thread(lambda: job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind}))))
     thread.start()
     wait_for(lambda: JobLogLine.objects.filter(job=job, text="started").exists(), what="the command to start")
     job_cancel(job=job, user=admin_user)
@@ -95,7 +96,7 @@ def test_invalid_utf8_and_a_1mb_line_are_stored_safely(local_cluster, admin_user
         ctx.run(ctx.endpoint(node), r"printf 'bad \xff\xfe bytes\n'; head -c 1048576 /dev/zero | tr '\0' a; echo; echo after")
         return {}
 
-    assert job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind}) == JobState.SUCCEEDED
+    assert call_in_thread(lambda: job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind})) == JobState.SUCCEEDED
     texts = list(JobLogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
     assert "bad \ufffd\ufffd bytes" in texts
     long_line = next(t for t in texts if t.startswith("aaaa"))
