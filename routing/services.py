@@ -24,8 +24,14 @@ SECRET_PREFIX = "sk-spark-"
 VISIBLE_PREFIX_LEN = len(SECRET_PREFIX) + 6
 
 
+_clients: dict[str, redis.Redis] = {}
+
+
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
+    client = _clients.get(settings.REDIS_URL)
+    if client is None:
+        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
+    return client
 
 
 def gateway_invalidate(message: str) -> None:
