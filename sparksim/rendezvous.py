@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sparksim.files import write_atomically
+
 
 @dataclass
 class Member:
@@ -48,9 +50,7 @@ def register(root: Path, kind: str, address: str, key: str, member: Member) -> P
     directory = _group_dir(root, kind, address)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{key}.json"
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(member)))
-    os.replace(temporary, path)
+    write_atomically(path, json.dumps(asdict(member)))
     return path
 
 

@@ -16,6 +16,7 @@ from sparksim.engine.config import ConfigError, EngineConfig, build_engine_confi
 from sparksim.engine.log import log
 from sparksim.engine.server import VLLM_VERSION, EngineServer
 from sparksim.engine.vllm_args import parse_serve_args
+from sparksim.files import write_atomically
 from sparksim.host.node import NodeInfo, load_node
 from sparksim.host.procfs import drop_budget, record_budget
 from sparksim.rendezvous import Member
@@ -115,7 +116,9 @@ async def serve_http(
 
     server.on_death = on_death
     server.core.start()
-    runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
+    # vLLM exits within a second or two of SIGINT; so do we, open streams or not.
+    runner = web.AppRunner(server.app, access_log=None, handle_signals=False,
+                           shutdown_timeout=2.0)
     await runner.setup()
     site: web.TCPSite | None = None
 
@@ -230,7 +233,7 @@ async def account_traffic(server: EngineServer, nodes: list[NodeInfo]) -> None:
 def write_exit_code(state_dir: Path | None, code: int) -> None:
     if state_dir is None:
         return
-    (state_dir / f"exit-{os.getpid()}.json").write_text(json.dumps({"code": code}))
+    write_atomically(state_dir / f"exit-{os.getpid()}.json", json.dumps({"code": code}))
 
 
 def run(argv: list[str]) -> int:

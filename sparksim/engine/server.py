@@ -196,14 +196,16 @@ class EngineServer:
             payload = b""
             for index, position in batch:
                 if position == ENGINE_DIED:
+                    await response.write(payload)
                     return self._cut(request, response)
                 payload += stream.token_chunks(choices[index], position)
+                self.tokens_streamed += 1
+                limit = self.faults.die_mid_stream_after_tokens
+                if limit is not None and self.tokens_streamed >= limit:
+                    await response.write(payload)
+                    self.die(f"simulated death mid-stream after {limit} tokens")
+                    return self._cut(request, response)
             await response.write(payload)
-            self.tokens_streamed += len(batch)
-            limit = self.faults.die_mid_stream_after_tokens
-            if limit is not None and self.tokens_streamed >= limit:
-                self.die(f"simulated death mid-stream after {limit} tokens")
-                return self._cut(request, response)
         tail = b""
         if plan.include_usage:
             completion = sum(len(choice.tokens) for choice in choices)

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparksim.files import write_atomically
+
 # Each Spark: port 0 shows up as rocep1s0f0 + roceP2p1s0f0, port 1 as rocep1s0f1 +
 # roceP2p1s0f1 (one device per GB10 PCIe link). Fabric subnets: 192.168.100.0/24 on port 0
 # netdevs, 192.168.101.0/24 on port 1 netdevs.
@@ -59,9 +61,7 @@ def load_node(sim_dir: str | Path) -> NodeInfo:
 
 def save_node(node: NodeInfo) -> None:
     path = node_json_path(node.sim_dir)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(node.to_json(), indent=2, sort_keys=True) + "\n")
-    os.replace(temporary, path)
+    write_atomically(path, json.dumps(node.to_json(), indent=2, sort_keys=True) + "\n")
 
 
 def node_dir_from_env() -> Path | None:

@@ -5,9 +5,9 @@ KV cache, activations) comes straight out of MemAvailable.
 """
 
 import json
-import os
 from pathlib import Path
 
+from sparksim.files import write_atomically
 from sparksim.host.node import NodeInfo
 from sparksim.rendezvous import pid_alive
 
@@ -26,7 +26,7 @@ def budgets_dir(node: NodeInfo) -> Path:
 def record_budget(node: NodeInfo, pid: int, gib: float) -> None:
     directory = budgets_dir(node)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{pid}.json").write_text(json.dumps({"pid": pid, "gib": gib}))
+    write_atomically(directory / f"{pid}.json", json.dumps({"pid": pid, "gib": gib}))
     refresh_meminfo(node)
 
 
@@ -67,9 +67,7 @@ def refresh_meminfo(node: NodeInfo) -> None:
     )
     path = proc_dir(node) / "meminfo"
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    write_atomically(path, text)
 
 
 def write_proc_tree(node: NodeInfo) -> None:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sparksim.files import write_atomically
 from sparksim.host.node import NodeInfo
 from sparksim.rendezvous import pid_alive
 
@@ -70,9 +71,7 @@ def load_container(node: NodeInfo, name: str) -> Container | None:
 def save_container(node: NodeInfo, container: Container) -> None:
     directory = container_dir(node, container.name)
     directory.mkdir(parents=True, exist_ok=True)
-    temporary = directory / "state.tmp"
-    temporary.write_text(json.dumps(asdict(container), indent=2))
-    os.replace(temporary, directory / "state.json")
+    write_atomically(directory / "state.json", json.dumps(asdict(container), indent=2))
 
 
 def all_containers(node: NodeInfo) -> list[Container]:
@@ -144,7 +143,7 @@ def spawn(node: NodeInfo, container: Container, command: list[str], main: bool) 
             start_new_session=True,
         )
     record = {"pid": process.pid, "command": command, "main": main, "started_at": now_iso()}
-    (directory / "procs" / f"{process.pid}.json").write_text(json.dumps(record))
+    write_atomically(directory / "procs" / f"{process.pid}.json", json.dumps(record))
     # The process is deliberately not waited for: it belongs to the container, not to us.
     process.returncode = 0
     return process.pid
@@ -162,7 +161,7 @@ def run_foreground(node: NodeInfo, container: Container, command: list[str]) -> 
         start_new_session=True,
     )
     record = {"pid": process.pid, "command": command, "main": False, "started_at": now_iso()}
-    (directory / "procs" / f"{process.pid}.json").write_text(json.dumps(record))
+    write_atomically(directory / "procs" / f"{process.pid}.json", json.dumps(record))
     return process.wait()
 
 

@@ -15,6 +15,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from sparksim.files import write_atomically
 from sparksim.host.node import NodeInfo, load_node
 from sparksim.rendezvous import Member, members, pid_alive, register
 
@@ -87,7 +88,7 @@ def start(node: NodeInfo, container: str, state_dir: Path, argv: list[str]) -> i
     member = Member(node=node.name, sim_dir=node.sim_dir, pid=os.getpid(), role=role,
                     container=container, node_ip=node_ip)
     path = register(root, "ray", address, node.name, member)
-    (state_dir / "ray.json").write_text(json.dumps({"address": address, "role": role}))
+    write_atomically(state_dir / "ray.json", json.dumps({"address": address, "role": role}))
     print(f"Local node IP: {node_ip}", flush=True)
     print("-" * 20 + "\nRay runtime started.\n" + "-" * 20, flush=True)
     if args.head:

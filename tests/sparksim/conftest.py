@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,22 +11,14 @@ import pytest
 from sparksim.cluster import cluster_down, cluster_up
 from sparksim.host.node import NodeInfo
 from sparksim.standalone import EngineHandle, start_engine
+from tests.conftest import wait_for
 
 DEEPSEEK = "deepseek-ai/DeepSeek-V4-Flash-0731"
 QWEN = "Qwen/Qwen3.8-27B-FP8"
 # DeepSeek's weights do not fit one Spark: standalone engines get a fixed KV budget.
 DEEPSEEK_FLAGS = ("--kv-cache-memory-bytes", "11G", "--max-model-len", "131072")
 
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+__all__ = ["wait_for", "node_shell", "DEEPSEEK", "QWEN"]
 
 
 @pytest.fixture

@@ -10,7 +10,9 @@ from sparksim.standalone import EngineHandle
 from sparksim.timing import DEEPSEEK
 from tests.sparksim.conftest import DEEPSEEK as DEEPSEEK_MODEL
 
-TIME_SCALE = 0.5
+# Real time: the suite runs in parallel with browser tests, and every millisecond of CPU
+# contention counts against a 5% budget on a ~0.4 s TTFT.
+TIME_SCALE = 1.0
 
 
 def filler(words: int, salt: str) -> str:
@@ -68,5 +70,5 @@ async def test_repeated_prompt_hits_the_prefix_cache(
     # The warm TTFT follows the cached-prefill rate (~275K tok/s + fixed cost).
     cached_ttft = DEEPSEEK.base_ttft_s + hits / DEEPSEEK.cached_prefill_tok_s + (
         cold.prompt_tokens - hits) / DEEPSEEK.prefill_tok_s
-    # 15%: this TTFT is only ~0.1 s real, so a few ms of HTTP round trip show.
+    # 15%: this TTFT is only ~0.2 s, so a few ms of HTTP round trip show.
     assert abs(warm.ttft / TIME_SCALE - cached_ttft) / cached_ttft < 0.15
