@@ -162,3 +162,18 @@ def test_unknown_endpoints_and_methods_answer_in_openai_shape(gateway: Gateway) 
     assert_error(httpx.get(f"{gateway.base_url}/embeddings-nope", headers=gateway.headers()), 404, "unknown_url")
     wrong = httpx.get(f"{gateway.base_url}/chat/completions", headers=gateway.headers())
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_prompt_text_is_logged_only_for_keys_that_opt_in(gateway: Gateway, key_owner: User) -> None:
+    from routing.models import RequestLog
+
+    secret, key_id = create_key(key_owner, name="audited", log_prompts=True)
+    post(gateway, {"model": "qwen", "messages": [{"role": "user", "content": "remember this"}]}, secret=secret)
+    post(gateway, {"model": "qwen", "messages": [{"role": "user", "content": "forget this"}]})
+    rows = wait_for(lambda: list(RequestLog.objects.all()) if RequestLog.objects.count() == 2 else None,
+                    what="two request log rows")
+    by_key = {row.key_id: row for row in rows}
+    assert by_key[key_id].prompt_text == "remember this"
+    assert by_key[gateway.key_id].prompt_text == ""
+    assert by_key[gateway.key_id].lane == "qwen" and by_key[gateway.key_id].route_reason == "explicit"
+    assert by_key[gateway.key_id].prompt_tokens == 11 and by_key[gateway.key_id].status == 200
