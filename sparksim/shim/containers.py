@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,7 +66,12 @@ def load_container(node: NodeInfo, name: str) -> Container | None:
     path = container_dir(node, name) / "state.json"
     if not path.is_file():
         return None
-    return Container(**json.loads(path.read_text()))
+    container = Container(**json.loads(path.read_text()))
+    if "rm" in container.options and container.main_pid and not is_running(container):
+        # `--rm`: the container is gone once it has exited.
+        shutil.rmtree(container_dir(node, name), ignore_errors=True)
+        return None
+    return container
 
 
 def save_container(node: NodeInfo, container: Container) -> None:

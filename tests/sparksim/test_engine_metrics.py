@@ -74,7 +74,7 @@ async def test_kv_pool_makes_excess_requests_wait(
 ) -> None:
     # 4 MiB of KV at ~104K tokens/GiB is ~400 tokens: one 300-token request at a time.
     engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
-                            "--max-model-len", "400", time_scale=0.05)
+                            "--max-model-len", "400", time_scale=0.2)
     await assert_second_request_waits(engine)
 
 
@@ -82,7 +82,7 @@ async def test_max_num_seqs_makes_excess_requests_wait(
     engine_factory: Callable[..., EngineHandle],
 ) -> None:
     engine = engine_factory(QWEN, "--max-num-seqs", "1", "--max-model-len", "4096",
-                            time_scale=0.05)
+                            time_scale=0.2)
     await assert_second_request_waits(engine)
 
 
@@ -92,15 +92,26 @@ async def assert_second_request_waits(engine: EngineHandle) -> None:
     async with httpx.AsyncClient(timeout=60) as client:
         requests = [asyncio.create_task(client.post(f"{engine.url}/v1/chat/completions",
                                                     json=body)) for _ in range(2)]
-        waiting = 0.0
+        gauges: dict[str, float] = {}
         for _ in range(200):
             await asyncio.sleep(0.02)
-            waiting = sample(engine, "vllm:num_requests_waiting")
-            if waiting:
+            gauges = gauge_values(engine)
+            if gauges["vllm:num_requests_waiting"]:
                 break
-        assert waiting == 1
-        assert sample(engine, "vllm:num_requests_running") == 1
-        assert sample(engine, "vllm:kv_cache_usage_perc") > 0
+        assert gauges["vllm:num_requests_waiting"] == 1
+        assert gauges["vllm:num_requests_running"] == 1
+        assert gauges["vllm:kv_cache_usage_perc"] > 0
         responses = await asyncio.gather(*requests)
     assert [response.status_code for response in responses] == [200, 200]
     assert sample(engine, "vllm:num_requests_waiting") == 0
+
+
+def gauge_values(engine: EngineHandle) -> dict[str, float]:
+    """The three gauges from one scrape, so they describe the same moment."""
+    text = httpx.get(f"{engine.url}/metrics").text
+    return {
+        item.name: float(item.value)
+        for family in text_string_to_metric_families(text)
+        if family.type == "gauge"
+        for item in family.samples
+    }

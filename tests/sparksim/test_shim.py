@@ -157,3 +157,11 @@ def test_rm_kills_a_non_blocking_ray_start(nodes: list[NodeInfo]) -> None:
                       ).returncode == 0
     wait_for(lambda: " 0.0/1.0 GPU" in node_shell(node, "docker exec ray_node ray status").stdout,
              what="new ray head")
+
+
+def test_rm_flag_removes_the_container_once_it_exits(nodes: list[NodeInfo]) -> None:
+    node = nodes[0]
+    node_shell(node, f"docker run -d --rm --name once {IMAGE} sh -c 'sleep 0.2'")
+    wait_for(lambda: node_shell(node, "docker ps -a --format '{{.Names}}'").stdout == "",
+             what="--rm container gone")
+    assert node_shell(node, "docker logs once").returncode == 1
