@@ -18,8 +18,9 @@ import orjson
 
 from routing.gateway.choose import AUTO
 from routing.gateway.directory import KeyInfo, LaneInfo, resolve_model
-from routing.gateway.handler import handle_completion, new_request_id
+from routing.gateway.handler import handle_completion
 from routing.gateway.http import Receive, Scope, Send, authenticate, read_body, send_bytes, send_error
+from routing.gateway.outcome import new_request_id
 from routing.gateway.runtime import close_runtime, runtime
 from routing.gateway.wire import GatewayError
 

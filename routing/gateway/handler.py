@@ -15,78 +15,33 @@ import asyncio
 import hashlib
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import orjson
 from django.conf import settings
 
 from routing.gateway import limits
 from routing.gateway.choose import RouteDecision, choose_lane
-from routing.gateway.context import CHARS_PER_TOKEN_GUESS, context_bound, context_message, exceeds
 from routing.gateway.directory import KeyInfo, LaneInfo
+from routing.gateway.guard import check_context
 from routing.gateway.http import Receive, Scope, Send, authenticate, header, read_body, send_bytes, send_error
+from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
+from routing.gateway.relay import lost_request, relay_stream, relay_whole, watch_disconnect
 from routing.gateway.runtime import GatewayRuntime, runtime
 from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
-from routing.gateway.upstream import is_timeout, provably_not_received
+from routing.gateway.upstream import provably_not_received
 from routing.gateway.wire import (
-    SSE_DONE,
     GatewayError,
     ParsedRequest,
-    StreamFilter,
-    Usage,
     completion_text,
-    error_event,
     parse_request,
     prompt_text,
     upstream_body,
-    upstream_error,
-    usage_from,
 )
 from routing.models import RouteReason
 
 UPSTREAM_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
 MAX_FALLBACK_HOPS = 3
-SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
-
-
-@dataclass
-class Outcome:
-    """What happened, for the response headers, the log row and the idempotency record."""
-
-    request_id: str
-    started: float
-    lane: str = ""
-    reason: str = ""
-    score: float | None = None
-    label: str = ""
-    status: int = 0
-    error_code: str = ""
-    sent_upstream: bool = False
-    usage: Usage = field(default_factory=Usage)
-    ttft_ms: float | None = None
-    upstream_ms: float | None = None
-    keep_answer: bool = False  # an Idempotency-Key or a shadow sample needs the answer afterwards
-    gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client disconnected
-    shadow: bool = False  # sampled for shadow traffic
-    record: bytes | None = None  # the answer, as an idempotency record
-
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        out = [(b"x-request-id", self.request_id.encode())]
-        if self.lane:
-            out.append((b"x-spark-lane", self.lane.encode()))
-            out.append((b"x-spark-route-reason", self.reason.encode()))
-            if self.score is not None:
-                out.append((b"x-spark-route-score", f"{self.score:.4f}".encode()))
-            if self.label:
-                out.append((b"x-spark-route-label", self.label.encode()))
-        return out
-
-
-def new_request_id() -> str:
-    # An identifier, not a secret: the PRNG is ~10× cheaper than os.urandom per request.
-    return f"req-{random.getrandbits(96):024x}"
 
 
 def fallback_chain(first: LaneInfo, lanes: dict[str, LaneInfo] | Any, key: KeyInfo) -> list[LaneInfo]:
@@ -208,11 +163,6 @@ async def refuse(send: Send, admission: limits.Admission, outcome: Outcome) -> N
     await send_error(send, error, outcome.headers())
 
 
-def make_record(status: int, kind: bytes, lane: str, body: bytes) -> bytes:
-    """Idempotency record: b"D" + status + kind (J json, S stream, X too large) + |lane| + body."""
-    return b"D" + str(status).encode() + kind + b"|" + lane.encode() + b"|" + body
-
-
 async def replay(send: Send, record: bytes, outcome: Outcome) -> None:
     status, kind = int(record[1:4]), record[4:5]
     lane, _, body = record[6:].partition(b"|")
@@ -228,40 +178,6 @@ async def replay(send: Send, record: bytes, outcome: Outcome) -> None:
         await send_bytes(send, status, body, [*headers, *SSE_HEADERS[1:]], content_type=b"text/event-stream")
     else:
         await send_bytes(send, status, body, [*headers, (b"x-should-retry", b"false")] if status >= 400 else headers)
-
-
-async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest, raw: bytes) -> None:
-    messages = request.body.get("messages")
-    count = len(messages) if isinstance(messages, list) else 1
-    # The raw body's length bounds the prompt's bytes: no parsing needed for the common case.
-    check = context_bound(prompt_bytes=len(raw), messages=count, max_tokens=request.max_tokens,
-                          limit=lane.context_limit, threshold=settings.GATEWAY_TOKENIZE_THRESHOLD)
-    if not check.needs_exact:
-        return
-    tokens, estimated = await tokenize(rt, lane, request), False
-    if tokens is None:
-        tokens, estimated = len(prompt_text(request).encode()) // CHARS_PER_TOKEN_GUESS, True
-    if exceeds(tokens, max_tokens=request.max_tokens, limit=lane.context_limit):
-        raise GatewayError(400, context_message(tokens, max_tokens=request.max_tokens, limit=lane.context_limit,
-                                                estimated=estimated),
-                           code="context_length_exceeded", param="messages", retryable=False)
-
-
-async def tokenize(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> int | None:
-    """The lane's exact prompt length from vLLM's /tokenize (None if it cannot say)."""
-    body: dict[str, Any] = {"model": lane.public_model_name}
-    for name in ("messages", "tools", "prompt"):
-        if name in request.body:
-            body[name] = request.body[name]
-    try:
-        response = await rt.client.post(f"{lane.base_url}/tokenize", content=orjson.dumps(body),
-                                        headers={"content-type": "application/json"}, timeout=30)
-        if response.status_code != 200:
-            return None
-        count = orjson.loads(response.content).get("count")
-        return count if isinstance(count, int) else None
-    except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError):
-        return None
 
 
 async def send_once(
@@ -304,97 +220,6 @@ async def send_once(
         return
     raise GatewayError(503, "No lane can serve this request: " + "; ".join(unavailable) + ".",
                        code="no_lane_available", type_="server_error", retry_after_s=5, retryable=True)
-
-
-def lost_request(exc: BaseException) -> GatewayError:
-    if is_timeout(exc):
-        return GatewayError(504, "The lane did not answer in time; the request is not sent again.",
-                            code="upstream_timeout", type_="server_error", retryable=False)
-    return GatewayError(502, f"The connection to the lane failed after the request was sent ({type(exc).__name__}); "
-                        "it is not sent again.", code="upstream_connection_error", type_="server_error",
-                        retryable=False)
-
-
-async def relay_whole(send: Send, response: httpx.Response, breaker: Any, outcome: Outcome, sent_at: float) -> None:
-    try:
-        content = await response.aread()
-    except Exception as exc:
-        breaker.record_failure()
-        raise lost_request(exc) from None
-    outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
-    if response.status_code >= 500:
-        breaker.record_failure()
-    else:
-        breaker.record_success()
-    if response.status_code != 200:
-        error = upstream_error(response.status_code, content)
-        outcome.status, outcome.error_code = error.status, error.code
-        outcome.record = make_record(error.status, b"J", outcome.lane, error.body())
-        await send_error(send, error, outcome.headers())
-        return
-    try:
-        payload = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        payload = None
-    outcome.usage = usage_from(payload)
-    outcome.status = 200
-    outcome.record = make_record(200, b"J", outcome.lane, content)  # cheap: kept only if needed
-    await send_bytes(send, 200, content, outcome.headers())
-
-
-async def relay_stream(
-    send: Send, response: httpx.Response, request: ParsedRequest,
-    breaker: Any, outcome: Outcome, sent_at: float,
-) -> None:
-    stream_filter = StreamFilter(client_wants_usage=request.client_wants_usage)
-    keep: list[bytes] | None = [] if outcome.keep_answer else None
-    gone = outcome.gone
-    outcome.status = 200
-    await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *outcome.headers()]})
-    failure: GatewayError | None = None
-    try:
-        # The transport's byte stream itself: httpx's aiter_raw adds a generator layer and
-        # bookkeeping per chunk that this relay does not need (errors are mapped either way).
-        async for chunk in response.stream:  # type: ignore[union-attr]
-            if outcome.ttft_ms is None:
-                outcome.ttft_ms = (time.perf_counter() - outcome.started) * 1000
-            out = stream_filter.feed(chunk)
-            if out:
-                if keep is not None:
-                    keep.append(out)
-                await send({"type": "http.response.body", "body": out, "more_body": True})
-            if gone.is_set():  # the client left: stop the lane's work too
-                break
-    except Exception as exc:
-        failure = lost_request(exc) if is_timeout(exc) else GatewayError(
-            502, f"The lane's stream broke off ({type(exc).__name__}); the request is not sent again.",
-            code="upstream_stream_interrupted", type_="server_error", retryable=False)
-    outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
-    outcome.usage = stream_filter.usage
-    if failure is None and not stream_filter.saw_done and not gone.is_set():
-        failure = GatewayError(502, "The lane closed the stream before it finished; the request is not sent again.",
-                               code="upstream_stream_interrupted", type_="server_error", retryable=False)
-    if failure is not None:
-        breaker.record_failure()
-        outcome.error_code = failure.code
-        tail = error_event(failure.message, type_=failure.type, code=failure.code) + SSE_DONE
-    else:
-        breaker.record_success()
-        tail = stream_filter.leftover()
-    if keep is not None:
-        keep.append(tail)
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
-    if keep is not None:
-        joined = b"".join(keep)
-        outcome.record = make_record(200, b"S", outcome.lane, joined)
-
-
-async def watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            return
 
 
 def finish(rt: GatewayRuntime, key: KeyInfo, request: ParsedRequest | None, endpoint: str, outcome: Outcome) -> None:
