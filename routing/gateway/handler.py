@@ -12,7 +12,9 @@ comes anyway with the same Idempotency-Key is answered from Redis, never upstrea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import logging
 import random
 import time
 from typing import Any
@@ -40,6 +42,7 @@ from routing.gateway.wire import (
 )
 from routing.models import RouteReason
 
+log = logging.getLogger(__name__)
 UPSTREAM_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
 MAX_FALLBACK_HOPS = 3
 
@@ -82,6 +85,15 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
     except GatewayError as error:
         outcome.status, outcome.error_code = error.status, error.code
         await send_error(send, error, outcome.headers())
+    except Exception:
+        # A bug or an unreachable Redis: still an OpenAI-shaped answer, never a retry hint
+        # (the request may have gone upstream). Secrets are not in the traceback's locals.
+        log.exception("gateway: request %s failed", outcome.request_id)
+        failure = GatewayError(500, "The gateway failed on this request.", code="internal_error",
+                               type_="server_error", retryable=False)
+        outcome.status, outcome.error_code = failure.status, failure.code
+        with contextlib.suppress(Exception):  # the answer may already have started
+            await send_error(send, failure, outcome.headers())
     finally:
         if key is not None:
             finish(rt, key, request, endpoint, outcome)

@@ -177,3 +177,19 @@ def test_prompt_text_is_logged_only_for_keys_that_opt_in(gateway: Gateway, key_o
     assert by_key[gateway.key_id].prompt_text == ""
     assert by_key[gateway.key_id].lane == "qwen" and by_key[gateway.key_id].route_reason == "explicit"
     assert by_key[gateway.key_id].prompt_tokens == 11 and by_key[gateway.key_id].status == 200
+
+
+def test_without_redis_the_gateway_fails_closed_in_openai_shape(
+    asgi_server: Any, key_owner: User, upstream: CountingUpstream, settings: Any
+) -> None:
+    """Limits and idempotency cannot be checked: refuse (500, no retry hint) rather than risk a double."""
+    from tests.conftest import free_port
+
+    make_lane("qwen", upstream.port)
+    secret, _ = create_key(key_owner)
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # read when the gateway's runtime starts
+    response = httpx.post(f"{asgi_server.url}/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                          json={"model": "qwen", "messages": MESSAGES}, timeout=30)
+    error = assert_error(response, 500, "internal_error")
+    assert error["type"] == "server_error" and response.headers["x-should-retry"] == "false"
+    assert upstream.completions == 0
