@@ -188,11 +188,20 @@ def processes(node: NodeInfo, container: Container, groups: bool = False) -> lis
 
 
 def group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is left in the group (killpg(0) counts zombies, and
+    the init here reaps them lazily)."""
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    for stat_path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_path.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def matching_pids(node: NodeInfo, container: Container, pattern: str) -> list[int]:
