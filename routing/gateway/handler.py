@@ -28,7 +28,7 @@ from routing.gateway.directory import KeyInfo, LaneInfo
 from routing.gateway.guard import check_context
 from routing.gateway.http import Receive, Scope, Send, authenticate, header, read_body, send_bytes, send_error
 from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
-from routing.gateway.relay import lost_request, relay_stream, relay_whole, watch_disconnect
+from routing.gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
 from routing.gateway.runtime import GatewayRuntime, runtime
 from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
 from routing.gateway.upstream import provably_not_received
@@ -181,8 +181,8 @@ async def replay(send: Send, record: bytes, outcome: Outcome) -> None:
     outcome.lane, outcome.reason, outcome.status, outcome.error_code = lane.decode(), "replay", status, "replayed"
     headers = [*outcome.headers(), (b"x-idempotent-replay", b"true")]
     if kind == b"X":
-        error = GatewayError(409, "The request with this Idempotency-Key already finished; its answer was too large "
-                             "to keep, and it is not sent twice.", code="idempotent_request_done",
+        error = GatewayError(409, "This request already ran; its answer cannot be replayed (too large, or the "
+                             "client left mid-stream), and it is not sent twice.", code="idempotent_request_done",
                              type_="conflict_error", retryable=False)
         await send_error(send, error, headers)
         return
@@ -220,7 +220,7 @@ async def send_once(
                 unavailable.append(f"{lane.name} refused the connection")
                 continue
             outcome.sent_upstream = True
-            raise lost_request(exc) from None
+            raise lost_request_recorded(exc, outcome) from None
         outcome.sent_upstream = True
         try:
             if request.stream and response.status_code == 200:

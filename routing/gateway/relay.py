@@ -25,6 +25,13 @@ from routing.gateway.wire import (
 )
 
 
+def lost_request_recorded(exc: BaseException, outcome: Outcome) -> GatewayError:
+    """The error for a request the lane may have, kept as the answer a retry will get."""
+    error = lost_request(exc)
+    outcome.record = make_record(error.status, b"J", outcome.lane, error.body())
+    return error
+
+
 def lost_request(exc: BaseException) -> GatewayError:
     if is_timeout(exc):
         return GatewayError(504, "The lane did not answer in time; the request is not sent again.",
@@ -39,7 +46,7 @@ async def relay_whole(send: Send, response: httpx.Response, breaker: Any, outcom
         content = await response.aread()
     except Exception as exc:
         breaker.record_failure()
-        raise lost_request(exc) from None
+        raise lost_request_recorded(exc, outcome) from None
     outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
     if response.status_code >= 500:
         breaker.record_failure()

@@ -92,3 +92,12 @@ def test_the_requests_page_filters_by_lane_and_status(admin_client: Client) -> N
     assert [row["request_id"] for row in api] == ["req-bad"]
     totals = {row["name"]: row for row in admin_client.get("/api/gateway/totals/lane").json()}
     assert totals["deepseek"]["errors"] == 1 and totals["qwen"]["requests"] == 1
+
+
+def test_the_shadow_page_shows_samples_and_their_divergence(admin_client: Client) -> None:
+    from routing.models import ShadowSample
+
+    ShadowSample.objects.create(request_id="req-shadowed", lane="qwen", external_model="gpt-5.5", local_latency_ms=420,
+                                external_latency_ms=900, local_chars=120, external_chars=150, divergence=0.375)
+    page = admin_client.get("/gateway/shadow/").content.decode()
+    assert "req-shadowed" in page and "gpt-5.5" in page and "0.375" in page

@@ -182,3 +182,21 @@ def test_a_lane_saved_in_the_portal_reaches_the_gateway_without_waiting_for_the_
                                 json={"model": "qwen", "messages": MESSAGES}).status_code == 503,
              what="the stopped lane to be skipped")
     assert upstream.completions == 1
+
+
+def test_a_retry_of_a_timed_out_request_gets_the_same_error_not_a_second_send(
+    gateway: Gateway, upstream: CountingUpstream, settings: Any
+) -> None:
+    settings.GATEWAY_READ_TIMEOUT_S = 1.0
+    upstream.mode, upstream.hang_s = "hang", 3.0
+    headers = {**gateway.headers(), "idempotency-key": "agent-42"}
+    body = {"model": "qwen", "messages": MESSAGES}
+    first = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body, timeout=10)
+    assert first.status_code == 504
+    from tests.conftest import wait_for
+
+    again = wait_for(lambda: (r := httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body))
+                     .headers.get("x-idempotent-replay") and r, what="the recorded answer")
+    assert again.status_code == 504 and again.json() == first.json()
+    assert again.headers["x-should-retry"] == "false"
+    assert upstream.completions == 1
