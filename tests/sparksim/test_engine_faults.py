@@ -6,6 +6,7 @@ from collections.abc import Callable
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparksim.standalone import EngineHandle
 from tests.sparksim.conftest import QWEN, wait_for
@@ -122,3 +123,46 @@ def test_sigint_shuts_down_gracefully(engine_factory: Callable[..., EngineHandle
     engine = engine_factory(QWEN)
     assert engine.stop() == 0
     assert "Shutting down FastAPI HTTP server." in engine.log()
+
+
+def test_fault_counters_by_control_endpoint(engine_factory: Callable[..., EngineHandle]) -> None:
+    engine = engine_factory(QWEN)
+    set_faults(engine, die_after_requests=1)
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT).status_code == 200
+    assert engine.health_status() == 503
+    set_faults(engine, clear=True)
+    assert engine.health_status() == 200
+    set_faults(engine, die_mid_stream_after_tokens=2)
+    body = {**CHAT, "max_tokens": 20, "stream": True, "ignore_eos": True}
+    with pytest.raises(httpx.HTTPError), httpx.stream(
+        "POST", f"{engine.url}/v1/chat/completions", json=body
+    ) as response:
+        list(response.iter_lines())  # cut before [DONE]: the chunked body never ends
+    assert engine.health_status() == 503
+
+
+def test_latency_flag(engine_factory: Callable[..., EngineHandle]) -> None:
+    engine = engine_factory(QWEN, "--sim-latency-s", "0.25")
+    started = time.monotonic()
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT).status_code == 200
+    assert time.monotonic() - started >= 0.25
+
+
+def test_client_disconnect_aborts_the_request(engine_factory: Callable[..., EngineHandle]) -> None:
+    engine = engine_factory(QWEN, time_scale=0.5)
+    body = {**CHAT, "max_tokens": 500, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", f"{engine.url}/v1/chat/completions", json=body) as response:
+        for line in response.iter_lines():
+            if '"content":"' in line and '"role"' not in line:
+                break  # leave after the first token
+
+    def aborted() -> bool:
+        values = {
+            (item.name, item.labels.get("finished_reason")): item.value
+            for family in text_string_to_metric_families(httpx.get(f"{engine.url}/metrics").text)
+            for item in family.samples
+        }
+        return (values[("vllm:request_success_total", "abort")] == 1
+                and values[("vllm:num_requests_running", None)] == 0)
+
+    wait_for(aborted, what="abort counted and slot freed")
