@@ -26,7 +26,7 @@ from sparksim.engine.planning import (
     plan_chat,
     plan_completion,
 )
-from sparksim.engine.scheduler import ENGINE_DIED, EngineCore
+from sparksim.engine.scheduler import ENGINE_DIED, EngineCore, ScheduledRequest
 from sparksim.tokenizer import chat_prompt_token_ids, completion_prompt_token_ids
 
 VLLM_VERSION = "0.21.1rc1.dev339+g1967a5627"
@@ -167,6 +167,10 @@ class EngineServer:
         try:
             if plan.stream:
                 return await self._stream(request, plan, scheduled, chat)
+        except BaseException:
+            self.core.abort(scheduled)
+            raise
+        try:
             while not scheduled.done:
                 _, position = await scheduled.events.get()
                 if position == ENGINE_DIED:
@@ -179,7 +183,7 @@ class EngineServer:
         payload = builder(plan.model, int(time.time()), plan.plans, len(plan.prompt_ids))
         return web.json_response(payload)
 
-    async def _stream(self, request: web.Request, plan: GenerationRequest, scheduled: Any,
+    async def _stream(self, request: web.Request, plan: GenerationRequest, scheduled: ScheduledRequest,
                       chat: bool) -> web.StreamResponse:
         created = int(time.time())
         stream_type = ChatStream if chat else CompletionStream
@@ -188,6 +192,17 @@ class EngineServer:
             headers={"Content-Type": "text/event-stream; charset=utf-8",
                      "Cache-Control": "no-cache"})
         await response.prepare(request)
+        try:
+            return await self._stream_tokens(request, response, stream, plan, scheduled)
+        except ConnectionError:
+            # The client went away: vLLM aborts the request and logs one line.
+            self.core.abort(scheduled)
+            log("INFO", "async_llm.py", f"Aborted request {stream.id}.")
+            return response
+
+    async def _stream_tokens(self, request: web.Request, response: web.StreamResponse,
+                             stream: ChatStream | CompletionStream, plan: GenerationRequest,
+                             scheduled: ScheduledRequest) -> web.StreamResponse:
         choices = plan.plans
         while not scheduled.done or not scheduled.events.empty():
             batch = [await scheduled.events.get()]
