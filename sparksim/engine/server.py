@@ -183,8 +183,8 @@ class EngineServer:
         payload = builder(plan.model, int(time.time()), plan.plans, len(plan.prompt_ids))
         return web.json_response(payload)
 
-    async def _stream(self, request: web.Request, plan: GenerationRequest, scheduled: ScheduledRequest,
-                      chat: bool) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, plan: GenerationRequest,
+                      scheduled: ScheduledRequest, chat: bool) -> web.StreamResponse:
         created = int(time.time())
         stream_type = ChatStream if chat else CompletionStream
         stream = stream_type(plan.model, created, plan.include_usage)
