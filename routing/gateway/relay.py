@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import orjson
+from django.conf import settings
 
 from routing.gateway.http import Receive, Send, send_bytes, send_error
 from routing.gateway.outcome import SSE_HEADERS, Outcome, make_record
@@ -74,6 +75,7 @@ async def relay_stream(
 ) -> None:
     stream_filter = StreamFilter(client_wants_usage=request.client_wants_usage)
     keep: list[bytes] | None = [] if outcome.keep_answer else None
+    kept, keep_limit = 0, settings.GATEWAY_IDEMPOTENCY_MAX_BYTES
     gone = outcome.gone
     outcome.status = 200
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *outcome.headers()]})
@@ -87,7 +89,11 @@ async def relay_stream(
             out = stream_filter.feed(chunk)
             if out:
                 if keep is not None:
-                    keep.append(out)
+                    kept += len(out)
+                    if kept > keep_limit:  # too large to replay: stop holding it in memory
+                        keep, outcome.keep_answer = None, False
+                    else:
+                        keep.append(out)
                 await send({"type": "http.response.body", "body": out, "more_body": True})
             if gone.is_set():  # the client left: stop the lane's work too
                 break
