@@ -13,6 +13,7 @@ from aiohttp import web
 
 from sparksim.engine.cluster_join import ClusterJoinError, join_cluster, watch_members
 from sparksim.engine.config import ConfigError, EngineConfig, build_engine_config
+from sparksim.engine.fabric import FabricError, check_fabric
 from sparksim.engine.log import log
 from sparksim.engine.server import VLLM_VERSION, EngineServer
 from sparksim.engine.vllm_args import parse_serve_args
@@ -20,6 +21,7 @@ from sparksim.files import write_atomically
 from sparksim.host.node import NodeInfo, load_node
 from sparksim.host.procfs import drop_budget, record_budget
 from sparksim.rendezvous import Member
+from sparksim.timing import with_overrides
 
 STATS_INTERVAL_S = 10.0
 
@@ -79,6 +81,19 @@ async def serve(config: EngineConfig) -> int:
     members = await join_cluster(config, stop)
     if stop.is_set():
         return 0
+    if len(members) > 1 and not config.headless:
+        try:
+            verdict = check_fabric(members)
+        except FabricError as error:
+            log("ERROR", "core.py", "EngineCore failed to start.")
+            print(f"RuntimeError: {error}", flush=True)
+            return 1
+        profile = config.profile
+        config.profile = with_overrides(
+            profile,
+            decode_tok_s=profile.decode_tok_s * verdict.speed_factor,
+            prefill_tok_s=profile.prefill_tok_s * verdict.speed_factor,
+        )
     budget_nodes = [load_node(member.sim_dir) for member in members] or ([node] if node else [])
     per_node_gib = config.memory_budget_gib
     for budget_node in budget_nodes:

@@ -1,6 +1,10 @@
 """Ray and native multi-node serving across two simulated node directories."""
 
+import json
 import re
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 from sparksim.host.node import NodeInfo
@@ -11,6 +15,10 @@ from tests.sparksim.test_shim import IMAGE, health
 MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
 SERVE = (f"vllm serve {MODEL} --host 0.0.0.0 --port {{port}} --tensor-parallel-size 2 "
          "--max-model-len 1048576 --kv-cache-memory-bytes 11G --max-num-seqs 16")
+
+
+FABRIC_ENV = ("-e NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0 -e NCCL_IB_GID_INDEX=3 "
+              "-e NCCL_SOCKET_IFNAME=enp1s0f0np0")
 
 
 def ray_gpus(node: NodeInfo) -> float:
@@ -69,11 +77,14 @@ def test_native_multinode_rank0_serves_after_the_headless_worker(nodes: list[Nod
     port = free_port(head.address)
     native = (f" --nnodes 2 --master-addr {head.fabric_ip('enp1s0f0np0')} "
               f"--master-port {master_port}")
-    assert node_shell(worker, f"docker run -d --name vllm_node {IMAGE} " + SERVE.format(port=port)
-                      + native + " --node-rank 1 --headless").returncode == 0
-    assert node_shell(head, f"docker run -d --name vllm_node {IMAGE} " + SERVE.format(port=port)
-                      + native + " --node-rank 0").returncode == 0
+    assert node_shell(worker, f"docker run -d --name vllm_node {FABRIC_ENV} {IMAGE} "
+                      + SERVE.format(port=port) + native + " --node-rank 1 --headless"
+                      ).returncode == 0
+    assert node_shell(head, f"docker run -d --name vllm_node {FABRIC_ENV} {IMAGE} "
+                      + SERVE.format(port=port) + native + " --node-rank 0").returncode == 0
     wait_for(lambda: health(head, port) == 200, what="rank 0 serving")
+    logs = node_shell(head, "docker logs vllm_node").stdout
+    assert "NET/IB : Using [0]rocep1s0f0:1/RoCE [1]roceP2p1s0f0:1/RoCE" in logs
     assert health(worker, port) is None  # headless: no API server on the worker
     assert node_shell(worker, "docker exec vllm_node pgrep -f 'vllm serve'").returncode == 0
     # Traffic of a TP group shows on the RoCE counters of both nodes.
@@ -98,3 +109,38 @@ def test_native_rank0_alone_times_out(nodes: list[NodeInfo]) -> None:
     wait_for(lambda: "Exited (1)" in node_shell(head, "docker ps -a --format '{{.Status}}'").stdout,
              what="rank 0 exit")
     assert "timed out" in node_shell(head, "docker logs vllm_node").stdout
+
+
+def test_a_hardcoded_gid_index_that_moved_breaks_the_start(nodes: list[NodeInfo]) -> None:
+    head, worker = nodes
+    subprocess.run([sys.executable, "-m", "sparksim", "fault", "--node-dir", worker.sim_dir,
+                    "gid-index", "roceP2p1s0f0", "5"], check=True)
+    master_port, port = free_port(), free_port(head.address)
+    native = (f" --nnodes 2 --master-addr {head.fabric_ip('enp1s0f0np0')} "
+              f"--master-port {master_port}")
+    node_shell(worker, f"docker run -d --name vllm_node {FABRIC_ENV} {IMAGE} "
+               + SERVE.format(port=port) + native + " --node-rank 1 --headless")
+    node_shell(head, f"docker run -d --name vllm_node {FABRIC_ENV} {IMAGE} "
+               + SERVE.format(port=port) + native + " --node-rank 0")
+    wait_for(lambda: "Exited (1)" in node_shell(head, "docker ps -a --format '{{.Status}}'").stdout,
+             what="rank 0 exit")
+    logs = node_shell(head, "docker logs vllm_node").stdout
+    assert "IBV_WC_RETRY_EXC_ERR" in logs and "spark2:roceP2p1s0f0 is not RoCE v2" in logs
+
+
+def test_without_ib_devices_nccl_falls_back_to_sockets_and_decode_slows(
+    nodes: list[NodeInfo],
+) -> None:
+    head, worker = nodes
+    master_port, port = free_port(), free_port(head.address)
+    native = (f" --nnodes 2 --master-addr {head.fabric_ip('enp1s0f0np0')} "
+              f"--master-port {master_port}")
+    node_shell(worker, f"docker run -d --name vllm_node -e NCCL_IB_DISABLE=1 {IMAGE} "
+               + SERVE.format(port=port) + native + " --node-rank 1 --headless")
+    node_shell(head, f"docker run -d --name vllm_node -e NCCL_IB_DISABLE=1 {IMAGE} "
+               + SERVE.format(port=port) + native + " --node-rank 0")
+    wait_for(lambda: health(head, port) == 200, what="rank 0 serving")
+    assert "NET/Socket : Using [0]enp1s0f0np0" in node_shell(head, "docker logs vllm_node").stdout
+    with urllib.request.urlopen(f"http://{head.address}:{port}/_sim/state") as reply:
+        state = json.loads(reply.read())
+    assert state["profile"]["decode_tok_s"] == 34.0  # half of 68 over sockets
