@@ -33,11 +33,13 @@ class FabricVerdict:
 
 def check_fabric(members: list[Member], env: Mapping[str, str] | None = None) -> FabricVerdict:
     env = os.environ if env is None else env
+    # Without NCCL_IB_HCA, NCCL takes every RoCE device it finds; without NCCL_IB_GID_INDEX,
+    # recent NCCL picks the RoCE v2 IPv4 GID by itself.
     requested = [name.split(":")[0] for name in env.get("NCCL_IB_HCA", "").split(",") if name]
+    requested = requested or list(ROCE_DEVICES)
     interface = env.get("NCCL_SOCKET_IFNAME", "enp1s0f0np0")
-    if env.get("NCCL_IB_DISABLE") == "1" or not requested:
-        return _socket(interface, "NCCL_IB_DISABLE=1" if env.get("NCCL_IB_DISABLE") == "1"
-                       else "no NCCL_IB_HCA given")
+    if env.get("NCCL_IB_DISABLE") == "1":
+        return _socket(interface, "NCCL_IB_DISABLE=1")
     gid_text = env.get("NCCL_IB_GID_INDEX")
     usable = [device for device in requested if device in ROCE_DEVICES]
     for member in members:
