@@ -31,7 +31,7 @@ from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
 from routing.gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
 from routing.gateway.runtime import GatewayRuntime, runtime
 from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
-from routing.gateway.upstream import provably_not_received
+from routing.gateway.upstream import provably_not_received, upstream_send
 from routing.gateway.wire import (
     GatewayError,
     ParsedRequest,
@@ -209,11 +209,9 @@ async def send_once(
             unavailable.append(f"{lane.name}'s circuit is open")
             continue
         body = upstream_body(request, upstream_model=lane.public_model_name)
-        upstream = rt.client.build_request("POST", lane.base_url + UPSTREAM_PATHS[endpoint], content=body,  # type: ignore[operator]
-                                           headers={"content-type": "application/json"})
         sent_at = time.perf_counter()
         try:
-            response = await rt.client.send(upstream, stream=True)
+            response = await upstream_send(rt.transport, f"{lane.base_url}{UPSTREAM_PATHS[endpoint]}", body)
         except Exception as exc:
             breaker.record_failure()
             if provably_not_received(exc):

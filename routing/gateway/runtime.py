@@ -20,7 +20,7 @@ from routing.gateway.breaker import CircuitBreaker
 from routing.gateway.directory import KeyCache, LaneCache
 from routing.gateway.limits import ADMIT_LUA
 from routing.gateway.logwriter import RequestLogWriter
-from routing.gateway.upstream import upstream_client
+from routing.gateway.upstream import upstream_client, upstream_transport
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ def invalidation_channel() -> str:
 
 class GatewayRuntime:
     def __init__(self) -> None:
-        self.client: httpx.AsyncClient = upstream_client()
+        self.transport = upstream_transport()
+        self.client: httpx.AsyncClient = upstream_client(self.transport)
         # A blocking pool: under a burst, requests wait a moment for a connection instead of
         # failing (the default pool raises "Too many connections").
         pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL, max_connections=64, timeout=10)

@@ -10,7 +10,16 @@ from django.conf import settings
 from httpx_aiohttp import AiohttpTransport
 
 
-def upstream_client() -> httpx.AsyncClient:
+def upstream_timeouts() -> dict[str, float]:
+    return {
+        "connect": settings.GATEWAY_CONNECT_TIMEOUT_S,
+        "read": settings.GATEWAY_READ_TIMEOUT_S,
+        "write": settings.GATEWAY_READ_TIMEOUT_S,
+        "pool": settings.GATEWAY_CONNECT_TIMEOUT_S,
+    }
+
+
+def upstream_transport() -> AiohttpTransport:
     """Plain httpx's connection pool costs ~2.5 ms a request on this CPU and scales badly
     with concurrency; its aiohttp transport keeps httpx's API at aiohttp's speed. No
     retries anywhere: a retry is how one request becomes two (LiteLLM PR #34129)."""
@@ -19,13 +28,21 @@ def upstream_client() -> httpx.AsyncClient:
         max_keepalive_connections=settings.GATEWAY_MAX_CONNECTIONS,
         keepalive_expiry=30,
     )
-    timeout = httpx.Timeout(
-        connect=settings.GATEWAY_CONNECT_TIMEOUT_S,
-        read=settings.GATEWAY_READ_TIMEOUT_S,
-        write=settings.GATEWAY_READ_TIMEOUT_S,
-        pool=settings.GATEWAY_CONNECT_TIMEOUT_S,
-    )
-    return httpx.AsyncClient(transport=AiohttpTransport(limits=limits, trust_env=False), timeout=timeout)
+    return AiohttpTransport(limits=limits, trust_env=False)
+
+
+def upstream_client(transport: AiohttpTransport) -> httpx.AsyncClient:
+    """The full client over the same pool, for the calls off the hot path (/tokenize, shadow)."""
+    return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(**upstream_timeouts()))
+
+
+async def upstream_send(transport: AiohttpTransport, url: str, body: bytes) -> httpx.Response:
+    """The hot path's one upstream call: an httpx Request handed straight to the transport.
+    AsyncClient.send adds auth, redirect and cookie handling this call never needs —
+    ~150 µs a request, measured here (10% of the gateway's whole budget)."""
+    request = httpx.Request("POST", url, content=body, headers={"content-type": "application/json"},
+                            extensions={"timeout": upstream_timeouts()})
+    return await transport.handle_async_request(request)
 
 
 def provably_not_received(exc: BaseException) -> bool:
