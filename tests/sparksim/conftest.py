@@ -42,10 +42,17 @@ def engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:
     return engine_factory(DEEPSEEK, "--served-model-name", DEEPSEEK, "deepseek")
 
 
+def base_address() -> str:
+    # Each xdist worker simulates its Sparks on its own addresses (jobs use .101 and up).
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    return f"127.0.0.{61 + 4 * index}"
+
+
 @pytest.fixture
 def nodes(tmp_path: Path) -> Iterator[list[NodeInfo]]:
     root = tmp_path / "cluster"
-    created = cluster_up(root, ["spark1", "spark2"], base_address="127.0.0.61", time_scale=0.01)
+    created = cluster_up(root, ["spark1", "spark2"], base_address=base_address(), time_scale=0.01)
     yield created
     cluster_down(root)
 

@@ -53,7 +53,8 @@ def test_gid_index_is_read_from_the_tree_and_moves_with_a_fault(nodes: list[Node
     assert gid_probe(node, "rocep1s0f0") == "3"
     assert roce_v2_ipv4_gid_index(node, "rocep1s0f0") == 3
     gid = (Path(node.sim_dir) / "sys/class/infiniband/rocep1s0f0/ports/1/gids/3").read_text()
-    assert gid.strip() == "0000:0000:0000:0000:0000:ffff:c0a8:643d"  # ::ffff:192.168.100.61
+    mapped = "".join(f"{int(octet):02x}" for octet in node.fabric_ip("enp1s0f0np0").split("."))
+    assert gid.strip() == f"0000:0000:0000:0000:0000:ffff:{mapped[:4]}:{mapped[4:]}"
     fault(node, "gid-index", "roceP2p1s0f1", "11")  # seed 003 found it at 11
     assert gid_probe(node, "roceP2p1s0f1") == "11"
     assert gid_probe(node, "rocep1s0f0") == "3"
@@ -70,7 +71,8 @@ def test_nvidia_smi_ibdev2netdev_and_ip(nodes: list[NodeInfo]) -> None:
     assert lines[0] == "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)"
     assert lines[1] == "rocep1s0f1 port 1 ==> enp1s0f1np1 (Down)"
     address = node_shell(node, "ip -o -4 addr show dev enp1s0f0np0").stdout
-    assert re.match(r"\d+: enp1s0f0np0    inet 192\.168\.100\.61/24 brd 192\.168\.100\.255 "
+    ip = re.escape(node.fabric_ip("enp1s0f0np0"))
+    assert re.match(rf"\d+: enp1s0f0np0    inet {ip}/24 brd 192\.168\.100\.255 "
                     r"scope global enp1s0f0np0\\       valid_lft forever preferred_lft forever",
                     address)
 
