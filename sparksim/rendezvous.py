@@ -71,9 +71,5 @@ def members(root: Path, kind: str, address: str) -> dict[str, Member]:
     return found
 
 
-def ray_address(address: str) -> str:
-    return address
-
-
 def native_address(master_addr: str, master_port: int) -> str:
     return f"{master_addr}:{master_port}"

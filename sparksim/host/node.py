@@ -1,7 +1,6 @@
 """A simulated node's identity, stored in `<sim_dir>/node.json`."""
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,11 +61,6 @@ def load_node(sim_dir: str | Path) -> NodeInfo:
 def save_node(node: NodeInfo) -> None:
     path = node_json_path(node.sim_dir)
     write_atomically(path, json.dumps(node.to_json(), indent=2, sort_keys=True) + "\n")
-
-
-def node_dir_from_env() -> Path | None:
-    value = os.environ.get("SPARKSIM_NODE_DIR")
-    return Path(value) if value else None
 
 
 def cluster_nodes(root: Path) -> list[NodeInfo]:

@@ -103,7 +103,7 @@ def exit_code(node: NodeInfo, container: Container) -> int:
     return KILLED_EXIT_CODE
 
 
-def sparksim_command(node: NodeInfo, *arguments: str) -> list[str]:
+def sparksim_command(*arguments: str) -> list[str]:
     return [sys.executable, "-m", "sparksim", *arguments]
 
 
@@ -111,10 +111,10 @@ def host_command(node: NodeInfo, container: Container, command: list[str]) -> li
     """The host process that plays `command` inside the container."""
     directory = str(container_dir(node, container.name))
     if command[:2] == ["vllm", "serve"]:
-        return sparksim_command(node, "vllm", "serve", *command[2:], "--sim-node-dir",
+        return sparksim_command("vllm", "serve", *command[2:], "--sim-node-dir",
                                 node.sim_dir, "--sim-state-dir", directory)
     if command[:1] == ["ray"]:
-        return sparksim_command(node, "ray", "--node-dir", node.sim_dir, "--container",
+        return sparksim_command("ray", "--node-dir", node.sim_dir, "--container",
                                 container.name, *command[1:])
     # Anything else runs on the host; a shell records its exit code like a container would.
     script = '"$@"; echo "{\\"code\\": $?}" > "$SPARKSIM_STATE_DIR/exit-$$.json"'
