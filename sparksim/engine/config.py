@@ -89,6 +89,8 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
         startup_s=args.sim_startup_s,
     )
     time_scale = args.time_scale if args.time_scale is not None else _node_time_scale(node)
+    if time_scale <= 0:
+        raise ConfigError(f"sparksim: --time-scale must be positive, got {time_scale}")
     validate_parallelism(args)
     world = args.tensor_parallel_size * args.pipeline_parallel_size
     memory_gib = args.sim_memory_gib or (node.memory_gib if node else DEFAULT_MEMORY_GIB)
