@@ -41,9 +41,12 @@ class NodeInfo:
         return Path(self.sim_dir).parent
 
     def fabric_ip(self, netdev: str) -> str:
-        # Both PCIe halves of one port share the subnet, so give them distinct hosts.
-        offset = 100 if netdev.startswith("enP2") else 0
-        return f"{FABRIC_SUBNETS[netdev]}.{self.host_number + offset}"
+        # Both PCIe halves of one port share the subnet, so the second half's host part is
+        # 100 away (up when that stays a valid host, else down).
+        host = self.host_number
+        if netdev.startswith("enP2"):
+            host = host + 100 if host <= 154 else host - 100
+        return f"{FABRIC_SUBNETS[netdev]}.{host}"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

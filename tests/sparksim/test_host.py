@@ -158,3 +158,10 @@ def test_cluster_up_is_idempotent_and_keeps_faults(tmp_path: Path) -> None:
     assert state.read_text().strip() == "1: DOWN"
     subprocess.run([sys.executable, "-m", "sparksim", "cluster", "down", "--root", str(root)],
                    check=True)
+
+
+def test_fabric_addresses_stay_valid_for_high_host_numbers(tmp_path: Path) -> None:
+    (node,) = cluster_up(tmp_path / "high", ["spark9"], base_address="127.0.0.201")
+    assert node.fabric_ip("enp1s0f0np0") == "192.168.100.201"
+    assert node.fabric_ip("enP2p1s0f0np0") == "192.168.100.101"
+    assert gid_probe(node, "roceP2p1s0f0") == "3"
