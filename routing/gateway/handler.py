@@ -160,7 +160,8 @@ async def refuse(send: Send, admission: limits.Admission, outcome: Outcome) -> N
     if code == limits.REVOKED:
         error = GatewayError(401, "This API key has been revoked.", code="invalid_api_key", type_="authentication_error")
     elif code == limits.IDEMPOTENT_IN_FLIGHT:
-        error = GatewayError(409, "A request with this Idempotency-Key is still in progress; it is not sent twice. "
+        error = GatewayError(409, "The same request (same Idempotency-Key, or a retry of the same body) is still in progress; "
+                             "it is not sent twice. "
                              "Retry later to receive its answer.", code="idempotent_request_in_flight",
                              type_="conflict_error", retry_after_s=2, retryable=True)
     elif code == limits.IDEMPOTENT_DONE:
