@@ -1,0 +1,28 @@
+"""The seed's production load shape: 200 users at once. Every stream completes, each sent
+upstream exactly once (no timing asserted: figures live in bench/gateway_overhead.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from tests.gateway.conftest import Gateway
+from tests.gateway.upstreams import CountingUpstream
+
+CLIENTS = 200
+
+
+async def test_200_concurrent_streams_all_complete_without_error(gateway: Gateway, upstream: CountingUpstream) -> None:
+    headers = {**gateway.headers(), "x-stainless-retry-count": "0"}  # the SDK's path: retry recognition on
+
+    async def one(session: aiohttp.ClientSession, n: int) -> bytes:
+        body = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": f"user {n}"}]}
+        async with session.post(f"{gateway.base_url}/chat/completions", json=body, headers=headers) as response:
+            assert response.status == 200, await response.text()
+            return await response.read()
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        answers = await asyncio.gather(*(one(session, n) for n in range(CLIENTS)))
+    assert all(answer.endswith(b"data: [DONE]\n\n") and b'"error"' not in answer for answer in answers)
+    assert upstream.completions == CLIENTS
