@@ -10,7 +10,8 @@ commands:
   docker --node-dir DIR ARGS...                 the docker stand-in of one node
   ray --node-dir DIR --container NAME start|status ...
   fault --node-dir DIR {link-down DEV|link-up DEV|mtu NETDEV N|slow-rtt USEC|gid-index DEV N|
-                        image-missing IMAGE|image-id IMAGE ID|compaction N|clear}
+                        image-missing IMAGE|image-id IMAGE ID|compaction N|
+                        engine-args [--sim-* FLAGS...]|clear}
   tool NAME --node-dir DIR ARGS...              nvidia-smi ibdev2netdev ip ping ib_write_lat
                                                 ib_read_lat ib_send_lat ib_write_bw
 """

@@ -60,6 +60,7 @@ class EngineConfig:
     node_dir: Path | None
     state_dir: Path | None
     faults: FaultSwitches = field(default_factory=FaultSwitches)
+    fail_start: str | None = None
 
     def scaled(self, simulated_seconds: float) -> float:
         return simulated_seconds * self.time_scale
@@ -161,6 +162,7 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
             latency_s=args.sim_latency_s,
             exit_on_death=args.sim_exit_on_death,
         ),
+        fail_start=args.sim_fail_start,
     )
 
 

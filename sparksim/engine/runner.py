@@ -120,6 +120,11 @@ async def serve_http(
     await simulate_loading(config, stop)
     if stop.is_set():
         return 0
+    if config.fail_start:
+        log("ERROR", "core.py", "EngineCore failed to start.")
+        print("Traceback (most recent call last):", flush=True)
+        print(f"{config.fail_start}", flush=True)
+        return 1
     server = EngineServer(config)
     exit_code = 0
 

@@ -135,6 +135,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     add("--sim-die-mid-stream-after-tokens", type=int, default=None)
     add("--sim-latency-s", type=float, default=0.0, help="real seconds added to each request")
     add("--sim-exit-on-death", action="store_true")
+    add("--sim-fail-start", default=None, metavar="TEXT",
+        help="fail after loading weights with this error (e.g. seed 004's AssertionError)")
     add("--sim-node-dir", default=None)
     add("--sim-state-dir", default=None)
 

@@ -8,7 +8,7 @@ from sparksim.host.sysfs import write_node_tree
 
 USAGE = ("usage: python -m sparksim fault --node-dir DIR {link-down DEV|link-up DEV|"
          "mtu NETDEV N|slow-rtt USEC|gid-index DEV N|image-missing IMAGE|image-id IMAGE ID|"
-         "compaction N|clear}")
+         "compaction N|engine-args [--sim-* FLAGS...]|clear}")
 
 
 def fault_command(argv: list[str]) -> int:
@@ -46,6 +46,9 @@ def apply_fault(node: NodeInfo, kind: str, values: list[str]) -> None:
         faults["image_missing"] = sorted({*faults.get("image_missing", []), values[0]})
     elif kind == "image-id":
         faults.setdefault("image_ids", {})[values[0]] = values[1]
+    elif kind == "engine-args":
+        # Appended to every `vllm serve` the shim starts on this node; none clears them.
+        faults["engine_args"] = list(values)
     elif kind == "compaction":
         faults["compaction_proactiveness"] = int(values[0])
     else:

@@ -111,7 +111,8 @@ def host_command(node: NodeInfo, container: Container, command: list[str]) -> li
     """The host process that plays `command` inside the container."""
     directory = str(container_dir(node, container.name))
     if command[:2] == ["vllm", "serve"]:
-        return sparksim_command("vllm", "serve", *command[2:], "--sim-node-dir",
+        node_flags = [str(flag) for flag in node.faults.get("engine_args", [])]
+        return sparksim_command("vllm", "serve", *command[2:], *node_flags, "--sim-node-dir",
                                 node.sim_dir, "--sim-state-dir", directory)
     if command[:1] == ["ray"]:
         return sparksim_command("ray", "--node-dir", node.sim_dir, "--container",

@@ -1,7 +1,9 @@
 """The docker stand-in starts, lists, logs and removes engines from real `vllm serve` lines."""
 
 import re
+import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -21,6 +23,8 @@ def health(node: NodeInfo, port: int) -> int | None:
     try:
         with urllib.request.urlopen(f"http://{node.address}:{port}/health", timeout=2) as reply:
             return int(reply.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
     except OSError:
         return None
 
@@ -165,3 +169,21 @@ def test_rm_flag_removes_the_container_once_it_exits(nodes: list[NodeInfo]) -> N
     wait_for(lambda: node_shell(node, "docker ps -a --format '{{.Names}}'").stdout == "",
              what="--rm container gone")
     assert node_shell(node, "docker logs once").returncode == 1
+
+
+def test_node_engine_args_fault_breaks_the_next_start(nodes: list[NodeInfo]) -> None:
+    node = nodes[0]
+    crash = ("AssertionError: assert active_topk_width >= cm.max_seq_len // "
+             "self.compress_ratio")  # seed 004's second start
+    subprocess.run([sys.executable, "-m", "sparksim", "fault", "--node-dir", node.sim_dir,
+                    "engine-args", "--sim-fail-start", crash], check=True)
+    node_shell(node, RUN.format(name="crash") + f"vllm serve {QWEN} --port {free_port()}")
+    wait_for(lambda: "Exited (1)" in node_shell(node, "docker ps -a --format '{{.Status}}'").stdout,
+             what="start failure")
+    logs = node_shell(node, "docker logs crash").stdout
+    assert "EngineCore failed to start." in logs and crash in logs
+    subprocess.run([sys.executable, "-m", "sparksim", "fault", "--node-dir", node.sim_dir,
+                    "engine-args", "--sim-unavailable"], check=True)
+    port = free_port(node.address)
+    node_shell(node, RUN.format(name="sick") + f"vllm serve {QWEN} --port {port}")
+    wait_for(lambda: health(node, port) == 503, what="503 from the node's engine")
