@@ -23,6 +23,8 @@ REQUEST_LATENCY_BUCKETS = (
 TOKEN_COUNT_BUCKETS = tuple(
     float(base * 10**power) for power in range(0, 7) for base in (1, 2, 5)
 )
+ITERATION_TOKEN_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
+                           4096.0, 8192.0, 16384.0)
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -74,6 +76,8 @@ HISTOGRAMS: dict[str, tuple[str, Sequence[float]]] = {
                                     REQUEST_LATENCY_BUCKETS),
     "request_prompt_tokens": ("Number of prefill tokens processed.", TOKEN_COUNT_BUCKETS),
     "request_generation_tokens": ("Number of generation tokens processed.", TOKEN_COUNT_BUCKETS),
+    "iteration_tokens_total": ("Histogram of number of tokens per engine_step.",
+                               ITERATION_TOKEN_BUCKETS),
 }
 COUNTERS = {
     "prompt_tokens": "Number of prefill tokens processed.",

@@ -115,6 +115,9 @@ def _choice_count(body: dict[str, Any]) -> int:
 
 
 def _include_usage(body: dict[str, Any]) -> bool:
+    if body.get("stream_options") is not None and not body.get("stream"):
+        raise bad_request("Stream options can only be defined when `stream=True`.",
+                          "stream_options")
     options = body.get("stream_options") or {}
     return bool(options.get("include_usage")) if isinstance(options, dict) else False
 

@@ -158,6 +158,7 @@ class EngineCore:
         self.prefix_cache.insert(hashes)
         self.metrics.count("prompt_tokens", len(request.prompt_ids))
         self.metrics.observe("request_prompt_tokens", len(request.prompt_ids))
+        self.metrics.observe("iteration_tokens_total", len(request.prompt_ids))
         ttft = self._simulated(now - request.arrived_at)
         self.metrics.observe("time_to_first_token_seconds", ttft)
         self.metrics.observe("request_prefill_time_seconds", seconds)
@@ -203,6 +204,7 @@ class EngineCore:
                 self._release(sequence.request, "length")
         emitted = len(self.running)
         self.running = survivors
+        self.metrics.observe("iteration_tokens_total", emitted)
         self.metrics.observe("inter_token_latency_seconds", step, emitted)
         self.metrics.observe("time_per_output_token_seconds", step, emitted)
         self._count_speculation(emitted)

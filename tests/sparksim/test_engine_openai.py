@@ -227,3 +227,12 @@ async def test_async_client_streams_and_counts(engine: EngineHandle) -> None:
         with pytest.raises(openai.NotFoundError):
             await aclient.chat.completions.create(model="nope", messages=[{"role": "user",
                                                                            "content": "x"}])
+
+
+def test_stream_options_without_stream_is_refused(engine: EngineHandle) -> None:
+    body = {"model": "deepseek", "messages": [{"role": "user", "content": "x"}],
+            "stream_options": {"include_usage": True}}
+    response = httpx.post(f"{engine.url}/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "Stream options can only be defined when `stream=True`.")
