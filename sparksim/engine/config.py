@@ -61,6 +61,7 @@ class EngineConfig:
     state_dir: Path | None
     faults: FaultSwitches = field(default_factory=FaultSwitches)
     fail_start: str | None = None
+    reasoning_parser: str | None = None
 
     def scaled(self, simulated_seconds: float) -> float:
         return simulated_seconds * self.time_scale
@@ -163,6 +164,7 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
             exit_on_death=args.sim_exit_on_death,
         ),
         fail_start=args.sim_fail_start,
+        reasoning_parser=args.reasoning_parser,
     )
 
 

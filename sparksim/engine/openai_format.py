@@ -15,10 +15,15 @@ class ChoicePlan:
     finish_reason: str
     tool_name: str | None = None
     tool_call_id: str = field(default_factory=lambda: f"chatcmpl-tool-{uuid.uuid4().hex}")
+    reasoning_tokens: int = 0  # with a reasoning parser, the first tokens are "thinking"
 
     @property
     def text(self) -> str:
-        return "".join(self.tokens)
+        return "".join(self.tokens[self.reasoning_tokens :])
+
+    @property
+    def reasoning(self) -> str | None:
+        return "".join(self.tokens[: self.reasoning_tokens]) if self.reasoning_tokens else None
 
 
 def error_body(message: str, error_type: str, code: int, param: str | None = None) -> str:
@@ -80,7 +85,8 @@ class ChatStream:
         if position == 1:
             out += self.chunk(plan.index, {"role": "assistant", "content": ""}, None)
         if plan.tool_name is None:
-            out += self.chunk(plan.index, {"content": token}, plan.finish_reason if last else None)
+            field_name = "reasoning_content" if position <= plan.reasoning_tokens else "content"
+            out += self.chunk(plan.index, {field_name: token}, plan.finish_reason if last else None)
             return out
         if position == 1:
             header = {
@@ -155,7 +161,7 @@ def chat_response(
 ) -> dict[str, Any]:
     choices = []
     for plan in plans:
-        message: dict[str, Any] = {"role": "assistant", "reasoning_content": None}
+        message: dict[str, Any] = {"role": "assistant", "reasoning_content": plan.reasoning}
         if plan.tool_name is None:
             message.update(content=plan.text, tool_calls=[])
         else:

@@ -46,7 +46,8 @@ def resolve_model(body: dict[str, Any], served_names: list[str]) -> str:
 
 
 def plan_chat(
-    body: dict[str, Any], served_names: list[str], max_model_len: int, vocab_size: int
+    body: dict[str, Any], served_names: list[str], max_model_len: int, vocab_size: int,
+    reasoning: bool = False,
 ) -> GenerationRequest:
     model = resolve_model(body, served_names)
     messages = body.get("messages")
@@ -67,9 +68,18 @@ def plan_chat(
             reason = "tool_calls" if len(tokens) == len(arguments) else "length"
             plans.append(ChoicePlan(index, tokens, reason, tool_name=str(tool.get("name"))))
         else:
-            plans.append(_text_plan(index, seed, body, max_tokens))
+            plan = _text_plan(index, seed, body, max_tokens)
+            if reasoning and _thinking_enabled(body):
+                # A third of the answer is reasoning, streamed as reasoning_content first.
+                plan.reasoning_tokens = len(plan.tokens) // 3
+            plans.append(plan)
     return GenerationRequest(model, prompt_ids, plans, bool(body.get("stream")),
                              _include_usage(body))
+
+
+def _thinking_enabled(body: dict[str, Any]) -> bool:
+    kwargs = body.get("chat_template_kwargs") or {}
+    return not (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False)
 
 
 def plan_completion(

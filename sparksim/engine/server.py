@@ -151,7 +151,7 @@ class EngineServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         plan = plan_chat(body, self.config.served_model_names, self.config.max_model_len,
-                         self.config.profile.vocab_size)
+                         self.config.profile.vocab_size, self.config.reasoning_parser is not None)
         return await self._generate(request, plan, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

@@ -1,13 +1,14 @@
 """The official openai client against a real engine over HTTP gets what vLLM would send."""
 
 import json
+from collections.abc import Callable
 
 import httpx
 import openai
 import pytest
 
 from sparksim.standalone import EngineHandle
-from tests.sparksim.conftest import DEEPSEEK
+from tests.sparksim.conftest import DEEPSEEK, QWEN
 
 TOOLS = [
     {
@@ -236,3 +237,25 @@ def test_stream_options_without_stream_is_refused(engine: EngineHandle) -> None:
     assert response.status_code == 400
     assert response.json()["error"]["message"] == (
         "Stream options can only be defined when `stream=True`.")
+
+
+def test_reasoning_parser_streams_reasoning_before_content(
+    engine_factory: Callable[..., EngineHandle],
+) -> None:
+    engine = engine_factory(QWEN, "--reasoning-parser", "qwen3")
+    stream = client(engine).chat.completions.create(
+        model=QWEN, messages=[{"role": "user", "content": "think"}], max_tokens=30, stream=True,
+        extra_body={"ignore_eos": True})
+    kinds = []
+    for chunk in stream:
+        delta = chunk.choices[0].delta
+        extra = delta.model_extra or {}
+        if extra.get("reasoning_content"):
+            kinds.append("reasoning")
+        elif delta.content:
+            kinds.append("content")
+    assert kinds == ["reasoning"] * 10 + ["content"] * 20
+    result = client(engine).chat.completions.create(
+        model=QWEN, messages=[{"role": "user", "content": "think"}], max_tokens=30,
+        extra_body={"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}})
+    assert (result.choices[0].message.model_extra or {}).get("reasoning_content") is None
