@@ -20,6 +20,7 @@ from sparksim.engine.vllm_args import parse_serve_args
 from sparksim.files import write_atomically
 from sparksim.host.node import NodeInfo, load_node
 from sparksim.host.procfs import drop_budget, record_budget
+from sparksim.host.sysfs import add_traffic
 from sparksim.rendezvous import Member
 from sparksim.timing import with_overrides
 
@@ -94,7 +95,12 @@ async def serve(config: EngineConfig) -> int:
             decode_tok_s=profile.decode_tok_s * verdict.speed_factor,
             prefill_tok_s=profile.prefill_tok_s * verdict.speed_factor,
         )
-    budget_nodes = [load_node(member.sim_dir) for member in members] or ([node] if node else [])
+    # Memory each node gives up: a Ray engine's workers live in this process, so it books
+    # every member; a native rank books only its own node (each rank is its own process).
+    if config.executor == "ray" and members:
+        budget_nodes = [load_node(member.sim_dir) for member in members]
+    else:
+        budget_nodes = [node] if node else []
     per_node_gib = config.memory_budget_gib
     for budget_node in budget_nodes:
         record_budget(budget_node, os.getpid(), per_node_gib)
@@ -106,14 +112,15 @@ async def serve(config: EngineConfig) -> int:
             lost = watcher.done() and not watcher.cancelled() and watcher.result()
             watcher.cancel()
             return 1 if lost else 0
-        return await serve_http(config, members, budget_nodes, stop)
+        fabric_nodes = [load_node(member.sim_dir) for member in members]
+        return await serve_http(config, members, fabric_nodes, stop)
     finally:
         for budget_node in budget_nodes:
             drop_budget(budget_node, os.getpid())
 
 
 async def serve_http(
-    config: EngineConfig, members: list[Member], budget_nodes: list[NodeInfo],
+    config: EngineConfig, members: list[Member], fabric_nodes: list[NodeInfo],
     stop: asyncio.Event,
 ) -> int:
     loop = asyncio.get_running_loop()
@@ -172,7 +179,7 @@ async def serve_http(
     print("INFO:     Application startup complete.", flush=True)
     background = [
         loop.create_task(log_stats(server)),
-        loop.create_task(account_traffic(server, budget_nodes)),
+        loop.create_task(account_traffic(server, fabric_nodes)),
     ]
     if len(members) > 1:
         background.append(loop.create_task(watch_peers(config, members, stop, server)))
@@ -235,8 +242,7 @@ FABRIC_OCTETS_PER_TOKEN = 1_750_000
 
 
 async def account_traffic(server: EngineServer, nodes: list[NodeInfo]) -> None:
-    from sparksim.host.sysfs import add_traffic
-
+    """A tensor-parallel group's all-reduce traffic shows on its nodes' RoCE counters."""
     if len(nodes) < 2:
         return
     last = 0

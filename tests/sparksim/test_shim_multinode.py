@@ -144,3 +144,26 @@ def test_without_ib_devices_nccl_falls_back_to_sockets_and_decode_slows(
     with urllib.request.urlopen(f"http://{head.address}:{port}/_sim/state") as reply:
         state = json.loads(reply.read())
     assert state["profile"]["decode_tok_s"] == 34.0  # half of 68 over sockets
+
+
+def test_memory_is_booked_once_per_node(nodes: list[NodeInfo]) -> None:
+    head, worker = nodes
+    master_port, port = free_port(), free_port(head.address)
+    native = (f" --nnodes 2 --master-addr {head.fabric_ip('enp1s0f0np0')} "
+              f"--master-port {master_port}")
+    node_shell(worker, f"docker run -d --name vllm_node {IMAGE} " + SERVE.format(port=port)
+               + native + " --node-rank 1 --headless")
+    node_shell(head, f"docker run -d --name vllm_node {IMAGE} " + SERVE.format(port=port)
+               + native + " --node-rank 0")
+    wait_for(lambda: health(head, port) == 200, what="rank 0 serving")
+
+    def available_gib(node: NodeInfo) -> float:
+        meminfo = (Path(node.sim_dir) / "proc" / "meminfo").read_text()
+        match = re.search(r"MemAvailable:\s+(\d+)", meminfo)
+        assert match is not None
+        return int(match.group(1)) / 1024**2
+
+    # 156 GiB of weights over TP=2, 11 GiB of KV, 4 GiB of activations, 3.5 GiB of OS.
+    expected = 128 - 3.5 - (78 + 11 + 4)
+    assert abs(available_gib(head) - expected) < 0.1
+    assert abs(available_gib(worker) - expected) < 0.1
