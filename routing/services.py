@@ -18,6 +18,7 @@ from lanes.models import Lane
 from portal.audit import audit_record
 from portal.roles import UserLike
 from routing.gateway.directory import hash_secret
+from routing.gateway.limits import key_names, key_namespace
 from routing.models import ApiKey, RequestLog
 
 SECRET_PREFIX = "sk-spark-"
@@ -115,7 +116,8 @@ def api_key_revoke(*, actor: UserLike, key: ApiKey) -> ApiKey:
     before = _key_snapshot(key)
     key.revoked_at = timezone.now()
     marker_ttl = int(max(settings.GATEWAY_KEY_CACHE_TTL_S * 4, 3600))
-    _redis().set(f"{settings.REDIS_PREFIX}:gw:revoked:{key.pk}", "1", ex=marker_ttl)
+    revoked_marker = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), "")[0]
+    _redis().set(revoked_marker, "1", ex=marker_ttl)
     with transaction.atomic():
         key.save(update_fields=["revoked_at"])
         audit_record(actor=actor, action="api_key.revoke", obj=key, before=before, after=_key_snapshot(key))

@@ -138,14 +138,18 @@ class LaneCache:
         self._loaded_at = 0.0
         self._refreshing: asyncio.Task[None] | None = None
         self._miss_refresh: asyncio.Task[None] | None = None
+        self._invalidated = False
 
     async def _refresh(self) -> None:
         lanes = await db_call(load_lanes)
-        self._lanes, self._loaded_at = lanes, time.monotonic()
+        self._lanes, self._loaded_at, self._invalidated = lanes, time.monotonic(), False
 
     async def get(self) -> Mapping[str, LaneInfo]:
         if self._lanes is None:
             await self._refresh()
+        elif self._invalidated and self._refreshing is not None and not self._refreshing.done():
+            # The portal said lanes changed: do not route on the old snapshot meanwhile.
+            await asyncio.shield(self._refreshing)
         elif time.monotonic() - self._loaded_at > settings.GATEWAY_LANE_CACHE_TTL_S and (
             self._refreshing is None or self._refreshing.done()
         ):
@@ -164,7 +168,7 @@ class LaneCache:
 
     def drop(self) -> None:
         """Reload now (called from the invalidation listener, inside the event loop)."""
-        self._loaded_at = 0.0
+        self._loaded_at, self._invalidated = 0.0, True
         if self._lanes is not None and (self._refreshing is None or self._refreshing.done()):
             self._refreshing = asyncio.create_task(self._refresh())
 

@@ -120,7 +120,7 @@ async def admit_and_send(
     raw: bytes, decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
 ) -> None:
     idem_key, idem_mode = idempotency_of(scope, raw)
-    names = limits.key_names(settings.REDIS_PREFIX, key.id, idem_key)
+    names = limits.key_names(settings.REDIS_PREFIX, limits.key_namespace(key.secret_hash), idem_key)
     # While in flight, the idempotency record and the in-flight slot outlive the longest
     # possible upstream call, so a crashed process cannot hold them forever.
     lease_s = int(settings.GATEWAY_READ_TIMEOUT_S + 60)

@@ -132,11 +132,17 @@ def admission_from_reply(reply: list[object], *, rpm: int, tpm: int) -> Admissio
     return Admission(code, record=record)
 
 
-def key_names(prefix: str, key_id: int, idempotency_key: str) -> list[str]:
-    base = f"{prefix}:gw:key:{key_id}"
+def key_namespace(secret_hash: str) -> str:
+    """Redis state is namespaced by a slice of the key's hash, not its database id: ids are
+    reused when a database is restored or recreated while Redis keeps its keys."""
+    return secret_hash[:16]
+
+
+def key_names(prefix: str, namespace: str, idempotency_key: str) -> list[str]:
+    base = f"{prefix}:gw:key:{namespace}"
     # The idempotency key is the client's string: namespaced by API key, length-capped.
     return [
-        f"{prefix}:gw:revoked:{key_id}",
+        f"{prefix}:gw:revoked:{namespace}",
         f"{base}:idem:{idempotency_key[:200]}",
         f"{base}:rpm",
         f"{base}:tpm",

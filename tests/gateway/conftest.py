@@ -3,9 +3,11 @@ ASGI app under uvicorn (tests.conftest.asgi_server) in front."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -16,6 +18,28 @@ from lanes.models import Lane, LaneNode, Node
 from routing.services import api_key_create
 from tests.conftest import AsgiServer, free_port
 from tests.gateway.upstreams import CountingUpstream
+
+T = TypeVar("T")
+
+
+def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine on its own event loop in its own thread. Async test functions are
+    avoided here: the session's Playwright browser (tests/e2e) keeps an event loop running
+    in the main thread, and pytest-asyncio cannot start one after it in the same worker."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = asyncio.run(make())
+        except BaseException as exc:  # re-raised in the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)

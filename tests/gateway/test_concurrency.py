@@ -7,13 +7,13 @@ import asyncio
 
 import aiohttp
 
-from tests.gateway.conftest import Gateway
+from tests.gateway.conftest import Gateway, run_async
 from tests.gateway.upstreams import CountingUpstream
 
 CLIENTS = 200
 
 
-async def test_200_concurrent_streams_all_complete_without_error(gateway: Gateway, upstream: CountingUpstream) -> None:
+def test_200_concurrent_streams_all_complete_without_error(gateway: Gateway, upstream: CountingUpstream) -> None:
     headers = {**gateway.headers(), "x-stainless-retry-count": "0"}  # the SDK's path: retry recognition on
 
     async def one(session: aiohttp.ClientSession, n: int) -> bytes:
@@ -22,7 +22,10 @@ async def test_200_concurrent_streams_all_complete_without_error(gateway: Gatewa
             assert response.status == 200, await response.text()
             return await response.read()
 
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        answers = await asyncio.gather(*(one(session, n) for n in range(CLIENTS)))
+    async def everyone() -> list[bytes]:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            return list(await asyncio.gather(*(one(session, n) for n in range(CLIENTS))))
+
+    answers = run_async(everyone)
     assert all(answer.endswith(b"data: [DONE]\n\n") and b'"error"' not in answer for answer in answers)
     assert upstream.completions == CLIENTS

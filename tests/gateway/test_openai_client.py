@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import Gateway
+from tests.gateway.conftest import Gateway, run_async
 from tests.gateway.upstreams import CountingUpstream
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
@@ -98,15 +98,19 @@ def test_it_streams_completions_with_n(gateway: Gateway) -> None:
     assert indexes == {0, 1}
 
 
-async def test_the_async_client_streams_and_completes(gateway: Gateway) -> None:
-    async with openai.AsyncOpenAI(base_url=gateway.base_url, api_key=gateway.secret) as aclient:
-        completion = await aclient.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])
-        assert completion.choices[0].message.content
-        stream = await aclient.chat.completions.create(
-            model="auto", stream=True, stream_options={"include_usage": True},
-            messages=[{"role": "user", "content": "hi"}])
-        chunks = [chunk async for chunk in stream]
-        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+def test_the_async_client_streams_and_completes(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with openai.AsyncOpenAI(base_url=gateway.base_url, api_key=gateway.secret) as aclient:
+            completion = await aclient.chat.completions.create(
+                model="auto", messages=[{"role": "user", "content": "hi"}])
+            assert completion.choices[0].message.content
+            stream = await aclient.chat.completions.create(
+                model="auto", stream=True, stream_options={"include_usage": True},
+                messages=[{"role": "user", "content": "hi"}])
+            chunks = [chunk async for chunk in stream]
+            assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+    run_async(scenario)
 
 
 def test_it_lists_models_and_describes_one(gateway: Gateway) -> None:
