@@ -54,6 +54,16 @@ def node_save_network_report(*, node: Node, report: Mapping[str, Any]) -> None:
     Node.objects.filter(pk=node.pk).update(network_report=dict(report), network_checked_at=timezone.now())
 
 
+def node_capture_host_key(*, node: Node, host_key_line: str) -> bool:
+    """A job saw this host key on a node with none pinned: lanes keeps it pending until an
+    admin confirms it (never trusted as is)."""
+    service = _lanes("services", "node_record_captured_host_key")
+    if service is None or not host_key_line:
+        return False
+    service(node=node, host_key_line=host_key_line)
+    return True
+
+
 def decrypt_private_key(token: str) -> str:
     """Fernet with settings.CREDENTIALS_KEY (lanes.crypto owns the format). An unreadable
     token gives "" and the transport then says the node has no usable key."""

@@ -18,7 +18,7 @@ from jobs.kinds.netprobe import (
     ping_command,
     version_mismatches,
 )
-from jobs.lanes_link import node_save_network_report
+from jobs.lanes_link import node_capture_host_key, node_save_network_report
 from jobs.logsink import publish
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
@@ -82,7 +82,11 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
         except (TransportError, JobFailed) as exc:
             failures.append(str(exc))
             ctx.log(f"✗ {exc}", node=node.name)
-            if isinstance(exc, TransportError):
+            if isinstance(exc, TransportError) and exc.presented_host_key:
+                if node_capture_host_key(node=node, host_key_line=exc.presented_host_key):
+                    ctx.log("the presented host key is waiting for an admin's confirmation on the node page",
+                            node=node.name)
+            elif isinstance(exc, TransportError):
                 Node.objects.filter(pk=node.pk).update(state=NodeState.UNREACHABLE)
     pairs = pair_links(list(probes.values()))
     links: dict[str, list[dict[str, Any]]] = {name: [] for name in probes}

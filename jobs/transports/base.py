@@ -23,9 +23,11 @@ PGID_MARKER = b"\x1epgid "
 class TransportError(Exception):
     """The node could not run the command at all (unreachable, host key, auth)."""
 
-    def __init__(self, node: str, message: str) -> None:
+    def __init__(self, node: str, message: str, presented_host_key: str = "") -> None:
         super().__init__(f"{node}: {message}")
         self.node = node
+        # The key the server showed when none was pinned: recorded for an admin to confirm.
+        self.presented_host_key = presented_host_key
 
 
 class CommandTimeout(TransportError):

@@ -61,7 +61,11 @@ class SSHTransport:
         node = self.node
         where = f"{node.address}:{node.ssh_port}"
         if not node.ssh_host_key.strip():
-            raise TransportError(node.name, "no pinned SSH host key: set the node's host key (ssh-keyscan) first")
+            presented = await self._presented_host_key()
+            hint = (f"; the server presents {fingerprint(asyncssh.import_public_key(presented))}: "
+                    "confirm it on the node page" if presented else "")
+            raise TransportError(node.name, f"no pinned SSH host key: refusing to trust any{hint}",
+                                 presented_host_key=presented)
         try:
             pinned = asyncssh.import_public_key(node.ssh_host_key.strip())
         except (asyncssh.KeyImportError, ValueError) as exc:
@@ -114,6 +118,19 @@ class SSHTransport:
         except asyncssh.Error as exc:
             raise TransportError(node.name, f"SSH failed at {where}: {exc.reason}") from None
         return conn
+
+    async def _presented_host_key(self) -> str:
+        """Read (never trust) the server's host key, for an admin to confirm."""
+        try:
+            key = await asyncio.wait_for(
+                asyncssh.get_server_host_key(self.node.address, self.node.ssh_port, config=[]),
+                timeout=self.connect_timeout_s,
+            )
+        except (OSError, TimeoutError, asyncssh.Error):
+            return ""
+        if key is None:
+            return ""
+        return " ".join(key.export_public_key("openssh").decode().split()[:2])
 
     # --- commands ---------------------------------------------------------------------
     async def run(

@@ -134,3 +134,14 @@ def test_cancel_kills_the_remote_command_over_ssh(ssh_cluster, admin_user, tmp_p
     processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "sleep 47" not in processes  # killed on the node, not just disconnected
     assert not marker.exists()
+
+
+def test_an_unpinned_host_key_is_captured_for_confirmation_not_trusted(ssh_cluster, admin_user):
+    spark1 = ssh_cluster.node("spark1")
+    server_key = spark1.ssh_host_key
+    Node.objects.filter(pk=spark1.pk).update(ssh_host_key="")
+    job = run(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
+    assert job.state == JobState.FAILED
+    assert "no pinned SSH host key: refusing to trust any" in job.error
+    node = Node.objects.get(pk=spark1.pk)
+    assert node.ssh_host_key == "" and node.ssh_host_key_pending == server_key
