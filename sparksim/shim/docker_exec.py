@@ -2,6 +2,7 @@
 
 import os
 import re
+import signal
 import sys
 
 from sparksim.host.node import NodeInfo
@@ -13,6 +14,7 @@ from sparksim.shim.containers import (
     run_foreground,
     save_container,
     spawn,
+    wait_gone,
 )
 from sparksim.shim.lifecycle import no_such_container, parse_signal
 from sparksim.shim.options import UsageError, parse_options
@@ -87,4 +89,6 @@ def pkill(node: NodeInfo, container: Container, arguments: list[str]) -> int:
             os.kill(pid, signum)
         except ProcessLookupError:
             continue
+    if signum == signal.SIGKILL:
+        wait_gone(pids, 2.0)  # so the meminfo refresh after this command sees it gone
     return 0 if pids else 1

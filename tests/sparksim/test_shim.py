@@ -131,6 +131,11 @@ def test_pkill_int_signals_only_its_container(nodes: list[NodeInfo]) -> None:
     assert "Shutting down FastAPI HTTP server." in node_shell(node, "docker logs a").stdout
     assert node_shell(node, "docker exec a pkill -INT -f 'vllm serve'").returncode == 1
     assert node_shell(node, "docker ps --format '{{.Names}}'").stdout.split() == ["a", "b"]
+    assert node_shell(node, "docker exec b pkill -KILL -f 'vllm serve'").returncode == 0
+    assert node_shell(node, "docker exec b pgrep -f 'vllm serve'").returncode == 1
+    meminfo = (Path(node.sim_dir) / "proc" / "meminfo").read_text()
+    assert f"MemTotal:       {128 * 1024 * 1024} kB" in meminfo
+    assert f"MemAvailable:   {int(124.5 * 1024 * 1024)} kB" in meminfo  # only the OS left
 
 
 def test_exec_runs_with_the_container_env_and_logs_follow_until_exit(
