@@ -43,39 +43,49 @@ def _root(config: EngineConfig) -> Path:
 
 async def _join_ray(config: EngineConfig, stop: asyncio.Event, world: int) -> list[Member]:
     ray_file = config.state_dir / "ray.json" if config.state_dir else None
+    specs = [{"GPU": 1.0}] * world
     if ray_file is None or not ray_file.is_file():
-        raise ClusterJoinError(
-            "ConnectionError",
-            "Could not find any running Ray instance. Please specify the one to connect to by "
-            "setting `--address` flag or `RAY_ADDRESS` environment variable.",
-        )
+        # Like ray.init() without a cluster: a local instance with this node's one GPU.
+        log("INFO", "worker.py", "Started a local Ray instance.")
+        if world <= 1:
+            return []
+        await _wait(config, stop, lambda: None, lambda: _log_placement_wait(specs))
+        if stop.is_set():
+            return []
+        raise _placement_error(config, specs)
     address = json.loads(ray_file.read_text())["address"]
     root = _root(config)
-    specs = [{"GPU": 1.0}] * world
     log("INFO", "ray_utils.py", f"Connecting to existing Ray cluster at address: {address}.")
 
     def ready() -> list[Member] | None:
         live = list(members(root, "ray", address).values())
         return live if len(live) >= world else None
 
-    found = await _wait(config, stop, ready, lambda: log(
-        "INFO", "ray_utils.py",
+    found = await _wait(config, stop, ready, lambda: _log_placement_wait(specs))
+    if found is None:
+        if stop.is_set():
+            return []
+        raise _placement_error(config, specs)
+    found.sort(key=lambda member: member.role != "head")
+    return found[:world]
+
+
+def _log_placement_wait(specs: list[dict[str, float]]) -> None:
+    log("INFO", "ray_utils.py",
         f"Waiting for creating a placement group of specs for {WAIT_LOG_INTERVAL_S:.0f} seconds. "
         f"specs={specs}. Check `ray status` and `ray list nodes` to see if you have enough "
         "resources, and make sure the IP addresses used by ray cluster are the same as "
         "VLLM_HOST_IP environment variable specified in each node if you are running on a "
-        "multi-node."))
-    if found is None:
-        if stop.is_set():
-            return []
-        raise ClusterJoinError(
-            "ValueError",
-            f"Cannot provide a placement group of placement_group_specs={specs} within "
-            f"{config.placement_timeout_s:.0f} seconds. See `ray status` and `ray list nodes` to "
-            "make sure the cluster has enough resources.",
-        )
-    found.sort(key=lambda member: member.role != "head")
-    return found[:world]
+        "multi-node.")
+
+
+def _placement_error(config: EngineConfig, specs: list[dict[str, float]]) -> ClusterJoinError:
+    return ClusterJoinError(
+        "ValueError",
+        f"Cannot provide a placement group of placement_group_specs={specs} within "
+        f"{config.placement_timeout_s:.0f} seconds. See `ray status` and `ray list nodes` to "
+        "make sure the cluster has enough resources.",
+    )
 
 
 async def _join_native(config: EngineConfig, stop: asyncio.Event) -> list[Member]:

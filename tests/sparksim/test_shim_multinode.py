@@ -167,3 +167,12 @@ def test_memory_is_booked_once_per_node(nodes: list[NodeInfo]) -> None:
     expected = 128 - 3.5 - (78 + 11 + 4)
     assert abs(available_gib(head) - expected) < 0.1
     assert abs(available_gib(worker) - expected) < 0.1
+
+
+def test_ray_backend_without_a_cluster_starts_a_local_instance(nodes: list[NodeInfo]) -> None:
+    node = nodes[0]
+    port = free_port(node.address)
+    node_shell(node, f"docker run -d --name solo {IMAGE} vllm serve Qwen/Qwen3.8-27B-FP8 "
+               f"--port {port} --distributed-executor-backend ray")
+    wait_for(lambda: health(node, port) == 200, what="single-GPU Ray engine")
+    assert "Started a local Ray instance." in node_shell(node, "docker logs solo").stdout
