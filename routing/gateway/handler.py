@@ -150,7 +150,7 @@ async def admit_and_send(
         if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm:
             rt.spawn(rt.release_script(
                 keys=[names[4], names[3], names[1]],
-                args=[outcome.request_id, tokens, "keep" if keep else "forget", record,
+                args=[outcome.request_id, tokens, "keep" if keep else "forget", record if keep else b"",
                       settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000],
             ))
 
