@@ -157,8 +157,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
+    """Function-scoped on purpose: while Playwright's sync API is active it keeps an event
+    loop running in this thread, which would break every async test that follows."""
     import os
 
     from playwright.sync_api import sync_playwright
