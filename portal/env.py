@@ -4,9 +4,12 @@ value stops the process with a message naming the variable and the rule."""
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 from urllib.parse import urlparse
 
 from django.core.exceptions import ImproperlyConfigured
+
+N = TypeVar("N", int, float)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -38,38 +41,32 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}: must be one of 1/0, true/false, yes/no, on/off; got {value!r}")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+def _env_number(
+    name: str, default: N, parse: type[N], rule: str, minimum: N | None, maximum: N | None
+) -> N:
     value = _raw(name)
     if value is None or value == "":
         result = default
     else:
         try:
-            result = int(value)
+            result = parse(value)
         except ValueError:
-            raise ImproperlyConfigured(f"{name}: must be a whole number; got {value!r}") from None
+            raise ImproperlyConfigured(f"{name}: must be {rule}; got {value!r}") from None
     if minimum is not None and result < minimum:
         raise ImproperlyConfigured(f"{name}: must be at least {minimum}; got {result}")
     if maximum is not None and result > maximum:
         raise ImproperlyConfigured(f"{name}: must be at most {maximum}; got {result}")
     return result
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    return _env_number(name, default, int, "a whole number", minimum, maximum)
 
 
 def env_float(
     name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
 ) -> float:
-    value = _raw(name)
-    if value is None or value == "":
-        result = default
-    else:
-        try:
-            result = float(value)
-        except ValueError:
-            raise ImproperlyConfigured(f"{name}: must be a number; got {value!r}") from None
-    if minimum is not None and result < minimum:
-        raise ImproperlyConfigured(f"{name}: must be at least {minimum}; got {result}")
-    if maximum is not None and result > maximum:
-        raise ImproperlyConfigured(f"{name}: must be at most {maximum}; got {result}")
-    return result
+    return _env_number(name, default, float, "a number", minimum, maximum)
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
