@@ -88,15 +88,19 @@ class JobMonitor(threading.Thread):
         self.cancelled_by = ""
 
     def run(self) -> None:
-        last_beat = 0.0
+        last_beat = last_poll = 0.0
         try:
             while not self.stopping.is_set():
                 self.stopping.wait(settings.JOBS_LOG_FLUSH_S)
                 try:
                     self.sink.flush()
-                    if time.monotonic() - last_beat >= min(settings.JOBS_HEARTBEAT_S, settings.JOBS_CANCEL_POLL_S):
-                        last_beat = time.monotonic()
+                    now = time.monotonic()
+                    if now - last_beat >= settings.JOBS_HEARTBEAT_S:
+                        last_beat = now
                         self.beat()
+                    if now - last_poll >= settings.JOBS_CANCEL_POLL_S:
+                        last_poll = now
+                        self.poll_cancel()
                 except Exception:  # the runner still ends the job; never die silently here
                     logger.exception("job %s monitor", self.job_id)
         finally:
@@ -104,6 +108,8 @@ class JobMonitor(threading.Thread):
 
     def beat(self) -> None:
         Job.objects.filter(pk=self.job_id, state=JobState.RUNNING).update(heartbeat_at=timezone.now())
+
+    def poll_cancel(self) -> None:
         row = Job.objects.filter(pk=self.job_id).values("cancel_requested_at", "cancel_requested_by").first()
         if row and row["cancel_requested_at"] is not None and not self.cancel.is_set():
             self.cancelled_by = row["cancel_requested_by"]
@@ -148,16 +154,25 @@ class JobContext:
         the node), wait for that cleanup, and raise."""
         stop = threading.Event()
         future = self.bridge.submit(coro, stop)
-        while True:
-            try:
-                return future.result(timeout=0.1)
-            except TimeoutError:
-                pass
-            if self.cancel.is_set() or time.monotonic() > self.deadline:
+        try:
+            while True:
+                try:
+                    return future.result(timeout=0.1)
+                except TimeoutError:
+                    pass
+                if self.cancel.is_set() or time.monotonic() > self.deadline:
+                    stop.set()
+                    with _suppress_all():
+                        future.result(timeout=20)
+                    self.check()
+        except BaseException:
+            # Celery's soft limit (or anything else) lands here: the command must not
+            # outlive the job on the node.
+            if not future.done():
                 stop.set()
                 with _suppress_all():
                     future.result(timeout=20)
-                self.check()
+            raise
 
     # --- nodes --------------------------------------------------------------------------
     def endpoint(self, node: Node) -> NodeEndpoint:

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class Worker:
     def __init__(self, queue: str, log: Path) -> None:
         db = settings.DATABASES["default"]
-        url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+        url = f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
         env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE="portal.settings", PYTHONUNBUFFERED="1")
         self.queue = queue
         self.log = log

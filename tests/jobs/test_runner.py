@@ -158,3 +158,16 @@ def test_the_reaper_marks_silent_jobs_lost_and_queues_a_status_job(local_cluster
     assert reconcile.pk in dispatched
     assert Job.objects.get(pk=fresh.pk).state == JobState.RUNNING
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.STOPPED  # the status job decides
+
+
+def test_celerys_soft_time_limit_ends_the_job_timed_out(local_cluster, admin_user):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    job = status_job(local_cluster, admin_user)
+
+    def kind(ctx: JobContext) -> dict:
+        raise SoftTimeLimitExceeded()
+
+    assert call_in_thread(lambda: job_execute(job_id=job.pk, kinds={JobKind.STATUS: kind})) == JobState.TIMED_OUT
+    job.refresh_from_db()
+    assert job.error == "Celery soft time limit reached" and job.finished_at is not None
