@@ -33,7 +33,15 @@ def dispatch_job(job_id: int, time_limit_s: float) -> None:
     Celery's soft and hard limits are the safety net (a hard kill ends as `lost`)."""
     from jobs.tasks import run_job
 
-    run_job.apply_async(args=(job_id,), soft_time_limit=int(time_limit_s) + 30, time_limit=int(time_limit_s) + 90)
+    try:
+        run_job.apply_async(args=(job_id,), soft_time_limit=int(time_limit_s) + 30, time_limit=int(time_limit_s) + 90)
+    except Exception as exc:  # broker down: say so on the job instead of leaving it queued forever
+        logger.exception("job %s could not be queued", job_id)
+        if Job.objects.filter(pk=job_id, state=JobState.QUEUED).update(
+            state=JobState.FAILED, finished_at=timezone.now(),
+            error=f"could not be queued (is Redis up?): {type(exc).__name__}: {exc}"[:5000],
+        ):
+            publish_job_state(Job.objects.get(pk=job_id))
 
 
 def _user_or_none(user: UserLike | None) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import Job, JobKind, JobLogLine, JobState, StepState
+from jobs.services import dispatch_job as REAL_DISPATCH
 from jobs.services import job_run, lane_job_create, node_network_check_create
 from lanes.models import Lane, LaneState, Node
 from tests.jobs.conftest import call_in_thread
@@ -52,3 +53,31 @@ def test_launch_status_stop_a_single_node_lane(local_cluster, make_lane, admin_u
     stop = run(lane_job_create(lane=lane, kind=JobKind.STOP, user=admin_user))
     assert stop.state == JobState.SUCCEEDED, stop.error + log_text(stop)
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.STOPPED
+
+
+def test_restart_stops_then_launches_in_one_job(local_cluster, make_lane, admin_user):
+    lane = make_lane("qwen", [local_cluster.node("spark3")])
+    assert run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user)).state == JobState.SUCCEEDED
+    restart = run(lane_job_create(lane=lane, kind=JobKind.RESTART, user=admin_user))
+    assert restart.state == JobState.SUCCEEDED, restart.error + log_text(restart)
+    keys = list(restart.steps.order_by("position").values_list("key", flat=True))
+    assert keys[0].startswith("stop.") and keys[-1] == "wait.health"
+    text = log_text(restart)
+    assert text.index("lane qwen: stopped") < text.index("lane qwen: serving")
+    assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING
+    run(lane_job_create(lane=lane, kind=JobKind.STOP, user=admin_user))
+
+
+def test_a_broker_outage_fails_the_job_instead_of_leaving_it_queued(local_cluster, admin_user, monkeypatch):
+    from jobs import services
+    from jobs.tasks import run_job
+
+    monkeypatch.setattr(services, "dispatch_job", REAL_DISPATCH)  # not the recording stand-in
+
+    def refuse(*args, **kwargs):
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(run_job, "apply_async", refuse)
+    job = services.job_create(kind=JobKind.STATUS, user=admin_user, nodes=[local_cluster.node("spark1")])
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "could not be queued (is Redis up?)" in job.error
