@@ -167,3 +167,10 @@ def test_lane_actions_partial_shows_the_plans_to_admins(rf, admin_user, viewer_u
     node = lane.ranked_nodes()[0]
     html = render_to_string("lanes/_node_actions.html", {"node": node, "can_operate": True, "request": rf.get("/")})
     assert "/jobs/nodes/spark3/network-check/" in html
+
+
+def test_jobs_are_read_only_in_the_django_admin(admin_client, job, django_user_model):
+    superuser = django_user_model.objects.create_superuser("root-admin", "r@example.com", "pw-123456789")
+    admin_client.force_login(superuser)
+    assert admin_client.get(f"/admin/jobs/job/{job.pk}/change/").status_code == 200
+    assert admin_client.get("/admin/jobs/job/add/").status_code == 403
