@@ -59,6 +59,9 @@ def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_use
         lane_tab.goto(f"{asgi_server.url}/lanes/qwen/")
         lane_tab.wait_for_selector("#live-status[data-state=open]")
         assert lane_tab.inner_text("#lane-state") == "stopped"
+        list_tab = page.context.new_page()
+        list_tab.goto(f"{asgi_server.url}/jobs/")
+        list_tab.wait_for_selector("#live-status[data-state=open]")
 
         page.bring_to_front()
         page.goto(f"{asgi_server.url}/lanes/qwen/")
@@ -80,6 +83,8 @@ def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_use
         lane_tab.wait_for_selector("#lane-state.state-serving", timeout=30_000)
         job = Job.objects.get()
         assert job.state == "succeeded"
+        # the jobs list, opened before the launch, got the new row and its final state live
+        list_tab.wait_for_selector(f"#job-row-{job.pk} .state-succeeded", timeout=30_000)
     finally:
         for thread in worker_threads:
             thread.join(timeout=30)
