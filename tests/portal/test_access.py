@@ -96,3 +96,24 @@ def test_the_nav_marks_the_current_section(viewer_client):
     content = viewer_client.get("/benchmarks/").content.decode()
     assert 'class="nav-link active" href="/benchmarks/"' in content
     assert 'class="nav-link active" href="/jobs/"' not in content
+
+
+def test_api_writes_need_the_csrf_token(admin_user):
+    """Session auth on the API: a logged-in browser session cannot be ridden by another
+    site — a POST without the CSRF token is refused and nothing is created."""
+    from django.test import Client
+
+    from lanes.models import Node
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+    body = {"name": "spark9", "address": "127.0.0.19", "transport": "local"}
+    refused = client.post("/api/nodes", body, content_type="application/json")
+    assert refused.status_code == 403
+    assert not Node.objects.filter(name="spark9").exists()
+
+    client.get("/")  # the page sets the CSRF cookie, as in a browser
+    token = client.cookies["csrftoken"].value
+    accepted = client.post("/api/nodes", body, content_type="application/json", HTTP_X_CSRFTOKEN=token)
+    assert accepted.status_code == 201, accepted.content
+    assert Node.objects.filter(name="spark9").exists()
