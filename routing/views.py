@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import secrets
+
+from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,22 +23,47 @@ from routing.selectors import (
 )
 from routing.services import api_key_create, api_key_revoke
 
+FORM_TOKENS_SESSION_KEY = "gateway_key_form_tokens"
+
+
+def _issue_form_token(request: HttpRequest) -> str:
+    """One token per rendered New key form, spent by the key it creates: a reload of the
+    page that showed the secret re-posts a spent token and creates nothing (the secret itself
+    is never kept, not even in the session)."""
+    token = secrets.token_urlsafe(16)
+    tokens = [*request.session.get(FORM_TOKENS_SESSION_KEY, [])[-9:], token]
+    request.session[FORM_TOKENS_SESSION_KEY] = tokens
+    return token
+
+
+def _spend_form_token(request: HttpRequest, token: str) -> bool:
+    tokens = list(request.session.get(FORM_TOKENS_SESSION_KEY, []))
+    if token not in tokens:
+        return False
+    tokens.remove(token)
+    request.session[FORM_TOKENS_SESSION_KEY] = tokens
+    return True
+
 
 @role_required(Capability.OPERATE)
 def gateway_home(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST or None)
     created = None
+    if request.method == "POST" and not _spend_form_token(request, request.POST.get("form_token", "")):
+        messages.warning(request, "That form was already sent (a reload?): no second key was created. "
+                                  "The secret was shown once, when the key was created.")
+        return redirect("routing:gateway")
     if request.method == "POST" and form.is_valid():
         try:
             created = api_key_create(actor=request.user, **form.cleaned_data)
         except ValidationError as exc:
-            for field, messages in exc.message_dict.items():
-                for message in messages:
-                    form.add_error(field if field in form.fields else None, message)
+            for field, errors in exc.message_dict.items():
+                for error in errors:
+                    form.add_error(field if field in form.fields else None, error)
         else:
             form = ApiKeyForm()
     return render(request, "routing/gateway.html", {
-        "form": form, "created": created, "keys": api_key_list(),
+        "form": form, "form_token": _issue_form_token(request), "created": created, "keys": api_key_list(),
         "by_key": request_totals(by="key"), "by_lane": request_totals(by="lane"),
     })
 

@@ -70,14 +70,39 @@ def test_bad_key_settings_are_refused_naming_the_field(admin_client: Client) -> 
     assert not ApiKey.objects.exists()
 
 
+def _form_token(client: Client) -> str:
+    return str(client.get("/gateway/").context["form_token"])
+
+
 def test_the_page_shows_a_new_secret_once(admin_client: Client) -> None:
-    page = admin_client.post("/gateway/", {"name": "docs-agent", "default_route": "auto"})
+    page = admin_client.post("/gateway/", {"name": "docs-agent", "default_route": "auto",
+                                           "form_token": _form_token(admin_client)})
     key = ApiKey.objects.get(name="docs-agent")
     assert page.status_code == 200
     secret = page.context["created"].secret
     assert secret in page.content.decode() and key.prefix in page.content.decode()
     again = admin_client.get("/gateway/").content.decode()
     assert secret not in again and key.prefix in again
+
+
+def test_reloading_the_page_that_showed_a_secret_creates_no_second_key(admin_client: Client) -> None:
+    form = {"name": "docs-agent", "default_route": "auto", "form_token": _form_token(admin_client)}
+    first = admin_client.post("/gateway/", form)
+    assert first.status_code == 200 and first.context["created"] is not None
+    again = admin_client.post("/gateway/", form, follow=True)  # the browser's "resend the form?"
+    assert ApiKey.objects.filter(name="docs-agent").count() == 1
+    assert again.redirect_chain == [("/gateway/", 302)]
+    body = again.content.decode()
+    assert "no second key was created" in body and first.context["created"].secret not in body
+
+
+def test_a_refused_key_form_keeps_its_token_usable(admin_client: Client) -> None:
+    token = _form_token(admin_client)
+    refused = admin_client.post("/gateway/", {"name": "", "default_route": "auto", "form_token": token})
+    assert refused.status_code == 200 and "name" in refused.context["form"].errors
+    created = admin_client.post("/gateway/", {"name": "docs-agent", "default_route": "auto",
+                                              "form_token": refused.context["form_token"]})
+    assert created.context["created"] is not None and ApiKey.objects.filter(name="docs-agent").count() == 1
 
 
 def test_the_requests_page_filters_by_lane_and_status(admin_client: Client) -> None:
