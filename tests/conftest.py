@@ -143,6 +143,23 @@ class AsgiServer:
         self.thread.join(timeout=10)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def end_orphaned_database_sessions(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """At the end of the run, end database sessions that tests left behind, so the test
+    database can be dropped. They come from code that ran in another context of the same
+    thread (Playwright's greenlets, ASGI executor threads) and was never closed."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture
 def asgi_server(transactional_db: None) -> Iterator[AsgiServer]:
     server = AsgiServer().start()
