@@ -94,6 +94,7 @@ _LANE_KIND_ACTIONS: dict[str, str] = {
 }
 
 
+@transaction.atomic  # the desired state commits with the job, so the worker never sees the old one
 def lane_job_create(*, lane: Lane, kind: str, user: UserLike | None, params: dict[str, Any] | None = None) -> Job:
     """Launch, stop, restart or status of a lane, on the revision current now."""
     if kind not in _LANE_KIND_ACTIONS:

@@ -30,3 +30,20 @@ def test_login_shows_the_dashboard_and_live_events(asgi_server, page, viewer_use
 def test_wrong_password_is_refused_in_the_browser(asgi_server, page, viewer_user):
     browser_login(page, asgi_server.url, viewer_user.username, password="wrong")
     assert page.locator(".alert-danger").inner_text() == "Wrong user name or password."
+
+
+def test_the_dashboard_follows_a_lanes_observed_and_desired_state_live(asgi_server, page, viewer_user):
+    from lanes.models import Lane
+
+    Lane.objects.create(name="qwen", model_id="Qwen/Qwen3.8-27B-FP8", image="img@sha256:" + "a" * 64,
+                        max_model_len=32768, observed_state="serving", desired_state="serving")
+    browser_login(page, asgi_server.url, viewer_user.username)
+    page.wait_for_selector("#live-status[data-state='open']")
+    page.evaluate("window.__notReloaded = true")
+    sender = threading.Thread(target=broadcast, args=(
+        DASHBOARD_GROUP, "lane.state", {"name": "qwen", "observed_state": "stopping", "desired_state": "stopped"}))
+    sender.start()
+    sender.join()
+    page.wait_for_selector("#lane-states tr[data-lane='qwen'] .state-stopping")
+    page.wait_for_selector("#lane-states tr[data-lane='qwen'] .desired:text-is('stopped')", timeout=5_000)
+    assert page.evaluate("window.__notReloaded") is True
