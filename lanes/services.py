@@ -301,6 +301,11 @@ def lane_update(
 def lane_delete(*, lane: Lane, actor: UserLike | None) -> None:
     if lane.observed_state not in (LaneState.STOPPED, LaneState.FAILED):
         raise ValidationError({"name": [f"Lane {lane.name} is {lane.observed_state}: stop it before deleting it."]})
+    # SET_NULL would silently drop the fallback of the lanes that name this one, with no revision
+    dependents = sorted(lane.fallback_for.values_list("name", flat=True))
+    if dependents:
+        raise ValidationError({"name": [f"Lane {lane.name} is the fallback of {', '.join(dependents)}: "
+                                        "choose another fallback there before deleting it."]})
     before = lane_config(lane)
     audit_record(actor=actor, action="lane.delete", obj=lane, before=before)
     lane.delete()

@@ -96,6 +96,15 @@ def test_deleting_a_lane_is_audited_and_refused_while_it_serves(make_lane, admin
     assert AuditEvent.objects.filter(action="lane.delete", object_repr="qwen").exists()
 
 
+def test_a_lane_that_is_another_lanes_fallback_cannot_be_deleted(make_lane, admin_user):
+    qwen = make_lane("qwen")
+    make_lane("deepseek", ["spark2"], fallback="qwen", api_port=8000)
+    with pytest.raises(ValidationError, match="fallback of deepseek") as info:
+        lane_delete(lane=qwen, actor=admin_user)
+    assert "name" in info.value.message_dict
+    assert Lane.objects.get(name="deepseek").fallback == qwen  # deepseek's config is not changed behind its back
+
+
 def test_fallback_must_be_another_existing_lane(make_lane, admin_user):
     qwen = make_lane("qwen")
     lane = make_lane("deepseek", ["spark2"], fallback="qwen", api_port=8000)
