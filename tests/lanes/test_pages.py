@@ -133,6 +133,13 @@ def test_admin_pins_a_host_key_from_the_node_page(nodes, admin_client):
     assert Node.objects.get(name="spark1").ssh_host_key == public.strip()
 
 
+def test_the_host_key_form_is_offered_only_for_nodes_reached_over_ssh(nodes, admin_client):
+    local = admin_client.get("/nodes/spark1/").content.decode()
+    assert "not needed (local transport)" in local and "Pin the SSH host key" not in local
+    Node.objects.filter(name="spark2").update(transport="ssh")
+    assert "Pin the SSH host key" in admin_client.get("/nodes/spark2/").content.decode()
+
+
 def test_the_actions_placeholders_are_included_for_the_jobs_app(make_lane, admin_client):
     make_lane("qwen")
     assert "lanes/_lane_actions.html" in [t.name for t in admin_client.get("/lanes/qwen/").templates]
@@ -173,6 +180,7 @@ def test_leads_and_viewers_see_no_change_buttons(make_lane, role_clients, role):
 
 def test_admins_see_the_change_buttons(make_lane, admin_client):
     make_lane("qwen")
+    Node.objects.filter(name="spark1").update(transport="ssh")  # the host key form is for SSH nodes
     html = "".join(admin_client.get(url).content.decode() for url in READ_PAGES)
     assert [button for button in BUTTONS if button not in html] == []
 
