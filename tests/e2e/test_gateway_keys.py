@@ -31,10 +31,14 @@ def test_a_key_created_in_the_browser_works_until_revoked(asgi_server: Any, page
         assert client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}]).choices
         page.goto(f"{asgi_server.url}/gateway/")
         assert secret not in page.content()  # shown once
+        page.once("dialog", lambda dialog: dialog.dismiss())  # second thoughts: nothing happens
+        page.click("#keys button:has-text('Revoke')")
+        assert client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}]).choices
+        page.once("dialog", lambda dialog: dialog.accept())
         page.click("#keys button:has-text('Revoke')")
         page.wait_for_selector("#keys .badge:has-text('revoked')")
         with pytest.raises(openai.AuthenticationError):
             client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])
-        assert upstream.completions == 1
+        assert upstream.completions == 2
     finally:
         upstream.stop()

@@ -35,3 +35,20 @@ def test_the_cancel_button_disappears_live_when_the_job_ends(asgi_server: Any, p
     page.wait_for_selector("#job-state .state-succeeded", timeout=15_000)
     page.wait_for_selector("#cancel-button", state="hidden", timeout=5_000)
     assert page.evaluate("window.__notReloaded") is True
+
+
+def test_cancel_asks_for_confirmation_first(asgi_server: Any, page: Any, admin_user: Any) -> None:
+    job = Job.objects.create(kind="status", state="running", params={"nodes": ["spark1"]})
+    browser_login(page, asgi_server.url, admin_user.username)
+    page.goto(f"{asgi_server.url}/jobs/{job.pk}/")
+    questions: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        questions.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", answer)
+    page.click("#cancel-button")
+    assert questions and f"Cancel job #{job.pk}?" in questions[0]
+    job.refresh_from_db()
+    assert job.cancel_requested_at is None and job.state == "running"
