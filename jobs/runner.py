@@ -25,7 +25,7 @@ from jobs.logsink import LogSink
 from jobs.models import Job, JobState, JobStep, StepState
 from jobs.states import publish_job_state, publish_step
 from jobs.transports import CommandResult, NodeEndpoint, Transport, TransportError, endpoint_for, transport_for
-from lanes.models import Node
+from lanes.models import Node, NodeState
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -127,6 +127,7 @@ class JobContext:
         self.bridge = AsyncBridge()
         self._transports: dict[str, Transport] = {}
         self._endpoints: dict[str, NodeEndpoint] = {}
+        self._seen: set[str] = set()
 
     # --- logging ------------------------------------------------------------------------
     def log(self, text: str, *, node: str = "", stream: str = "system") -> None:
@@ -205,7 +206,19 @@ class JobContext:
 
         transport = self.transport(endpoint)
         timeout = max(0.1, min(timeout_s, self.deadline - time.monotonic() + 1))
-        return self.wait(transport.run(command, on_line=on_line, stdin=stdin, timeout_s=timeout, capture=capture))
+        result = self.wait(transport.run(command, on_line=on_line, stdin=stdin, timeout_s=timeout, capture=capture))
+        self._node_seen(endpoint.name)
+        return result
+
+    def _node_seen(self, name: str) -> None:
+        """A node that ran a command (whatever its exit status) is online: launches and status
+        jobs keep the node list and dashboard true, not only network checks. Once per job."""
+        if name in self._seen:
+            return
+        self._seen.add(name)
+        Node.objects.filter(name=name).exclude(state=NodeState.MAINTENANCE).update(
+            state=NodeState.ONLINE, last_seen=timezone.now()
+        )
 
     # --- steps --------------------------------------------------------------------------
     def declare_steps(self, steps: list[tuple[str, str, str, str]]) -> list[JobStep]:

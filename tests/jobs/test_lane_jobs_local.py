@@ -8,7 +8,7 @@ import pytest
 from jobs.models import Job, JobKind, JobLogLine, JobState, StepState
 from jobs.services import dispatch_job as REAL_DISPATCH
 from jobs.services import job_run, lane_job_create, node_network_check_create
-from lanes.models import Lane, LaneState, Node
+from lanes.models import Lane, LaneState, Node, NodeState
 from tests.jobs.conftest import call_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,6 +53,19 @@ def test_launch_status_stop_a_single_node_lane(local_cluster, make_lane, admin_u
     stop = run(lane_job_create(lane=lane, kind=JobKind.STOP, user=admin_user))
     assert stop.state == JobState.SUCCEEDED, stop.error + log_text(stop)
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.STOPPED
+
+
+def test_a_lane_job_marks_the_nodes_it_reached_online_but_leaves_maintenance_alone(
+    local_cluster, make_lane, admin_user
+):
+    spark1, spark2 = local_cluster.node("spark1"), local_cluster.node("spark2")
+    lane = make_lane("deepseek", [spark1, spark2], executor="ray")
+    Node.objects.filter(pk=spark1.pk).update(state=NodeState.UNKNOWN, last_seen=None)
+    Node.objects.filter(pk=spark2.pk).update(state=NodeState.MAINTENANCE)
+    assert run(lane_job_create(lane=lane, kind=JobKind.STATUS, user=admin_user)).state == JobState.SUCCEEDED
+    reached = Node.objects.get(pk=spark1.pk)
+    assert reached.state == NodeState.ONLINE and reached.last_seen is not None
+    assert Node.objects.get(pk=spark2.pk).state == NodeState.MAINTENANCE  # an admin's choice stays
 
 
 def test_restart_stops_then_launches_in_one_job(local_cluster, make_lane, admin_user):
