@@ -91,6 +91,7 @@ def node_detail_page(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Capability.OPERATE)
 def node_create_page(request: HttpRequest) -> HttpResponse:
     form = NodeForm(request.POST or None)
+    form.fields.pop("clear_private_key")  # a new node has no stored key to remove
     if request.method == "POST" and form.is_valid():
         data, private_key, _ = form.service_data()
         try:

@@ -133,6 +133,11 @@ def test_admin_pins_a_host_key_from_the_node_page(nodes, admin_client):
     assert Node.objects.get(name="spark1").ssh_host_key == public.strip()
 
 
+def test_only_an_existing_node_offers_to_remove_its_stored_private_key(nodes, admin_client):
+    assert "Remove the stored private key" not in admin_client.get("/nodes/new/").content.decode()
+    assert "Remove the stored private key" in admin_client.get("/nodes/spark1/edit/").content.decode()
+
+
 def test_the_host_key_form_is_offered_only_for_nodes_reached_over_ssh(nodes, admin_client):
     local = admin_client.get("/nodes/spark1/").content.decode()
     assert "not needed (local transport)" in local and "Pin the SSH host key" not in local
