@@ -18,6 +18,7 @@ def job_payload(job: Job) -> dict[str, Any]:
     return {
         "id": job.pk,
         "kind": job.kind,
+        "kind_label": job.get_kind_display(),
         "state": job.state,
         "lane": job.lane.name if job.lane_id and job.lane else None,
         "nodes": list(job.params.get("nodes") or []),

@@ -16,7 +16,7 @@
     const tr = document.createElement("tr");
     tr.id = "job-row-" + job.id;
     tr.dataset.job = job.id;
-    const cells = ["", job.kind, job.lane ? "lane " + job.lane : "node " + (job.nodes || []).join(", "), "",
+    const cells = ["", job.kind_label || job.kind, job.lane ? "lane " + job.lane : "node " + (job.nodes || []).join(", "), "",
                    job.created_by || "system", (job.created_at || "").replace("T", " ").slice(0, 19), "", ""];
     for (const text of cells) { const td = document.createElement("td"); td.textContent = text; tr.appendChild(td); }
     tr.children[0].innerHTML = '<a href="/jobs/' + job.id + '/">#' + job.id + "</a>";

@@ -26,7 +26,7 @@
         li.dataset.job = job.id;
         li.innerHTML = '<a></a> <span></span>';
         li.firstChild.href = "/jobs/" + job.id + "/";
-        li.firstChild.textContent = "#" + job.id + " " + job.kind;
+        li.firstChild.textContent = "#" + job.id + " " + (job.kind_label || job.kind);
         const empty = list.querySelector(".empty");
         if (empty) empty.remove();
         list.insertBefore(li, list.firstChild);

@@ -174,3 +174,11 @@ def test_jobs_are_read_only_in_the_django_admin(admin_client, job, django_user_m
     admin_client.force_login(superuser)
     assert admin_client.get(f"/admin/jobs/job/{job.pk}/change/").status_code == 200
     assert admin_client.get("/admin/jobs/job/add/").status_code == 403
+
+
+def test_recent_jobs_and_live_events_name_the_kind_in_words(viewer_client, job, lane):
+    from jobs.states import job_payload
+
+    assert job_payload(job)["kind_label"] == "Status"
+    page = viewer_client.get(f"/lanes/{lane.name}/").content.decode()
+    assert f"#{job.pk} Status</a>" in page and f"#{job.pk} status</a>" not in page
