@@ -20,3 +20,11 @@ class ApiKeyForm(forms.Form):
         names = list(Lane.objects.values_list("name", flat=True))
         self.fields["allowed_lanes"].choices = [(n, n) for n in names]  # type: ignore[attr-defined]
         self.fields["default_route"].choices = [("auto", "auto (router)"), *[(n, n) for n in names]]  # type: ignore[attr-defined]
+        for field in self.fields.values():  # Bootstrap looks, like the portal's other forms
+            widget = field.widget
+            if isinstance(widget, forms.CheckboxInput):
+                widget.attrs["class"] = "form-check-input"
+            elif isinstance(widget, forms.Select):
+                widget.attrs["class"] = "form-select form-select-sm"
+            else:
+                widget.attrs["class"] = "form-control form-control-sm"

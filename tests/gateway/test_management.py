@@ -105,6 +105,12 @@ def test_a_refused_key_form_keeps_its_token_usable(admin_client: Client) -> None
     assert created.context["created"] is not None and ApiKey.objects.filter(name="docs-agent").count() == 1
 
 
+def test_the_new_key_form_is_styled_like_the_other_forms(admin_client: Client) -> None:
+    html = admin_client.get("/gateway/").content.decode()
+    assert 'class="form-control form-control-sm"' in html and 'class="form-select form-select-sm"' in html
+    assert 'class="form-check-input"' in html
+
+
 def test_the_requests_page_filters_by_lane_and_status(admin_client: Client) -> None:
     RequestLog.objects.create(request_id="req-ok", endpoint="chat.completions", lane="qwen", status=200, latency_ms=5)
     RequestLog.objects.create(request_id="req-bad", endpoint="chat.completions", lane="deepseek", status=502,
