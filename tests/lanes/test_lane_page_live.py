@@ -32,3 +32,21 @@ def test_the_state_badge_follows_the_lane_state_live(asgi_server, page, viewer_u
     sender.join()
     page.wait_for_selector("#lane-state.state-serving")
     assert page.inner_text("#lane-state") == "serving"
+
+
+def test_the_lane_list_follows_observed_and_desired_state_live(asgi_server, page, viewer_user, make_lane):
+    from portal.broadcast import DASHBOARD_GROUP, broadcast
+
+    make_lane("qwen")
+    browser_login(page, asgi_server.url, viewer_user.username)
+    page.wait_for_selector("h1:has-text('Dashboard')")
+    page.goto(f"{asgi_server.url}/lanes/")
+    page.wait_for_selector("#live-status[data-state='open']")
+    page.evaluate("window.__notReloaded = true")
+    sender = threading.Thread(target=broadcast, args=(
+        DASHBOARD_GROUP, "lane.state", {"name": "qwen", "observed_state": "starting", "desired_state": "serving"}))
+    sender.start()
+    sender.join()
+    page.wait_for_selector("#lanes tr[data-lane='qwen'] .state-starting")
+    page.wait_for_selector("#lanes tr[data-lane='qwen'] .lane-desired:text-is('serving')", timeout=5_000)
+    assert page.evaluate("window.__notReloaded") is True
