@@ -17,8 +17,25 @@ from lanes.rules import parse_memory_bytes
 TRI_STATE = [("", "vLLM default"), ("true", "on"), ("false", "off")]
 
 
+# Django's default labels read "Gpu memory utilization", "Memory gib", "Ssh port".
+LABELS = {
+    "ssh_port": "SSH port", "ssh_user": "SSH user", "ssh_private_key": "SSH private key",
+    "ssh_host_key": "SSH host key", "sim_dir": "sparksim directory", "memory_gib": "Memory (GiB)",
+    "os_reserve_gib": "OS reserve (GiB)", "model_id": "Model id", "tensor_parallel_size": "Tensor-parallel size",
+    "api_port": "API port", "max_model_len": "max_model_len", "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "gpu_memory_utilization": "gpu_memory_utilization", "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens", "kv_cache_dtype": "kv_cache_dtype",
+    "enable_prefix_caching": "enable_prefix_caching", "enable_chunked_prefill": "enable_chunked_prefill",
+    "speculative_config": "speculative_config", "max_cudagraph_capture_size": "max_cudagraph_capture_size",
+    "weights_gib": "Weights (GiB)", "kv_bytes_per_token": "KV bytes per token",
+    "runtime_overhead_gib": "Runtime overhead (GiB)",
+}
+
+
 def style_widgets(form: forms.Form) -> None:
-    for field in form.fields.values():
+    for name, field in form.fields.items():
+        if name in LABELS and field.label is None:  # vLLM settings keep vLLM's names, as the rules quote them
+            field.label = LABELS[name]
         widget = field.widget
         if isinstance(widget, forms.CheckboxInput):
             widget.attrs.setdefault("class", "form-check-input")

@@ -133,6 +133,15 @@ def test_admin_pins_a_host_key_from_the_node_page(nodes, admin_client):
     assert Node.objects.get(name="spark1").ssh_host_key == public.strip()
 
 
+def test_form_labels_spell_units_acronyms_and_vllm_settings_as_operators_read_them(make_lane, admin_client):
+    make_lane("qwen")
+    node = admin_client.get("/nodes/spark1/edit/").content.decode()
+    assert "SSH port" in node and "Memory (GiB)" in node and "Ssh port" not in node and "Memory gib" not in node
+    lane = admin_client.get("/lanes/qwen/edit/").content.decode()
+    assert ">gpu_memory_utilization</label>" in lane and "Gpu memory utilization" not in lane
+    assert "API port" in lane and "KV bytes per token" in lane
+
+
 def test_only_an_existing_node_offers_to_remove_its_stored_private_key(nodes, admin_client):
     assert "Remove the stored private key" not in admin_client.get("/nodes/new/").content.decode()
     assert "Remove the stored private key" in admin_client.get("/nodes/spark1/edit/").content.decode()
