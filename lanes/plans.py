@@ -33,6 +33,7 @@ Phase = Literal["preflight", "containers", "ray", "serve", "wait", "stop", "stat
 RAY_READY_TIMEOUT_S = 120  # start.sh: GPUs in `ray status` must equal TP within 120 s
 SERVE_WAIT_TIMEOUT_S = 2400.0  # dashaun's WAIT_TIMEOUT (healthy ~244 s after serve in the field)
 STOP_GRACE_S = 120  # stop.sh: SIGINT, wait 120 s, then SIGKILL
+ENGINE_LOG_TAIL_LINES = 40  # enough for a vLLM traceback's last frames and its error line
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class PlanStep:
     models_url: str = ""
     expect_model: str = ""
     alive_check: str = ""
+    logs_on_failure: str = ""  # the engine's last lines, shown when it dies or never gets healthy
     poll_s: float = 5.0
     # optional additions (see the module docstring)
     collect: str = ""
@@ -102,6 +104,8 @@ class Plan:
                     lines.append(f"      then GET {step.models_url} lists {step.expect_model!r}")
                 if step.alive_check:
                     lines.append(f"      fail fast unless: {step.alive_check}")
+                if step.logs_on_failure:
+                    lines.append(f"      on failure, show: {step.logs_on_failure}")
             extras = [f"timeout {step.timeout_s:g} s"]
             if step.on_failure == "warn":
                 extras.append("on failure: warn and go on")
@@ -257,6 +261,7 @@ def _wait_step(lane: sh.LaneView) -> PlanStep:
         "wait.health", "wait", head.node.name, f"wait for /health and /v1/models to list {lane.public_name!r}",
         kind="wait_health", url=f"{base}/health", models_url=f"{base}/v1/models", expect_model=lane.public_name,
         alive_check=sh.vllm_running(head, lane.container), timeout_s=lane.wait_timeout_s, poll_s=lane.wait_poll_s,
+        logs_on_failure=sh.docker(head, "logs", "--tail", ENGINE_LOG_TAIL_LINES, lane.container),
     )
 
 

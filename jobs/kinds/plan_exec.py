@@ -11,7 +11,7 @@ import httpx
 
 from jobs.models import JobStep, StepState
 from jobs.runner import JobContext, JobFailed
-from jobs.transports import NodeEndpoint
+from jobs.transports import NodeEndpoint, TransportError
 from lanes.models import Node
 from lanes.plans import Plan, PlanStep, check_image_ids
 
@@ -105,6 +105,17 @@ class PlanRunner:
                 row.state = StepState.WARNED
                 self.outcomes[step.key] = row.state
 
+    def show_engine_log(self, step: PlanStep, endpoint: NodeEndpoint) -> None:
+        """Why the engine died (seed 004's second start failed after loading) belongs on the
+        job page, not only in `docker logs` on the node."""
+        if not step.logs_on_failure:
+            return
+        self.ctx.log(f"the engine's last lines ($ {step.logs_on_failure}):", node=step.node)
+        try:
+            self.ctx.run(endpoint, step.logs_on_failure, timeout_s=30, quiet=False)
+        except TransportError as exc:
+            self.ctx.log(f"could not read the engine's log: {exc}", node=step.node, stream="stderr")
+
     def wait_health(self, step: PlanStep, endpoint: NodeEndpoint, row: JobStep) -> None:
         import time
 
@@ -124,8 +135,10 @@ class PlanRunner:
             if step.alive_check:
                 alive = ctx.run(endpoint, step.alive_check, timeout_s=30, quiet=True)
                 if not alive.ok:
+                    self.show_engine_log(step, endpoint)
                     raise StepFailed(step, f"the vLLM process on {step.node} died before becoming healthy "
                                            f"(`{step.alive_check}` exited {alive.exit_code})")
             if time.monotonic() >= deadline:
+                self.show_engine_log(step, endpoint)
                 raise StepFailed(step, f"not healthy after {step.timeout_s:g}s: {seen}")
             ctx.sleep(min(step.poll_s, max(deadline - time.monotonic(), 0.05)))

@@ -68,6 +68,16 @@ def test_a_lane_job_marks_the_nodes_it_reached_online_but_leaves_maintenance_alo
     assert Node.objects.get(pk=spark2.pk).state == NodeState.MAINTENANCE  # an admin's choice stays
 
 
+def test_an_engine_that_dies_while_loading_shows_why_on_the_job_page(local_cluster, make_lane, admin_user):
+    lane = make_lane("qwen", [local_cluster.node("spark3")],
+                     extra_args=["--sim-fail-start", "AssertionError: profiled KV cache below max_model_len"])
+    job = run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
+    assert job.state == JobState.FAILED and "died before becoming healthy" in job.error
+    log = log_text(job)
+    assert "the engine's last lines ($ docker logs --tail 40 vllm_node)" in log
+    assert "AssertionError: profiled KV cache below max_model_len" in log  # the reason, not only "exited 1"
+
+
 def test_restart_stops_then_launches_in_one_job(local_cluster, make_lane, admin_user):
     lane = make_lane("qwen", [local_cluster.node("spark3")])
     assert run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user)).state == JobState.SUCCEEDED
