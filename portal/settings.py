@@ -101,7 +101,13 @@ REDIS_PREFIX = env_str("PORTAL_REDIS_PREFIX", "portal") + os.environ.get("PYTEST
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi", "capacity": 5000},
+        # redis-py's async client times a read out after 5 s by default, exactly the 5 s
+        # blocking pop channels_redis waits on: every idle socket would die and drop events.
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "prefix": f"{REDIS_PREFIX}:asgi",
+            "capacity": 5000,
+        },
     }
 }
 

@@ -151,8 +151,8 @@ def end_orphaned_database_sessions(django_db_setup: None, django_db_blocker: Any
     yield
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        return
+    if connection.vendor != "postgresql" or not str(connection.settings_dict["NAME"]).startswith("test_"):
+        return  # no test database was made (a run without database tests)
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

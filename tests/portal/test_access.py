@@ -117,3 +117,8 @@ def test_api_writes_need_the_csrf_token(admin_user):
     accepted = client.post("/api/nodes", body, content_type="application/json", HTTP_X_CSRFTOKEN=token)
     assert accepted.status_code == 201, accepted.content
     assert Node.objects.filter(name="spark9").exists()
+
+
+def test_the_gateway_link_is_shown_to_those_who_may_open_it(admin_client, viewer_client):
+    assert b'href="/gateway/"' in admin_client.get("/").content
+    assert b'href="/gateway/"' not in viewer_client.get("/").content
