@@ -24,7 +24,7 @@ def test_login_shows_the_dashboard_and_live_events(asgi_server, page, viewer_use
     sender.start()
     sender.join()
     item = page.wait_for_selector("#events li[data-event='lane.state']")
-    assert "serving" in item.inner_text()
+    assert item.inner_text().endswith("Lane qwen is serving")
 
 
 def test_wrong_password_is_refused_in_the_browser(asgi_server, page, viewer_user):
