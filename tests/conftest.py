@@ -37,6 +37,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         report.longrepr = f"Skipped tests fail this suite (install the prerequisite instead): {reason}"
 
 
+@pytest.fixture(autouse=True)
+def fresh_channel_layer() -> Iterator[None]:
+    """Every test gets its own channel layer object: a layer remembers the event loop that
+    receives on it, and tests (uvicorn threads, communicators) each run their own loop."""
+    yield
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
