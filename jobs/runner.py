@@ -26,6 +26,7 @@ from jobs.models import Job, JobState, JobStep, StepState
 from jobs.states import publish_job_state, publish_step
 from jobs.transports import CommandResult, NodeEndpoint, Transport, TransportError, endpoint_for, transport_for
 from lanes.models import Node, NodeState
+from lanes.services import node_set_state
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -216,9 +217,9 @@ class JobContext:
         if name in self._seen:
             return
         self._seen.add(name)
-        Node.objects.filter(name=name).exclude(state=NodeState.MAINTENANCE).update(
-            state=NodeState.ONLINE, last_seen=timezone.now()
-        )
+        node = Node.objects.filter(name=name).first()
+        if node is not None:
+            node_set_state(node=node, state=NodeState.ONLINE, last_seen=timezone.now(), unless_maintenance=True)
 
     # --- steps --------------------------------------------------------------------------
     def declare_steps(self, steps: list[tuple[str, str, str, str]]) -> list[JobStep]:

@@ -1,13 +1,14 @@
 """Changes to nodes and lanes. Every change is validated with the lane rules (errors block
 saving, as a ValidationError naming each field), saved, given an immutable LaneRevision
-(lanes) and an AuditEvent with the before/after diff; lane state changes are broadcast
-after they are saved."""
+(lanes) and an AuditEvent with the before/after diff; lane and node state changes are
+broadcast after they are saved."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -15,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from lanes.crypto import CredentialError, encrypt_private_key, host_key_fingerprint, normalize_host_key
-from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node
+from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node, NodeState
 from lanes.rules import LaneCheck, check_lane, rule_max_model_len_pinned
 from lanes.selectors import lane_check, lane_config, node_facts, other_lanes_on
 from portal.audit import audit_record
@@ -134,6 +135,9 @@ def node_update(
     after = node_snapshot(node)
     if after != before:
         audit_record(actor=actor, action="node.update", obj=node, before=before, after=after)
+    if after["state"] != before["state"]:  # e.g. an admin puts it in maintenance
+        payload = node_state_payload(node)
+        transaction.on_commit(lambda: broadcast(DASHBOARD_GROUP, "node.state", payload))
     return node
 
 
@@ -184,6 +188,33 @@ def node_record_network_report(*, node: Node, report: Mapping[str, Any]) -> Node
     node.network_checked_at = timezone.now()
     node.save(update_fields=["network_report", "network_checked_at", "updated_at"])
     return node
+
+
+def node_state_payload(node: Node) -> dict[str, Any]:
+    return {"name": node.name, "state": node.state,
+            "last_seen": node.last_seen.isoformat() if node.last_seen else None}
+
+
+def node_set_state(
+    *, node: Node, state: str, last_seen: datetime | None = None, unless_maintenance: bool = False
+) -> bool:
+    """Called by the jobs app (a node ran a command, or could not be reached): save, then
+    broadcast `node.state` to the dashboard group. Returns False when nothing was saved
+    (`unless_maintenance` and an admin put the node in maintenance)."""
+    if state not in NodeState.values:
+        raise ValueError(f"unknown node state {state!r}")
+    fields: dict[str, Any] = {"state": state, "updated_at": timezone.now()}
+    if last_seen is not None:
+        fields["last_seen"] = last_seen
+    rows = Node.objects.filter(pk=node.pk)
+    if unless_maintenance:  # one conditional UPDATE: an admin's maintenance wins over a job's "online"
+        rows = rows.exclude(state=NodeState.MAINTENANCE)
+    if not rows.update(**fields):
+        return False
+    node.state = state
+    node.refresh_from_db(fields=["last_seen"])
+    broadcast(DASHBOARD_GROUP, "node.state", node_state_payload(node))
+    return True
 
 
 # ---------------------------------------------------------------- lanes

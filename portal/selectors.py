@@ -10,4 +10,5 @@ from lanes.models import Lane, Node
 def dashboard_summary() -> dict[str, Any]:
     lanes = list(Lane.objects.order_by("name").values("name", "observed_state", "desired_state"))
     node_states = dict(Node.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
-    return {"lanes": lanes, "node_states": node_states, "node_count": sum(node_states.values())}
+    nodes = list(Node.objects.order_by("name").values("name", "state"))
+    return {"lanes": lanes, "nodes": nodes, "node_states": node_states, "node_count": sum(node_states.values())}

@@ -23,6 +23,7 @@ from jobs.logsink import publish
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Node, NodeState
+from lanes.services import node_set_state
 from portal.broadcast import DASHBOARD_GROUP
 
 
@@ -87,7 +88,7 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
                     ctx.log("the presented host key is waiting for an admin's confirmation on the node page",
                             node=node.name)
             elif isinstance(exc, TransportError):
-                Node.objects.filter(pk=node.pk).update(state=NodeState.UNREACHABLE)
+                node_set_state(node=node, state=NodeState.UNREACHABLE)
     pairs = pair_links(list(probes.values()))
     links: dict[str, list[dict[str, Any]]] = {name: [] for name in probes}
     if len(probes) > 1:
@@ -119,7 +120,7 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
         reports[name] = report
         node = next(n for n in nodes if n.name == name)
         node_save_network_report(node=node, report=report)
-        Node.objects.filter(pk=node.pk).update(state=NodeState.ONLINE, last_seen=checked_at)
+        node_set_state(node=node, state=NodeState.ONLINE, last_seen=checked_at)
         publish(DASHBOARD_GROUP, "node.network", {"name": name, "verdict": report["verdict"],
                                                      "checked_at": report["checked_at"]})
         ctx.log(f"report saved: verdict {report['verdict']}, eth_if {report['eth_if'] or '-'}, "

@@ -25,5 +25,7 @@ window.PortalLive = (function () {
     open();
     return { close: function () { stopped = true; if (ws) ws.close(); }, socket: function () { return ws; } };
   }
-  return { connect: connect };
+  // A server timestamp (ISO 8601, UTC) as the pages render it: "2026-11-29 20:40:00".
+  function formatTime(iso) { return String(iso).replace("T", " ").slice(0, 19); }
+  return { connect: connect, formatTime: formatTime };
 })();

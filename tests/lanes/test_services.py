@@ -3,7 +3,13 @@ host key pinning and the observed-state broadcast."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 
 from lanes.crypto import decrypt_private_key
@@ -19,8 +25,10 @@ from lanes.services import (
     node_delete,
     node_pin_host_key,
     node_record_captured_host_key,
+    node_set_state,
     node_update,
 )
+from portal.broadcast import DASHBOARD_GROUP
 from portal.models import AuditEvent
 from tests.lanes.rule_cases import CASES, GIB, RuleCase, lane_data
 
@@ -140,6 +148,53 @@ def test_observed_state_is_saved_then_broadcast_to_the_dashboard_and_lane_groups
     assert sent == [("dashboard", "lane.state", data), ("lane-qwen", "lane.state", data)]
     with pytest.raises(ValueError):
         lane_set_observed_state(lane=lane, state="bogus")
+
+
+def test_node_state_is_saved_then_broadcast_to_a_dashboard_listener(nodes):
+    seen_at = datetime(2026, 11, 29, 20, 30, tzinfo=UTC)
+
+    async def listen_while_setting() -> tuple[dict[str, Any], str]:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(DASHBOARD_GROUP, channel)
+        await sync_to_async(node_set_state)(node=nodes["spark2"], state="online", last_seen=seen_at)
+        message = await asyncio.wait_for(layer.receive(channel), timeout=10)
+        # What a browser then fetches must already say what the event said.
+        saved = await sync_to_async(lambda: Node.objects.get(name="spark2").state)()
+        await layer.group_discard(DASHBOARD_GROUP, channel)
+        return message, saved
+
+    message, saved = async_to_sync(listen_while_setting)()
+    assert message["event"] == "node.state"
+    assert message["data"] == {"name": "spark2", "state": "online", "last_seen": "2026-11-29T20:30:00+00:00"}
+    assert saved == "online"
+    assert Node.objects.get(name="spark2").last_seen == seen_at
+
+
+def test_node_set_state_leaves_maintenance_alone_when_asked_and_refuses_unknown_states(nodes, monkeypatch):
+    sent = []
+    monkeypatch.setattr("lanes.services.broadcast", lambda group, event, data: sent.append((group, event, data)))
+    Node.objects.filter(name="spark1").update(state="maintenance")
+    assert node_set_state(node=nodes["spark1"], state="online", last_seen=datetime.now(UTC),
+                          unless_maintenance=True) is False
+    assert Node.objects.get(name="spark1").state == "maintenance" and sent == []
+    assert node_set_state(node=nodes["spark3"], state="unreachable") is True
+    assert sent == [("dashboard", "node.state", {"name": "spark3", "state": "unreachable", "last_seen": None})]
+    with pytest.raises(ValueError):
+        node_set_state(node=nodes["spark3"], state="bogus")
+
+
+def test_an_admin_putting_a_node_in_maintenance_is_broadcast_after_commit(
+    nodes, admin_user, monkeypatch, django_capture_on_commit_callbacks
+):
+    sent = []
+    monkeypatch.setattr("lanes.services.broadcast", lambda group, event, data: sent.append((group, event, data)))
+    with django_capture_on_commit_callbacks(execute=True):
+        node_update(node=nodes["spark1"], actor=admin_user, data={"state": "maintenance"})
+        assert sent == []
+    assert sent == [("dashboard", "node.state", {"name": "spark1", "state": "maintenance", "last_seen": None})]
+    node_update(node=nodes["spark1"], actor=admin_user, data={"memory_gib": 64})
+    assert len(sent) == 1
 
 
 def test_the_plan_of_a_lane_uses_its_current_revision(make_lane, nodes):
