@@ -256,6 +256,16 @@ class JobContext:
         else:
             self._end_step(step, step.state if step.state != StepState.RUNNING else StepState.SUCCEEDED)
 
+    def step_warned(self, step: JobStep, reason: str) -> None:
+        """A step that ended well but whose findings need a look (a network verdict "warn"):
+        shown amber with the reason; the job's outcome does not change."""
+        if step.state in (StepState.FAILED, StepState.CANCELLED):
+            return
+        step.state = StepState.WARNED
+        step.detail = "; ".join(filter(None, [step.detail, reason]))[:2000]
+        step.save(update_fields=["state", "detail"])
+        publish_step(step)
+
     def _end_step(self, step: JobStep, state: str) -> None:
         step.state = state
         step.finished_at = timezone.now()

@@ -27,6 +27,7 @@ def job_payload(job: Job) -> dict[str, Any]:
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
         "error": job.error,
+        "warnings": list((job.result or {}).get("warnings") or []),
         "cancel_requested": job.cancel_requested_at is not None,
         "last_seq": job.last_seq,
     }

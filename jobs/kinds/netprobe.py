@@ -267,6 +267,12 @@ def build_report(probe: NodeProbe, links: Sequence[dict[str, Any]], checked_at: 
     }
 
 
+def link_warnings(links: Sequence[dict[str, Any]]) -> list[str]:
+    """What a link verdict other than "ok" says, one line per link (the step's and the job's reason)."""
+    return [f"{link['device']} → {link['peer']}: {link['verdict']} ({link['detail']})"
+            for link in links if link["verdict"] != "ok"]
+
+
 def version_mismatches(probes: Sequence[NodeProbe]) -> list[str]:
     """verify: kernel, driver and firmware must match on every node."""
     problems = []

@@ -13,6 +13,7 @@ from jobs.kinds.netprobe import (
     NodeProbe,
     build_report,
     link_verdict,
+    link_warnings,
     pair_links,
     parse_probe,
     ping_command,
@@ -20,6 +21,7 @@ from jobs.kinds.netprobe import (
 )
 from jobs.lanes_link import node_capture_host_key, node_save_network_report
 from jobs.logsink import publish
+from jobs.models import StepState
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Node, NodeState
@@ -110,7 +112,12 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
                     ctx.log(f"{pair.device.name} {link['local_ip']} → {pair.peer} {link['peer_ip']}: "
                             f"{link['verdict'].upper()} ({link['detail']})", node=step.node,
                             stream="stdout" if link["verdict"] == "ok" else "stderr")
-    for problem in version_mismatches(list(probes.values())):
+                # A warn (e.g. MTU 1500) is not a failure, but must not show green either.
+                if link_warnings(links[step.node]):
+                    step.state = StepState.WARNED
+                    step.detail = "; ".join(link_warnings(links[step.node]))[:2000]
+    warnings = version_mismatches(list(probes.values()))
+    for problem in warnings:
         ctx.log(f"warning: {problem}")
     checked_at = timezone.now()
     reports: dict[str, Any] = {}
@@ -118,6 +125,9 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
         report = build_report(probe, links[name], checked_at.isoformat().replace("+00:00", "Z"),
                               had_peers=len(probes) > 1)
         reports[name] = report
+        if report["notes"]:  # the node's own findings (compaction, GID disagreement) belong to its probe
+            ctx.step_warned(probe_steps[[n.name for n in nodes].index(name)], "; ".join(report["notes"]))
+        warnings += [f"{name}: {reason}" for reason in link_warnings(links[name]) + report["notes"]]
         node = next(n for n in nodes if n.name == name)
         node_save_network_report(node=node, report=report)
         node_set_state(node=node, state=NodeState.ONLINE, last_seen=checked_at)
@@ -128,5 +138,6 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
                 f"GID index {report['gid_index']}", node=name)
     if failures:
         raise JobFailed("; ".join(failures))
-    return {"verdicts": {name: r["verdict"] for name, r in reports.items()}}
+    # The job still succeeds on a "warn" verdict; the page shows these in amber.
+    return {"verdicts": {name: r["verdict"] for name, r in reports.items()}, "warnings": warnings}
 

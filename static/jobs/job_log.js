@@ -90,6 +90,13 @@
     holder.innerHTML = '<span class="badge state state-' + data.state + '" data-state-badge>' + data.state + "</span>";
     const err = document.getElementById("job-error");
     if (data.error) { err.hidden = false; err.textContent = data.error; }
+    const warnings = document.getElementById("job-warnings");
+    if (data.warnings && data.warnings.length) {
+      const list = warnings.querySelector("ul");
+      list.replaceChildren();
+      data.warnings.forEach(function (w) { const li = document.createElement("li"); li.textContent = w; list.append(li); });
+      warnings.hidden = false;
+    }
     if (data.started_at) document.getElementById("job-started").textContent = data.started_at.replace("T", " ").slice(0, 19);
     if (data.finished_at) document.getElementById("job-finished").textContent = data.finished_at.replace("T", " ").slice(0, 19);
     const form = document.getElementById("cancel-form");
@@ -109,7 +116,9 @@
       tr.id = "step-" + step.position;
       tr.innerHTML = "<td></td><td></td><td></td><td class='text-end' data-duration></td>";
       tr.children[0].textContent = step.position + 1;
-      tr.children[1].textContent = (step.node ? "[" + step.node + "] " : "") + step.title;
+      const label = document.createElement("span");
+      label.textContent = (step.node ? "[" + step.node + "] " : "") + step.title;
+      tr.children[1].append(label);
       const next = Array.from(tbody.children).find(function (r) { return Number(r.id.slice(5)) > step.position; });
       tbody.insertBefore(tr, next || null);
     }
@@ -118,6 +127,11 @@
     if (done.includes(shown) && !done.includes(step.state)) return;  // a stale snapshot never goes back
     tr.title = step.detail || "";
     tr.children[2].innerHTML = '<span class="badge state state-' + step.state + '">' + step.state + "</span>";
+    let warning = tr.querySelector(".step-warning");
+    if (step.state === "warned") {
+      if (!warning) { warning = document.createElement("div"); warning.className = "step-warning small"; tr.children[1].append(warning); }
+      warning.textContent = step.detail || "";
+    } else if (warning) { warning.remove(); }
     tr.children[3].textContent = step.duration_s != null ? step.duration_s.toFixed(1) + " s" : "";
   }
 

@@ -3,6 +3,8 @@ sparksim nodes (the demo's setup)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from jobs.models import Job, JobKind, JobLogLine, JobState, StepState
@@ -35,6 +37,36 @@ def test_network_check_saves_a_report_with_paired_links_and_computed_gid(local_c
     assert {link["peer"] for link in report["links"]} == {"spark2"}
     assert all(link["ping_ok"] for link in report["links"])
     assert Node.objects.get(name="spark2").network_report["links"][0]["peer"] == "spark1"
+
+
+def test_a_warn_verdict_shows_as_warned_steps_and_job_warnings_but_the_job_succeeds(
+    local_cluster, make_lane, admin_user, admin_client
+):
+    spark1, spark2 = local_cluster.node("spark1"), local_cluster.node("spark2")
+    make_lane("deepseek", [spark1, spark2], executor="ray")
+    for node in (spark1, spark2):  # MTU 1500 on both ends: the ping passes, the verdict is "warn"
+        subprocess.run([".venv/bin/python", "-m", "sparksim", "fault", "--node-dir", node.sim_dir, "mtu",
+                        "enp1s0f0np0", "1500"], check=True)
+    job = run(node_network_check_create(node=spark1, user=admin_user))
+    assert job.state == JobState.SUCCEEDED, job.error + log_text(job)  # a warning is not a failure
+    assert Node.objects.get(name="spark1").network_report["verdict"] == "warn"
+    pings = {step.node: step for step in job.steps.filter(key__startswith="ping.")}
+    assert {step.state for step in pings.values()} == {StepState.WARNED}
+    assert "MTU 1500, want 9000" in pings["spark1"].detail
+    assert any(w.startswith("spark1: ") and "MTU 1500, want 9000" in w for w in job.result["warnings"])
+
+    page = admin_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert page.count('class="badge state state-warned"') >= 2
+    assert 'id="job-warnings"' in page and "MTU 1500, want 9000" in page
+    assert 'id="job-warnings" hidden' not in page
+
+
+def test_an_ok_network_check_has_no_warnings(local_cluster, make_lane, admin_user, admin_client):
+    make_lane("deepseek", [local_cluster.node("spark1"), local_cluster.node("spark2")], executor="ray")
+    job = run(node_network_check_create(node=local_cluster.node("spark1"), user=admin_user))
+    assert job.state == JobState.SUCCEEDED and job.result["warnings"] == []
+    assert StepState.WARNED not in set(job.steps.values_list("state", flat=True))
+    assert 'id="job-warnings" hidden' in admin_client.get(f"/jobs/{job.pk}/").content.decode()
 
 
 def test_launch_status_stop_a_single_node_lane(local_cluster, make_lane, admin_user):
