@@ -3,7 +3,7 @@ the other lanes on the same nodes, the targets a plan renders for, revision diff
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,28 +91,34 @@ def node_memory_use(node: Node) -> list[NodeMemoryUse]:
 
 
 def current_revision(lane: Lane) -> LaneRevision | None:
-    return lane.revisions.filter(number=lane.revision).first()
+    """The revision a launch runs now: the newest one (each save adds one)."""
+    return LaneRevision.objects.filter(lane=lane).order_by("-number").first()
 
 
-def node_targets(names: Sequence[str]) -> list[NodeTarget]:
-    """Plan targets for the nodes named in a revision, in that (rank) order."""
+def plan_targets(names: Sequence[str]) -> list[NodeTarget]:
+    """Plan targets for the nodes named in a revision, in that (rank) order: the one place
+    both the dry run and the launch job get them, so the two cannot differ."""
     by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
     missing = [name for name in names if name not in by_name]
     if missing:
         raise ValueError(f"node(s) no longer registered: {', '.join(missing)}")
     return [
-        NodeTarget(name=node.name, address=node.address, runtime=node.runtime_command,
+        NodeTarget(name=node.name, address=node.address, runtime=node.runtime_command or "docker",
                    report=node.network_report or {}, memory_gib=node.memory_gib)
         for node in (by_name[name] for name in names)
     ]
+
+
+PLAN_RENDERERS: dict[str, Callable[[Mapping[str, Any], Sequence[NodeTarget]], Plan]] = {
+    "launch": render_launch_plan, "stop": render_stop_plan, "status": render_status_plan,
+}
 
 
 def lane_plan(lane: Lane, action: str = "launch", revision: LaneRevision | None = None) -> Plan:
     """The plan of a lane's current revision (what a launch would run now)."""
     revision = revision or current_revision(lane)
     config = dict(revision.config) if revision else lane_config(lane)
-    renderer = {"launch": render_launch_plan, "stop": render_stop_plan, "status": render_status_plan}[action]
-    return renderer(config, node_targets(config["nodes"]))
+    return PLAN_RENDERERS[action](config, plan_targets(config["nodes"]))
 
 
 @dataclass(frozen=True)

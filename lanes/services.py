@@ -353,7 +353,6 @@ def lane_set_observed_state(*, lane: Lane, state: str, reason: str = "") -> Lane
     if reason:
         data["reason"] = reason
     broadcast(DASHBOARD_GROUP, "lane.state", data)
-    broadcast(f"lane-{lane.name}", "lane.state", data)
     return lane
 
 
