@@ -53,7 +53,6 @@ class PlanStep:
     alive_check: str = ""
     logs_on_failure: str = ""  # the engine's last lines, shown when it dies or never gets healthy
     poll_s: float = 5.0
-    # optional additions (see the module docstring)
     collect: str = ""
 
 

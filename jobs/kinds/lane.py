@@ -33,7 +33,7 @@ class LaneJob:
         try:
             self.targets = plan_targets(names)
         except ValueError as exc:
-            raise JobFailed(f"lane nodes no longer exist: {exc}") from None
+            raise JobFailed(f"the lane's {exc}") from None
         by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
         self.nodes = [by_name[name] for name in names]
         ctx.sink.add_secrets(self.secret_values())

@@ -25,8 +25,8 @@ class RouteDecision:
 
 
 async def route_request(*, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo]) -> RouteDecision:
-    """model="auto": the router's choice. For now, PORTAL_GATEWAY_DEFAULT_LANE, or the
-    first serving lane when that is not set."""
+    """model="auto" with no router decision: PORTAL_GATEWAY_DEFAULT_LANE, or the first
+    serving lane when that is not set."""
     default = settings.GATEWAY_DEFAULT_LANE
     if default and default in lanes:
         return RouteDecision(lane=default, reason=RouteReason.DEFAULT)
