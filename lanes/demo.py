@@ -4,7 +4,7 @@ qwen on spark3 — if the database has no nodes yet."""
 
 from __future__ import annotations
 
-from typing import TextIO
+from io import TextIOBase
 
 from django.conf import settings
 
@@ -17,7 +17,7 @@ GIB = 1024**3
 DEMO_IMAGE = "ghcr.io/eugr/spark-vllm-b12x@sha256:" + "5d" * 32
 
 
-def seed_demo(out: TextIO) -> None:
+def seed_demo(out: TextIOBase) -> None:
     nodes = demo_cluster_up(settings.SIM_ROOT, settings.SIM_TIME_SCALE)
     if Node.objects.exists():
         out.write(f"lanes: simulated cluster ready at {settings.SIM_ROOT}; nodes already registered\n")
