@@ -185,16 +185,14 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
-def browser() -> Iterator[Any]:
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Function-scoped on purpose: while Playwright's sync API is active it keeps an event
     loop running in this thread, which would break every async test that follows."""
-    import os
-
     from playwright.sync_api import sync_playwright
 
-    # Playwright's sync API keeps an event loop running in this thread; the test's own
-    # ORM calls are still synchronous and safe.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    # That loop makes Django treat the test's own (synchronous, safe) ORM calls as async
+    # unsafe; lift the guard for this test only, so async tests keep it.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as pw:
         instance = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield instance

@@ -25,7 +25,7 @@ def test_it_answers_a_chat_completion_and_names_the_lane(gateway: Gateway, upstr
     assert completion.choices[0].message.content == "Hello from qwen-test choice 0."
     assert completion.usage is not None and completion.usage.prompt_tokens == 11
     assert raw.headers["x-spark-lane"] == "qwen"
-    assert raw.headers["x-spark-route-reason"] == "router"
+    assert raw.headers["x-spark-route-reason"] == "default"
     assert raw.headers["x-request-id"].startswith("req-")
     assert upstream.bodies[0]["model"] == "qwen-test"
     assert upstream.completions == 1

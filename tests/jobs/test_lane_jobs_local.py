@@ -125,14 +125,14 @@ def test_restart_stops_then_launches_in_one_job(local_cluster, make_lane, admin_
 
 def test_a_broker_outage_fails_the_job_instead_of_leaving_it_queued(local_cluster, admin_user, monkeypatch):
     from jobs import services
-    from jobs.tasks import run_job
+    from portal.celery import app
 
     monkeypatch.setattr(services, "dispatch_job", REAL_DISPATCH)  # not the recording stand-in
 
     def refuse(*args, **kwargs):
         raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(run_job, "apply_async", refuse)
+    monkeypatch.setattr(app, "send_task", refuse)
     job = services.job_create(kind=JobKind.STATUS, user=admin_user, nodes=[local_cluster.node("spark1")])
     job.refresh_from_db()
     assert job.state == JobState.FAILED and "could not be queued (is Redis up?)" in job.error
