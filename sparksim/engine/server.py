@@ -264,14 +264,17 @@ class EngineServer:
 
     def _start_refusing(self, seconds: float) -> None:
         assert self.set_listening is not None
-        asyncio.get_running_loop().create_task(self._refuse_for(seconds))
+        asyncio.get_running_loop().create_task(self.refuse_connections_for(seconds))
 
-    async def _refuse_for(self, seconds: float) -> None:
+    async def refuse_connections_for(self, seconds: float) -> None:
+        """Close the listener for `seconds` (real seconds, like a restart), then reopen it."""
         assert self.set_listening is not None
         await self.set_listening(False)
+        log("WARNING", "sparksim", f"refusing connections for {seconds}s")
         await asyncio.sleep(seconds)
         self.faults.refuse_connections_s = None
         await self.set_listening(True)
+        log("WARNING", "sparksim", "accepting connections again")
 
     async def state(self, request: web.Request) -> web.Response:
         core = self.core

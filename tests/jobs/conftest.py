@@ -15,6 +15,8 @@ import pytest
 from cryptography.fernet import Fernet
 from django.conf import settings
 
+from jobs.models import Job, JobLogLine
+from jobs.services import job_run
 from lanes.models import Lane, LaneNode, LaneRevision, Node
 from sparksim.cluster import cluster_down, cluster_up
 from sparksim.host.node import NodeInfo
@@ -170,3 +172,14 @@ def call_in_thread(target: Callable[[], Any], timeout: float = 300) -> Any:
     if thread.is_alive():
         raise AssertionError(f"still running after {timeout}s")
     return result[0] if result else None
+
+
+def run_job(job: Job) -> Job:
+    """Run a queued job to its end, the way the worker does, and reload it."""
+    call_in_thread(lambda: job_run(job_id=job.pk))
+    job.refresh_from_db()
+    return job
+
+
+def job_log_text(job: Job) -> str:
+    return "\n".join(JobLogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
