@@ -3,6 +3,7 @@
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -53,6 +54,8 @@ class EngineServer:
         self.faults = config.faults
         self.requests_served = 0
         self.tokens_streamed = 0
+        # The last generation request bodies, for a test to see what a client really sent.
+        self.received: deque[dict[str, Any]] = deque(maxlen=100)
         self.on_death: Callable[[], None] = lambda: None
         self.set_listening: Callable[[bool], Awaitable[None]] | None = None
         self.app = web.Application(client_max_size=512 * 1024**2, middlewares=[api_errors])
@@ -67,6 +70,7 @@ class EngineServer:
         self.app.router.add_get("/_sim/faults", self.get_faults)
         self.app.router.add_post("/_sim/faults", self.set_faults)
         self.app.router.add_get("/_sim/state", self.state)
+        self.app.router.add_get("/_sim/requests", self.requests)
 
     # --- fault gate -----------------------------------------------------------------------
 
@@ -150,12 +154,14 @@ class EngineServer:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
+        self.received.append({"path": request.path, "body": body})
         plan = plan_chat(body, self.config.served_model_names, self.config.max_model_len,
                          self.config.profile.vocab_size, self.config.reasoning_parser is not None)
         return await self._generate(request, plan, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
+        self.received.append({"path": request.path, "body": body})
         plan = plan_completion(body, self.config.served_model_names, self.config.max_model_len,
                                self.config.profile.vocab_size)
         return await self._generate(request, plan, chat=False)
@@ -275,6 +281,9 @@ class EngineServer:
         self.faults.refuse_connections_s = None
         await self.set_listening(True)
         log("WARNING", "sparksim", "accepting connections again")
+
+    async def requests(self, request: web.Request) -> web.Response:
+        return web.json_response(list(self.received))
 
     async def state(self, request: web.Request) -> web.Response:
         core = self.core

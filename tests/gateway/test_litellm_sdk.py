@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.gateway.conftest import Gateway
+from sparksim.standalone import EngineHandle
+from tests.gateway.conftest import SIM_SERVED, Gateway, engine_completed
 from tests.gateway.upstreams import CountingUpstream
 
 # LiteLLM fetches its model price map from the internet at import unless told not to.
@@ -24,19 +26,23 @@ def litellm() -> Any:
 
 
 def test_litellm_completes_and_streams_through_the_gateway(
-    gateway: Gateway, upstream: CountingUpstream, litellm: Any
+    sim_gateway: Gateway, qwen_engine: EngineHandle, litellm: Any
 ) -> None:
-    answer = litellm.completion(model="openai/qwen", api_base=gateway.base_url, api_key=gateway.secret,
-                                messages=[{"role": "user", "content": "hi"}])
-    assert answer.choices[0].message.content == "Hello from qwen-test choice 0."
-    assert answer.usage.prompt_tokens == 11
-    chunks = list(litellm.completion(model="openai/auto", api_base=gateway.base_url, api_key=gateway.secret,
-                                     stream=True, messages=[{"role": "user", "content": "hi"}]))
+    messages = [{"role": "user", "content": "hi"}]
+    expected = httpx.post(f"{qwen_engine.url}/v1/chat/completions",
+                          json={"model": SIM_SERVED, "max_tokens": 16, "messages": messages}).json()
+    answer = litellm.completion(model="openai/qwen", api_base=sim_gateway.base_url, api_key=sim_gateway.secret,
+                                max_tokens=16, messages=messages)
+    assert answer.choices[0].message.content == expected["choices"][0]["message"]["content"]
+    assert answer.usage.prompt_tokens == expected["usage"]["prompt_tokens"]
+    chunks = list(litellm.completion(model="openai/auto", api_base=sim_gateway.base_url, api_key=sim_gateway.secret,
+                                     max_tokens=16, stream=True, messages=messages))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == "Hello from qwen-test choice 0. "
-    assert upstream.completions == 2
+    assert text == expected["choices"][0]["message"]["content"]
+    assert engine_completed(qwen_engine) == 3  # the direct call and one each through the gateway
 
 
+# An engine answering 500 without dying is a fault only the hand-written upstream makes.
 def test_litellm_gets_an_openai_shaped_error_without_a_second_upstream_call(
     gateway: Gateway, upstream: CountingUpstream, litellm: Any
 ) -> None:

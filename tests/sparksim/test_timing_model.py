@@ -21,7 +21,6 @@ from sparksim.timing import (
 )
 from sparksim.tokenizer import count_tokens, split_tokens
 
-
 # The seeds' measured figures. The model is fitted to all of them at once, so it meets each
 # within a stated tolerance rather than exactly.
 # Seed 000: DeepSeek 68 tok/s for one user, 45 tok/s each at 10 users; Qwen 120 tok/s.
