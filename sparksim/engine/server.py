@@ -54,8 +54,9 @@ class EngineServer:
         self.faults = config.faults
         self.requests_served = 0
         self.tokens_streamed = 0
-        # The last generation request bodies, for a test to see what a client really sent.
-        self.received: deque[dict[str, Any]] = deque(maxlen=100)
+        # The last requests to the model routes as they arrived (before any fault acts), so
+        # a test sees what a client really sent and how often.
+        self.received: deque[dict[str, Any]] = deque(maxlen=1000)
         self.on_death: Callable[[], None] = lambda: None
         self.set_listening: Callable[[bool], Awaitable[None]] | None = None
         self.app = web.Application(client_max_size=512 * 1024**2, middlewares=[api_errors])
@@ -76,6 +77,7 @@ class EngineServer:
 
     def guarded(self, handler: Handler) -> Handler:
         async def gate(request: web.Request) -> web.StreamResponse:
+            self.received.append({"path": request.path, "body": await _body_as_sent(request)})
             if self.faults.latency_s:
                 await asyncio.sleep(self.faults.latency_s)
             if self.faults.unavailable:
@@ -154,14 +156,12 @@ class EngineServer:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
-        self.received.append({"path": request.path, "body": body})
         plan = plan_chat(body, self.config.served_model_names, self.config.max_model_len,
                          self.config.profile.vocab_size, self.config.reasoning_parser is not None)
         return await self._generate(request, plan, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
-        self.received.append({"path": request.path, "body": body})
         plan = plan_completion(body, self.config.served_model_names, self.config.max_model_len,
                                self.config.profile.vocab_size)
         return await self._generate(request, plan, chat=False)
@@ -261,6 +261,11 @@ class EngineServer:
         for key, value in body.items():
             if key in self.faults.__dict__:
                 setattr(self.faults, key, value)
+        # "Die after N more": a count set now starts now.
+        if "die_after_requests" in body:
+            self.requests_served = 0
+        if "die_mid_stream_after_tokens" in body:
+            self.tokens_streamed = 0
         if body.get("die"):
             self.die("simulated death by control request")
         refuse = body.get("refuse_connections_s")
@@ -298,6 +303,13 @@ class EngineServer:
             "profile": asdict(self.config.profile),
             "dead": core.dead,
         })
+
+
+async def _body_as_sent(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return await request.text()
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:

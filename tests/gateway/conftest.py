@@ -139,9 +139,13 @@ def engine_completed(engine: EngineHandle) -> int:
                    for sample in family.samples if sample.name == "vllm:request_success_total"))
 
 
-def engine_received(engine: EngineHandle) -> list[dict[str, Any]]:
-    """The generation request bodies the engine received, oldest first."""
-    return [item["body"] for item in httpx.get(f"{engine.url}/_sim/requests").json()]
+GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+def engine_received(engine: EngineHandle, paths: tuple[str, ...] = GENERATION_PATHS) -> list[Any]:
+    """The bodies of the requests that reached the engine on `paths`, oldest first, counted on
+    arrival (a request the engine then failed, delayed or cut counts too)."""
+    return [item["body"] for item in httpx.get(f"{engine.url}/_sim/requests").json() if item["path"] in paths]
 
 
 @pytest.fixture
@@ -159,3 +163,13 @@ def gateway(asgi_server: AsgiServer, key_owner: User, upstream: CountingUpstream
     make_lane("qwen", upstream.port, served="qwen-test")
     secret, key_id = create_key(key_owner)
     return Gateway(server=asgi_server, secret=secret, key_id=key_id)
+
+
+def set_engine_faults(engine: EngineHandle, **faults: object) -> None:
+    httpx.post(f"{engine.url}/_sim/faults", json=faults).raise_for_status()
+
+
+@pytest.fixture
+def second_engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:
+    """Another sparksim engine, for a fallback lane."""
+    return engine_factory(SIM_QWEN, "--served-model-name", "deepseek-test", time_scale=0.001)
