@@ -149,8 +149,8 @@ def engine_received(engine: EngineHandle, paths: tuple[str, ...] = GENERATION_PA
 
 
 @pytest.fixture
-def sim_gateway(asgi_server: AsgiServer, key_owner: User, qwen_engine: EngineHandle, settings: Any) -> Gateway:
-    """The gateway in front of a sparksim engine: the happy paths."""
+def gateway(asgi_server: AsgiServer, key_owner: User, qwen_engine: EngineHandle, settings: Any) -> Gateway:
+    """The gateway in front of a sparksim engine."""
     settings.GATEWAY_DEFAULT_LANE = "qwen"
     make_lane("qwen", qwen_engine.port, served=SIM_SERVED, max_model_len=32768)
     secret, key_id = create_key(key_owner)
@@ -158,7 +158,8 @@ def sim_gateway(asgi_server: AsgiServer, key_owner: User, qwen_engine: EngineHan
 
 
 @pytest.fixture
-def gateway(asgi_server: AsgiServer, key_owner: User, upstream: CountingUpstream, settings: Any) -> Gateway:
+def fault_gateway(asgi_server: AsgiServer, key_owner: User, upstream: CountingUpstream, settings: Any) -> Gateway:
+    """The gateway in front of the hand-written upstream: the faults sparksim cannot make."""
     settings.GATEWAY_DEFAULT_LANE = "qwen"
     make_lane("qwen", upstream.port, served="qwen-test")
     secret, key_id = create_key(key_owner)

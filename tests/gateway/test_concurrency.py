@@ -14,8 +14,8 @@ from tests.gateway.conftest import Gateway, engine_completed, run_async
 CLIENTS = 200
 
 
-def test_200_concurrent_streams_all_complete_without_error(sim_gateway: Gateway, qwen_engine: EngineHandle) -> None:
-    gateway = sim_gateway
+def test_200_concurrent_streams_all_complete_without_error(gateway: Gateway, qwen_engine: EngineHandle) -> None:
+    gateway = gateway
     headers = {**gateway.headers(), "x-stainless-retry-count": "0"}  # the SDK's path: retry recognition on
 
     async def one(session: aiohttp.ClientSession, n: int) -> bytes:

@@ -23,11 +23,6 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 ERROR_FIELDS = {"message", "type", "param", "code"}
 
 
-@pytest.fixture
-def gateway(sim_gateway: Gateway) -> Gateway:
-    return sim_gateway
-
-
 def sent(engine: EngineHandle, path: str = "/v1/chat/completions") -> int:
     return len(engine_received(engine, (path,)))
 

@@ -36,36 +36,36 @@ def sent(engine: EngineHandle) -> int:
     return len(engine_received(engine))
 
 
-def test_a_connection_reset_after_sending_is_not_retried(gateway: Gateway, upstream: CountingUpstream) -> None:
+def test_a_connection_reset_after_sending_is_not_retried(fault_gateway: Gateway, upstream: CountingUpstream) -> None:
     upstream.mode = "reset"
     with pytest.raises(openai.APIStatusError) as caught:
-        client(gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
+        client(fault_gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
     assert caught.value.status_code == 502
     assert caught.value.response.headers["x-should-retry"] == "false"
     assert upstream.completions == 1
 
 
-def test_an_upstream_timeout_is_not_retried(sim_gateway: Gateway, qwen_engine: EngineHandle, settings: Any) -> None:
+def test_an_upstream_timeout_is_not_retried(gateway: Gateway, qwen_engine: EngineHandle, settings: Any) -> None:
     settings.GATEWAY_READ_TIMEOUT_S = 1.0
     set_engine_faults(qwen_engine, latency_s=3.0)
     with pytest.raises(openai.APIStatusError) as caught:
-        client(sim_gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
+        client(gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
     assert caught.value.status_code == 504
     assert caught.value.body["code"] == "upstream_timeout"  # type: ignore[index]
     assert sent(qwen_engine) == 1
 
 
-def test_an_upstream_5xx_is_not_retried(sim_gateway: Gateway, qwen_engine: EngineHandle) -> None:
+def test_an_upstream_5xx_is_not_retried(gateway: Gateway, qwen_engine: EngineHandle) -> None:
     set_engine_faults(qwen_engine, die=True)  # a dead vLLM answers 500
     with pytest.raises(openai.InternalServerError) as caught:
-        client(sim_gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
+        client(gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
     assert caught.value.status_code == 502
     assert sent(qwen_engine) == 1
 
 
-def test_a_stream_that_dies_midway_ends_with_an_error_event(sim_gateway: Gateway, qwen_engine: EngineHandle) -> None:
+def test_a_stream_that_dies_midway_ends_with_an_error_event(gateway: Gateway, qwen_engine: EngineHandle) -> None:
     set_engine_faults(qwen_engine, die_mid_stream_after_tokens=2)
-    stream = client(sim_gateway).chat.completions.create(
+    stream = client(gateway).chat.completions.create(
         model="qwen", stream=True, max_tokens=50, messages=MESSAGES, extra_body={"ignore_eos": True})  # type: ignore[arg-type]
     received = []
     with pytest.raises(openai.APIError) as caught:
@@ -75,64 +75,64 @@ def test_a_stream_that_dies_midway_ends_with_an_error_event(sim_gateway: Gateway
     assert len([c for c in received if c.choices and c.choices[0].delta.content]) == 2
     assert sent(qwen_engine) == 1
     set_engine_faults(qwen_engine, clear=True, die_mid_stream_after_tokens=2)
-    raw = httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=sim_gateway.headers(),
+    raw = httpx.post(f"{gateway.base_url}/chat/completions", headers=gateway.headers(),
                      json={"model": "qwen", "stream": True, "max_tokens": 50, "ignore_eos": True, "messages": MESSAGES})
     assert raw.text.endswith('"code":"upstream_stream_interrupted"}}\n\ndata: [DONE]\n\n')
 
 
 def test_a_client_retry_after_its_own_timeout_gets_the_first_answer(
-    sim_gateway: Gateway, qwen_engine: EngineHandle
+    gateway: Gateway, qwen_engine: EngineHandle
 ) -> None:
     """The SDK times out, retries with the same Idempotency-Key: the gateway answers 409
     (retry later) while the first is in flight, then replays the first's answer."""
     expected = httpx.post(f"{qwen_engine.url}/v1/chat/completions",
                           json={"model": "qwen-test", "max_tokens": 8, "messages": MESSAGES}).json()
     set_engine_faults(qwen_engine, latency_s=2.0)
-    completion = client(sim_gateway, timeout=0.5).chat.completions.create(
+    completion = client(gateway, timeout=0.5).chat.completions.create(
         model="qwen", max_tokens=8, messages=MESSAGES)  # type: ignore[arg-type]
     assert completion.choices[0].message.content == expected["choices"][0]["message"]["content"]
     assert sent(qwen_engine) == 2  # the direct call above, and the client's request once
 
 
 def test_a_repeated_idempotency_key_is_refused_while_in_flight_then_replayed(
-    sim_gateway: Gateway, qwen_engine: EngineHandle
+    gateway: Gateway, qwen_engine: EngineHandle
 ) -> None:
     set_engine_faults(qwen_engine, latency_s=1.5)
-    headers = {**sim_gateway.headers(), "idempotency-key": "stainless-python-retry-1"}
+    headers = {**gateway.headers(), "idempotency-key": "stainless-python-retry-1"}
     body = {"model": "qwen", "max_tokens": 8, "messages": MESSAGES}
     first: dict[str, httpx.Response] = {}
     thread = threading.Thread(target=lambda: first.setdefault(
-        "r", httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=headers, json=body, timeout=10)))
+        "r", httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body, timeout=10)))
     thread.start()
     wait_for(lambda: sent(qwen_engine) == 1, what="the first request upstream")
-    second = httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=headers, json=body)
+    second = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body)
     assert second.status_code == 409
     assert second.json()["error"]["code"] == "idempotent_request_in_flight"
     assert second.headers["x-should-retry"] == "true" and int(second.headers["retry-after"]) >= 1
     thread.join(10)
     assert first["r"].status_code == 200
-    wait_for(lambda: httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=headers,
+    wait_for(lambda: httpx.post(f"{gateway.base_url}/chat/completions", headers=headers,
                                 json=body).status_code == 200, what="the finished answer to be kept")
-    third = httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=headers, json=body)
+    third = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body)
     assert third.headers["x-idempotent-replay"] == "true"
     assert third.json() == first["r"].json()
     assert sent(qwen_engine) == 1
 
 
-def test_a_streamed_answer_is_replayed_for_its_idempotency_key(sim_gateway: Gateway, qwen_engine: EngineHandle) -> None:
-    headers = {**sim_gateway.headers(), "idempotency-key": "stream-1"}
+def test_a_streamed_answer_is_replayed_for_its_idempotency_key(gateway: Gateway, qwen_engine: EngineHandle) -> None:
+    headers = {**gateway.headers(), "idempotency-key": "stream-1"}
     body = {"model": "qwen", "stream": True, "max_tokens": 8, "messages": MESSAGES}
-    first = httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=headers, json=body)
-    replay = wait_for(lambda: (r := httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=headers, json=body))
+    first = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body)
+    replay = wait_for(lambda: (r := httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body))
                       .headers.get("x-idempotent-replay") and r, what="the replay")
     assert replay.text == first.text and replay.headers["content-type"] == "text/event-stream"
     assert sent(qwen_engine) == 1
 
 
-def test_a_refused_connection_fails_over_to_the_fallback(sim_gateway: Gateway, second_engine: EngineHandle) -> None:
+def test_a_refused_connection_fails_over_to_the_fallback(gateway: Gateway, second_engine: EngineHandle) -> None:
     backup = make_lane("deepseek", second_engine.port, served="deepseek-test")
     make_lane("broken", unused_port(), fallback=backup)
-    raw = client(sim_gateway).chat.completions.with_raw_response.create(
+    raw = client(gateway).chat.completions.with_raw_response.create(
         model="broken", max_tokens=8, messages=MESSAGES)  # type: ignore[arg-type]
     assert raw.headers["x-spark-lane"] == "deepseek" and raw.headers["x-spark-route-reason"] == "fallback"
     assert [body["model"] for body in engine_received(second_engine)] == ["deepseek-test"]
@@ -140,52 +140,52 @@ def test_a_refused_connection_fails_over_to_the_fallback(sim_gateway: Gateway, s
 
 @pytest.mark.parametrize("fault", [{"latency_s": 3.0}, {"die": True}])
 def test_it_never_fails_over_once_the_lane_may_have_the_request(
-    sim_gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle, settings: Any,
+    gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle, settings: Any,
     fault: dict[str, object]
 ) -> None:
     settings.GATEWAY_READ_TIMEOUT_S = 1.0
     set_engine_faults(qwen_engine, **fault)
     Lane.objects.filter(name="qwen").update(fallback=make_lane("deepseek", second_engine.port, served="deepseek-test"))
     with pytest.raises(openai.APIStatusError):
-        client(sim_gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
+        client(gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
     assert sent(qwen_engine) == 1
     assert sent(second_engine) == 0
 
 
 def test_a_reset_after_the_request_arrived_never_fails_over(
-    gateway: Gateway, upstream: CountingUpstream, second_upstream: CountingUpstream
+    fault_gateway: Gateway, upstream: CountingUpstream, second_upstream: CountingUpstream
 ) -> None:
     upstream.mode = "reset"
     Lane.objects.filter(name="qwen").update(fallback=make_lane("deepseek", second_upstream.port))
     with pytest.raises(openai.APIStatusError):
-        client(gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
+        client(fault_gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
     assert upstream.completions == 1
     assert second_upstream.completions == 0
 
 
 def test_a_lane_that_is_not_serving_goes_to_its_fallback_else_503(
-    sim_gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle
+    gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle
 ) -> None:
     backup = make_lane("deepseek", second_engine.port, served="deepseek-test")
     make_lane("starting", qwen_engine.port, state="starting", fallback=backup)
-    raw = client(sim_gateway).chat.completions.with_raw_response.create(
+    raw = client(gateway).chat.completions.with_raw_response.create(
         model="starting", max_tokens=8, messages=MESSAGES)  # type: ignore[arg-type]
     assert raw.headers["x-spark-lane"] == "deepseek"
     make_lane("failed", qwen_engine.port, state="failed")
     with pytest.raises(openai.InternalServerError) as caught:
-        client(sim_gateway, max_retries=0).chat.completions.create(model="failed", messages=MESSAGES)  # type: ignore[arg-type]
+        client(gateway, max_retries=0).chat.completions.create(model="failed", messages=MESSAGES)  # type: ignore[arg-type]
     assert caught.value.status_code == 503 and caught.value.body["code"] == "no_lane_available"  # type: ignore[index]
     assert sent(qwen_engine) == 0 and sent(second_engine) == 1
 
 
 def test_an_open_circuit_sends_to_the_fallback_without_touching_the_lane(
-    sim_gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle, settings: Any
+    gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle, settings: Any
 ) -> None:
     settings.GATEWAY_BREAKER_FAILURES = 2
     settings.GATEWAY_BREAKER_COOLDOWN_S = 60
     set_engine_faults(qwen_engine, die=True)
     Lane.objects.filter(name="qwen").update(fallback=make_lane("deepseek", second_engine.port, served="deepseek-test"))
-    plain = client(sim_gateway, max_retries=0)
+    plain = client(gateway, max_retries=0)
     for _ in range(2):
         with pytest.raises(openai.InternalServerError):
             plain.chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
@@ -195,29 +195,29 @@ def test_an_open_circuit_sends_to_the_fallback_without_touching_the_lane(
 
 
 def test_a_lane_saved_in_the_portal_reaches_the_gateway_without_waiting_for_the_cache(
-    sim_gateway: Gateway, settings: Any
+    gateway: Gateway, settings: Any
 ) -> None:
     settings.GATEWAY_LANE_CACHE_TTL_S = 600  # only the change message can explain a quick update
-    assert client(sim_gateway).chat.completions.create(model="qwen", max_tokens=4, messages=MESSAGES).choices  # type: ignore[arg-type]
+    assert client(gateway).chat.completions.create(model="qwen", max_tokens=4, messages=MESSAGES).choices  # type: ignore[arg-type]
     lane = Lane.objects.get(name="qwen")
     lane.observed_state = "stopped"
     lane.save()
     # Well before the 600 s cache lifetime (a request racing the change message may still pass).
-    wait_for(lambda: httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=sim_gateway.headers(),
+    wait_for(lambda: httpx.post(f"{gateway.base_url}/chat/completions", headers=gateway.headers(),
                                 json={"model": "qwen", "max_tokens": 4, "messages": MESSAGES}).status_code == 503,
              what="the stopped lane to be skipped")
 
 
 def test_a_retry_of_a_timed_out_request_gets_the_same_error_not_a_second_send(
-    sim_gateway: Gateway, qwen_engine: EngineHandle, settings: Any
+    gateway: Gateway, qwen_engine: EngineHandle, settings: Any
 ) -> None:
     settings.GATEWAY_READ_TIMEOUT_S = 1.0
     set_engine_faults(qwen_engine, latency_s=3.0)
-    headers = {**sim_gateway.headers(), "idempotency-key": "agent-42"}
+    headers = {**gateway.headers(), "idempotency-key": "agent-42"}
     body = {"model": "qwen", "messages": MESSAGES}
-    first = httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=headers, json=body, timeout=10)
+    first = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body, timeout=10)
     assert first.status_code == 504
-    again = wait_for(lambda: (r := httpx.post(f"{sim_gateway.base_url}/chat/completions", headers=headers, json=body))
+    again = wait_for(lambda: (r := httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body))
                      .headers.get("x-idempotent-replay") and r, what="the recorded answer")
     assert again.status_code == 504 and again.json() == first.json()
     assert sent(qwen_engine) == 1
