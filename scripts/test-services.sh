@@ -13,8 +13,8 @@ THROWAWAY_DIR=""
 THROWAWAY_PG_DATA=""
 THROWAWAY_REDIS_PID=""
 
-answers() {  # answers HOST:PORT — true when a TCP connection is accepted
-  (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null
+answers() {  # answers HOST:PORT — true when a TCP connection is accepted within 2 s
+  timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${1%:*}" "${1##*:}" 2>/dev/null
 }
 
 free_port() {
