@@ -221,3 +221,30 @@ def test_client_disconnect_aborts_the_request(engine_factory: Callable[..., Engi
                 and values[("vllm:num_requests_running", None)] == 0)
 
     wait_for(aborted, what="abort counted and slot freed")
+
+
+def test_a_death_count_set_by_control_counts_from_then(engine_factory: Callable[..., EngineHandle]) -> None:
+    engine = engine_factory(QWEN)
+    for _ in range(2):
+        assert httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT).status_code == 200
+    set_faults(engine, die_after_requests=2)
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT).status_code == 200
+    assert engine.health_status() == 200  # one of the two more
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT).status_code == 200
+    assert engine.health_status() == 503
+
+
+def test_requests_are_recorded_as_they_arrive_even_when_a_fault_answers(
+    engine_factory: Callable[..., EngineHandle],
+) -> None:
+    engine = engine_factory(QWEN)
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json={**CHAT, "top_k": 5}).status_code == 200
+    set_faults(engine, unavailable=True)
+    assert httpx.post(f"{engine.url}/v1/completions", json={"model": QWEN, "prompt": "x"}).status_code == 503
+    assert httpx.post(f"{engine.url}/tokenize", content=b"{not json").status_code == 503
+    httpx.get(f"{engine.url}/health")  # not a model route: not recorded
+    assert httpx.get(f"{engine.url}/_sim/requests").json() == [
+        {"path": "/v1/chat/completions", "body": {**CHAT, "top_k": 5}},
+        {"path": "/v1/completions", "body": {"model": QWEN, "prompt": "x"}},
+        {"path": "/tokenize", "body": "{not json"},
+    ]
