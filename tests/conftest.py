@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from portal.roles import Role, ensure_role_groups
+from sparksim.standalone import EngineHandle, start_engine
 
 # Threads (uvicorn, database_sync_to_async) must not keep connections open past a test.
 settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -175,6 +177,30 @@ def asgi_server(transactional_db: None) -> Iterator[AsgiServer]:
     server = AsgiServer().start()
     yield server
     server.stop()
+
+
+# sparksim engines: real processes over HTTP, shared by the simulator's own tests and the
+# gateway's. DeepSeek's weights do not fit one Spark: standalone engines get a fixed KV budget.
+SIM_DEEPSEEK = "deepseek-ai/DeepSeek-V4-Flash-0731"
+SIM_QWEN = "Qwen/Qwen3.8-27B-FP8"
+SIM_DEEPSEEK_FLAGS = ("--kv-cache-memory-bytes", "11G", "--max-model-len", "131072")
+
+
+@pytest.fixture
+def engine_factory(tmp_path: Path) -> Iterator[Callable[..., EngineHandle]]:
+    """start(model, *flags, **start_engine options) -> a healthy engine, stopped after the test."""
+    started: list[EngineHandle] = []
+
+    def start(model: str = SIM_DEEPSEEK, *extra: str, **options: Any) -> EngineHandle:
+        flags = SIM_DEEPSEEK_FLAGS if model == SIM_DEEPSEEK else ()
+        log_path = tmp_path / f"engine-{len(started)}.log"
+        handle = start_engine(model, log_path, *flags, *extra, **options)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
 
 
 CHROMIUM = "/usr/bin/chromium"
