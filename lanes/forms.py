@@ -53,6 +53,14 @@ def apply_service_errors(form: forms.Form, error: ValidationError) -> None:
             form.add_error(field if field in form.fields else None, message)
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea that never renders its value: a form shown again after an error (a
+    duplicate name, say) must not echo a pasted private key or secret back into the page."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
+
+
 class NodeForm(forms.Form):
     name = forms.SlugField(max_length=63, help_text="A slug: spark1, spark-a.")
     address = forms.CharField(max_length=253, help_text="Management address or host name (SSH, API endpoint).")
@@ -60,8 +68,9 @@ class NodeForm(forms.Form):
     ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22)
     ssh_user = forms.CharField(max_length=64, initial="spark")
     ssh_private_key = forms.CharField(
-        required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
-        help_text="Stored encrypted; never shown again. Leave empty to keep the current key.",
+        required=False, strip=False, widget=SecretTextarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text="Stored encrypted; never shown again (paste it again if the form reports an error). "
+                  "Leave empty to keep the current key.",
     )
     clear_private_key = forms.BooleanField(required=False, label="Remove the stored private key")
     ssh_host_key = forms.CharField(

@@ -9,14 +9,16 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from lanes.crypto import CredentialError, encrypt_private_key, host_key_fingerprint, normalize_host_key
-from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node, NodeState
+from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node, NodeState, Transport
 from lanes.rules import LaneCheck, check_lane, rule_max_model_len_pinned
 from lanes.selectors import CONFIG_FIELDS, lane_check, lane_config, node_facts, other_lanes_on
 from portal.audit import audit_record
@@ -72,8 +74,30 @@ def _apply_node_data(node: Node, data: Mapping[str, Any], private_key: str | Non
         words = shlex.split(node.runtime_command)
     except ValueError:
         words = []
-    if not words or not all(SAFE_WORD.match(word) for word in words):
-        _merge(errors, "runtime_command", "Enter a command such as 'docker' or 'sudo -n docker'.")
+    # Plain words only: no quotes, control characters (a newline would start a second command) or shell syntax.
+    if not words or " ".join(words) != node.runtime_command.strip() or not all(SAFE_WORD.match(w) for w in words):
+        _merge(errors, "runtime_command", "Enter one or more plain words, such as 'docker' or 'sudo -n docker' "
+                                          "(letters, digits and . _ / = : + - only).")
+    sim_dir_problem = sim_dir_error(node.sim_dir, required=node.transport == Transport.LOCAL)
+    if sim_dir_problem:
+        _merge(errors, "sim_dir", sim_dir_problem)
+
+
+def sim_dir_error(sim_dir: str, *, required: bool) -> str:
+    """A sparksim node directory must exist under settings.SIM_ROOT: a local node with a bad
+    one would run the host's real tools (docker, ping) as if they were the node's."""
+    root = Path(settings.SIM_ROOT).resolve()
+    if not sim_dir:
+        return f"A local node needs its sparksim directory (under {root})." if required else ""
+    if any(ord(ch) < 32 for ch in sim_dir):
+        return "Control characters are not allowed in a path."
+    path = Path(sim_dir)
+    resolved = (path if path.is_absolute() else root / path).resolve()
+    if resolved != root and root not in resolved.parents:
+        return f"Must be a directory under the simulated-cluster root {root}."
+    if not resolved.is_dir():
+        return f"No such directory under {root}."
+    return ""
 
 
 def _full_clean(instance: Node | Lane, errors: dict[str, list[str]], exclude: Sequence[str] = ()) -> None:
@@ -284,6 +308,21 @@ def _set_members(lane: Lane, nodes: Sequence[Node]) -> None:
     LaneNode.objects.bulk_create([LaneNode(lane=lane, node=node, replica=0, rank=r) for r, node in enumerate(nodes)])
 
 
+def _check_rename(lane: Lane, errors: dict[str, list[str]]) -> None:
+    """A lane's name is the model name clients send and the engine serves (when no served
+    name is set), and other lanes name it as their fallback: renaming a running lane would
+    send requests for a name its engine does not know, and a silent follow of a fallback
+    would change another lane without its own revision. So: only stopped lanes, and only
+    when no lane falls back to it."""
+    if lane.observed_state != LaneState.STOPPED or lane.desired_state != "stopped":
+        _merge(errors, "name", f"Lane {lane.name} is {lane.observed_state}: stop it before renaming it "
+                               "(clients and its engine know it by this name).")
+    dependents = sorted(lane.fallback_for.values_list("name", flat=True))
+    if dependents:
+        _merge(errors, "name", f"Lane {lane.name} is the fallback of {', '.join(dependents)}: "
+                               "choose another fallback there before renaming it.")
+
+
 @transaction.atomic
 def lane_create(*, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str]) -> Lane:
     lane = Lane()
@@ -305,6 +344,8 @@ def lane_update(
     lane = Lane.objects.select_for_update(of=("self",)).select_related("fallback").get(pk=lane.pk)
     before = lane_config(lane)
     errors: dict[str, list[str]] = {}
+    if "name" in data and data["name"] != lane.name:
+        _check_rename(lane, errors)
     _apply_lane_data(lane, data, errors)
     ranked = _resolve_nodes(nodes, errors) if nodes is not None else lane.ranked_nodes()
     _raise_unless_valid(lane, ranked, errors)
