@@ -41,6 +41,8 @@ class Node(models.Model):
     labels = models.JSONField(default=list, blank=True)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UNKNOWN)
     last_seen = models.DateTimeField(null=True, blank=True)
+    # Consecutive failed probes of the health watcher (lanes.watcher): N of them → unreachable.
+    health_failures = models.PositiveIntegerField(default=0)
     network_report = models.JSONField(default=dict, blank=True)
     network_checked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -65,6 +67,10 @@ class LaneState(models.TextChoices):
     DEGRADED = "degraded"
     FAILED = "failed"
     STOPPING = "stopping"
+    # The head node itself does not answer (not only the engine).
+    UNREACHABLE = "unreachable"
+    # The portal (re)started: not shown as true until the health watcher has probed it.
+    CHECKING = "checking"
 
 
 class DesiredState(models.TextChoices):
@@ -95,7 +101,9 @@ class Lane(models.Model):
     speculative_config = models.JSONField(null=True, blank=True)
     max_cudagraph_capture_size = models.PositiveIntegerField(null=True, blank=True)
     extra_args = models.JSONField(default=list, blank=True)
-    container_env = models.JSONField(default=dict, blank=True)
+    container_env = models.JSONField(default=dict, blank=True)  # plain values only
+    # Secret container env: name -> Fernet token (lanes.crypto); decrypted only in the worker at launch.
+    secret_env = models.JSONField(default=dict, blank=True)
     # memory budget
     weights_gib = models.FloatField(default=0)
     kv_bytes_per_token = models.PositiveIntegerField(null=True, blank=True)
@@ -108,6 +116,10 @@ class Lane(models.Model):
     desired_state = models.CharField(max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED)
     observed_state = models.CharField(max_length=16, choices=LaneState.choices, default=LaneState.STOPPED)
     state_changed_at = models.DateTimeField(null=True, blank=True)
+    state_reason = models.CharField(max_length=500, blank=True, default="")
+    # The health watcher (lanes.watcher): consecutive failed probes, and the last probe's time.
+    health_failures = models.PositiveIntegerField(default=0)
+    health_checked_at = models.DateTimeField(null=True, blank=True)
     revision = models.PositiveIntegerField(default=0, help_text="Number of the current revision.")
     nodes = models.ManyToManyField(Node, through="LaneNode", related_name="lanes")
     created_at = models.DateTimeField(auto_now_add=True)

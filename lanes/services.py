@@ -374,18 +374,53 @@ def lane_delete(*, lane: Lane, actor: UserLike | None) -> None:
     lane.delete()
 
 
-def lane_set_observed_state(*, lane: Lane, state: str, reason: str = "") -> Lane:
-    """Called by the jobs app (launch, stop, status, watchdog): save, then broadcast."""
+def lane_state_payload(lane: Lane) -> dict[str, Any]:
+    data = {"name": lane.name, "observed_state": lane.observed_state, "desired_state": lane.desired_state,
+            "state_changed_at": lane.state_changed_at.isoformat() if lane.state_changed_at else None}
+    if lane.state_reason:
+        data["reason"] = lane.state_reason
+    return data
+
+
+def lane_set_observed_state(
+    *, lane: Lane, state: str, reason: str = "", source: str = "job", expected: str | None = None
+) -> bool:
+    """Called by the jobs app (launch, stop, status, watchdog) and the health watcher: save,
+    then broadcast `lane.state`. A change of state is also an audit event (the lane's state
+    history, with its reason and who saw it: a job or the watcher). With `expected`, nothing
+    changes unless the lane is still in that state (a job moved it meanwhile): returns False."""
     if state not in LaneState.values:
         raise ValueError(f"unknown lane state {state!r}")
-    lane.observed_state = state
-    lane.state_changed_at = timezone.now()
-    lane.save(update_fields=["observed_state", "state_changed_at", "updated_at"])
-    data = {"name": lane.name, "observed_state": lane.observed_state, "desired_state": lane.desired_state}
-    if reason:
-        data["reason"] = reason
-    broadcast(DASHBOARD_GROUP, "lane.state", data)
-    return lane
+    with transaction.atomic():
+        current = Lane.objects.select_for_update().get(pk=lane.pk)
+        previous = current.observed_state
+        if expected is not None and previous != expected:
+            return False
+        current.observed_state = state
+        current.state_reason = reason[:500]
+        fields = ["observed_state", "state_reason", "updated_at"]
+        if previous != state:
+            current.state_changed_at = timezone.now()
+            current.health_failures = 0
+            fields += ["state_changed_at", "health_failures"]
+            audit_record(actor=None, action="lane.state", obj=current,
+                         before={"observed_state": previous},
+                         after={"observed_state": state, "reason": reason[:500], "seen_by": source})
+        current.save(update_fields=fields)
+    for field in ("observed_state", "state_reason", "state_changed_at", "health_failures", "desired_state"):
+        setattr(lane, field, getattr(current, field))
+    broadcast(DASHBOARD_GROUP, "lane.state", lane_state_payload(current))
+    return True
+
+
+def lanes_mark_checking(*, reason: str) -> list[str]:
+    """The portal's processes (re)started: every lane not stopped is shown `checking` until
+    the health watcher has probed it (what ran before may be gone, or may still run)."""
+    names = []
+    for lane in Lane.objects.exclude(observed_state__in=(LaneState.STOPPED, LaneState.CHECKING)):
+        lane_set_observed_state(lane=lane, state=LaneState.CHECKING, reason=reason, source="start")
+        names.append(lane.name)
+    return names
 
 
 def lane_set_desired_state(*, lane: Lane, state: str, actor: UserLike | None) -> Lane:

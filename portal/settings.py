@@ -149,7 +149,20 @@ CELERY_TASK_ACKS_LATE = True  # a job survives a worker crash; the runner's clai
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_PREFIX}-default"
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "global_keyprefix": f"{REDIS_PREFIX}:"}
+# Periodic work (beat's tasks: heartbeat, reaper, purge, lane health watcher, scrapes) has its own
+# queue and worker process, so four 40-minute launches can never starve it. Every task named in
+# CELERY_BEAT_SCHEDULE goes there (portal.celery routes it); a periodic task also run on demand
+# opts in by being listed in PERIODIC_TASKS.
+PERIODIC_QUEUE = f"{REDIS_PREFIX}-periodic"
+PERIODIC_TASKS: list[str] = []
+WORKER_CONCURRENCY = env_int("PORTAL_WORKER_CONCURRENCY", 4, minimum=1, maximum=256)
+PERIODIC_WORKER_CONCURRENCY = env_int("PORTAL_PERIODIC_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
+# The longest a job may run (its time_limit_s parameter); Celery's hard limit adds 90 s.
+JOBS_MAX_TIME_LIMIT_S = env_float("PORTAL_JOBS_MAX_TIME_LIMIT_S", 86_400.0, minimum=60, maximum=7 * 86_400)
+# Redis redelivers an unacknowledged task after the visibility timeout: below the longest job's
+# limit, a launch still waiting for health would be handed to a second worker.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(JOBS_MAX_TIME_LIMIT_S) + 600,
+                                   "global_keyprefix": f"{REDIS_PREFIX}:"}
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "portal-heartbeat": {"task": "portal.tasks.publish_heartbeat", "schedule": 10.0},
@@ -230,3 +243,14 @@ CELERY_BEAT_SCHEDULE.update(
 # seconds per simulated second (1.0 = the seeds' timings; smaller is faster).
 SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))
 SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
+# The lane health watcher (lanes.watcher, on the periodic queue): probe interval, failed probes in a
+# row before a serving lane is failed / a node unreachable, and the probes' timeouts (seconds).
+LANES_WATCH_INTERVAL_S = env_float("PORTAL_LANES_WATCH_INTERVAL_S", 10.0, minimum=0.2, maximum=3600)
+LANES_WATCH_FAILURES = env_int("PORTAL_LANES_WATCH_FAILURES", 2, minimum=1, maximum=100)
+LANES_WATCH_CONNECT_TIMEOUT_S = env_float("PORTAL_LANES_WATCH_CONNECT_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)
+LANES_WATCH_TIMEOUT_S = env_float("PORTAL_LANES_WATCH_TIMEOUT_S", 2.0, minimum=0.05, maximum=60)
+CELERY_BEAT_SCHEDULE.update(
+    {"lanes-health-watcher": {"task": "lanes.tasks.watch_lane_health", "schedule": LANES_WATCH_INTERVAL_S,
+                              # a tick queued behind a slow one is stale by the next: drop it
+                              "options": {"expires": LANES_WATCH_INTERVAL_S}}}
+)
