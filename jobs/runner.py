@@ -26,6 +26,7 @@ from jobs.models import Job, JobState, JobStep, StepState
 from jobs.states import publish_job_state, publish_step
 from jobs.transports import CommandResult, NodeEndpoint, Transport, TransportError, endpoint_for, transport_for
 from lanes.models import Node, NodeState
+from lanes.secrets import fill_secret_env
 from lanes.services import node_set_state
 
 logger = logging.getLogger(__name__)
@@ -129,6 +130,8 @@ class JobContext:
         self._transports: dict[str, Transport] = {}
         self._endpoints: dict[str, NodeEndpoint] = {}
         self._seen: set[str] = set()
+        # Secret env values a lane job decrypted: filled into commands only as they leave for the node.
+        self.secret_env: dict[str, str] = {}
 
     # --- logging ------------------------------------------------------------------------
     def log(self, text: str, *, node: str = "", stream: str = "system") -> None:
@@ -207,6 +210,7 @@ class JobContext:
 
         transport = self.transport(endpoint)
         timeout = max(0.1, min(timeout_s, self.deadline - time.monotonic() + 1))
+        command = fill_secret_env(command, self.secret_env) if self.secret_env else command
         result = self.wait(transport.run(command, on_line=on_line, stdin=stdin, timeout_s=timeout, capture=capture))
         self._node_seen(endpoint.name)
         return result

@@ -126,7 +126,12 @@ class LaneForm(forms.Form):
     extra_args = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                  help_text="More vLLM flags, written as on a command line (quotes work).")
     container_env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
-                                    help_text="NAME=value, one per line; set on the container.")
+                                    help_text="NAME=value, one per line; set on the container. Names ending in "
+                                              "_TOKEN, _KEY, _SECRET or _PASSWORD are kept as secrets.")
+    secret_env = forms.CharField(required=False, strip=False, widget=SecretTextarea(attrs={"rows": 2, "autocomplete": "off"}),
+                                 label="Secret env",
+                                 help_text="NAME=value sets or replaces a secret, NAME= clears it; stored encrypted, "
+                                           "never shown again.")
     weights_gib = forms.FloatField(min_value=0, initial=0, help_text="All weights; each node holds weights/TP.")
     kv_bytes_per_token = forms.IntegerField(required=False, min_value=1, help_text="Per node (per TP rank).")
     runtime_overhead_gib = forms.FloatField(min_value=0, initial=6)
@@ -170,15 +175,10 @@ class LaneForm(forms.Form):
             raise ValidationError(f"Cannot split into arguments: {exc}.") from None
 
     def clean_container_env(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        for number, line in enumerate(self.cleaned_data["container_env"].splitlines(), start=1):
-            if not line.strip():
-                continue
-            if "=" not in line:
-                raise ValidationError(f"Line {number}: write NAME=value.")
-            key, value = line.split("=", 1)
-            env[key.strip()] = value.strip()
-        return env
+        return _env_lines(self.cleaned_data["container_env"])
+
+    def clean_secret_env(self) -> dict[str, str]:
+        return _env_lines(self.cleaned_data["secret_env"])
 
     def clean_fallback(self) -> str | None:
         return self.cleaned_data["fallback"] or None
@@ -198,11 +198,23 @@ class LaneForm(forms.Form):
         initial["kv_cache_memory_bytes"] = _bytes_text(config["kv_cache_memory_bytes"])
         initial["speculative_config"] = json.dumps(config["speculative_config"]) if config["speculative_config"] else ""
         initial["extra_args"] = shlex.join(config["extra_args"] or [])
-        initial["container_env"] = "\n".join(f"{k}={v}" for k, v in (config["container_env"] or {}).items())
+        initial["container_env"] = "\n".join(f"{k}={v}" for k, v in (lane.container_env or {}).items())
         for key in ("enable_prefix_caching", "enable_chunked_prefill"):
             initial[key] = "" if config[key] is None else ("true" if config[key] else "false")
         initial["fallback"] = config["fallback"] or ""
         return initial
+
+
+def _env_lines(text: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if "=" not in line:
+            raise ValidationError(f"Line {number}: write NAME=value.")
+        key, value = line.split("=", 1)
+        env[key.strip()] = value.strip()
+    return env
 
 
 def _bytes_text(value: int | None) -> str:

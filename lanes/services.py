@@ -17,9 +17,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from lanes.crypto import CredentialError, encrypt_private_key, host_key_fingerprint, normalize_host_key
+from lanes.crypto import CredentialError, encrypt_private_key, encrypt_secret, host_key_fingerprint, normalize_host_key
 from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node, NodeState, Transport
-from lanes.rules import LaneCheck, check_lane, rule_max_model_len_pinned
+from lanes.rules import ENV_NAME, LaneCheck, check_lane, rule_max_model_len_pinned
+from lanes.secrets import SECRET_MARK, is_secret_name
 from lanes.selectors import CONFIG_FIELDS, lane_check, lane_config, node_facts, other_lanes_on
 from portal.audit import audit_record
 from portal.broadcast import DASHBOARD_GROUP, broadcast
@@ -248,9 +249,49 @@ def _resolve_nodes(names: Sequence[str], errors: dict[str, list[str]]) -> list[N
     return [found[name] for name in names if name in found]
 
 
-def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list[str]]) -> None:
+def _apply_secret_env(lane: Lane, updates: Mapping[str, Any], errors: dict[str, list[str]]) -> dict[str, str]:
+    """NAME → value sets or replaces a secret, NAME → None/"" clears it, NAME → "[secret]"
+    keeps it (a form or client sending back what it was shown). Returns what changed, by name
+    ("set", "replaced", "cleared"): never a value."""
+    secrets = dict(lane.secret_env or {})
+    changes: dict[str, str] = {}
+    for name, value in updates.items():
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            _merge(errors, "secret_env", f"{str(name)[:40]!r} is not an environment variable name "
+                                         "(letters, digits and _, not starting with a digit).")
+            continue
+        if value == SECRET_MARK:
+            continue
+        if value is None or value == "":
+            if name in secrets:
+                del secrets[name]
+                changes[name] = "cleared"
+            continue
+        if not isinstance(value, str) or any(ord(ch) < 32 for ch in value):
+            _merge(errors, "secret_env", f"{name}: the value must be one line of text.")
+            continue
+        changes[name] = "replaced" if name in secrets else "set"
+        secrets[name] = encrypt_secret(value)
+        lane.container_env = {k: v for k, v in (lane.container_env or {}).items() if k != name}
+    lane.secret_env = secrets
+    return changes
+
+
+def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list[str]]) -> dict[str, str]:
+    """Sets the lane's fields from data; returns the secret env changes (by name)."""
+    secret_updates: dict[str, Any] = dict(data.get("secret_env") or {})
     for key, value in data.items():
-        if key == "fallback":
+        if key in ("fallback", "secret_env"):
+            continue
+        if key == "container_env":
+            # Secret-looking names (and names already secret) go to the encrypted secrets.
+            plain = {}
+            for name, item in (value or {}).items():
+                if is_secret_name(str(name)) or name in (lane.secret_env or {}):
+                    secret_updates.setdefault(name, item)
+                else:
+                    plain[name] = item
+            lane.container_env = plain
             continue
         if key not in CONFIG_FIELDS:
             raise ValueError(f"unknown lane field {key!r}")
@@ -272,6 +313,12 @@ def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list
                 _merge(errors, "fallback", f"No lane named {name!r}.")
             else:
                 lane.fallback = fallback
+    return _apply_secret_env(lane, secret_updates, errors)
+
+
+def _secret_audit(changes: Mapping[str, str]) -> dict[str, Any]:
+    """What the audit log says about secrets: which names changed and how, never a value."""
+    return {"secret_env_changes": dict(sorted(changes.items()))} if changes else {}
 
 
 def lane_validate(lane: Lane, nodes: Sequence[Node]) -> LaneCheck:
@@ -327,13 +374,14 @@ def _check_rename(lane: Lane, errors: dict[str, list[str]]) -> None:
 def lane_create(*, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str]) -> Lane:
     lane = Lane()
     errors: dict[str, list[str]] = {}
-    _apply_lane_data(lane, data, errors)
+    secret_changes = _apply_lane_data(lane, data, errors)
     ranked = _resolve_nodes(nodes, errors)
     _raise_unless_valid(lane, ranked, errors)
     lane.save()
     _set_members(lane, ranked)
     revision = _save_revision(lane, actor, ranked)
-    audit_record(actor=actor, action="lane.create", obj=lane, after=revision.config)
+    audit_record(actor=actor, action="lane.create", obj=lane,
+                 after={**revision.config, **_secret_audit(secret_changes)})
     return lane
 
 
@@ -346,17 +394,19 @@ def lane_update(
     errors: dict[str, list[str]] = {}
     if "name" in data and data["name"] != lane.name:
         _check_rename(lane, errors)
-    _apply_lane_data(lane, data, errors)
+    secret_changes = _apply_lane_data(lane, data, errors)
     ranked = _resolve_nodes(nodes, errors) if nodes is not None else lane.ranked_nodes()
     _raise_unless_valid(lane, ranked, errors)
     after = lane_config(lane, ranked)
-    if {k: v for k, v in after.items() if k != "revision"} == {k: v for k, v in before.items() if k != "revision"}:
+    unchanged = {k: v for k, v in after.items() if k != "revision"} == {k: v for k, v in before.items() if k != "revision"}
+    if unchanged and not secret_changes:
         return lane  # nothing in the configuration changed: no new revision
     lane.save()
     if nodes is not None:
         _set_members(lane, ranked)
     revision = _save_revision(lane, actor, ranked)
-    audit_record(actor=actor, action="lane.update", obj=lane, before=before, after=revision.config)
+    audit_record(actor=actor, action="lane.update", obj=lane, before=before,
+                 after={**revision.config, **_secret_audit(secret_changes)})
     return lane
 
 

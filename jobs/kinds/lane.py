@@ -7,10 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from jobs.kinds.plan_exec import PlanRunner, StepFailed
+from jobs.models import JobKind
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
 from jobs.transports import TransportError
+from lanes.crypto import CredentialError, decrypt_secret
 from lanes.models import Lane, LaneState, Node
 from lanes.plans import Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.secrets import SECRET_MARK, marked_names
 from lanes.selectors import plan_targets
 from lanes.services import lane_set_observed_state
 
@@ -37,11 +40,29 @@ class LaneJob:
         by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
         self.nodes = [by_name[name] for name in names]
         ctx.sink.add_secrets(self.secret_values())
+        if job.kind in (JobKind.LAUNCH, JobKind.RESTART):  # only a launch puts them on a container
+            ctx.secret_env = self.decrypt_secret_env()
+            ctx.sink.add_secrets(ctx.secret_env.values())
         self.runner = PlanRunner(ctx, self.nodes)
 
     def secret_values(self) -> list[str]:
+        """Plain env values that still look secret (a revision saved before secrets were separated)."""
         env = self.config.get("container_env") or {}
-        return [str(v) for k, v in env.items() if any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))]
+        return [str(v) for k, v in env.items()
+                if v != SECRET_MARK and any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))]
+
+    def decrypt_secret_env(self) -> dict[str, str]:
+        """The secrets this revision's plan marks, decrypted here in the worker and nowhere else."""
+        wanted = marked_names(self.config.get("container_env") or {})
+        stored = Lane.objects.filter(pk=self.lane.pk).values_list("secret_env", flat=True).first() or {}
+        missing = [name for name in wanted if name not in stored]
+        if missing:
+            raise JobFailed(f"secret env {', '.join(missing)} was cleared after revision {self.config.get('revision')}: "
+                            "set it again on the lane before launching")
+        try:
+            return {name: decrypt_secret(stored[name]) for name in wanted}
+        except CredentialError as exc:
+            raise JobFailed(str(exc)) from None
 
     def render(self, renderer: Callable[..., Plan]) -> Plan:
         try:
