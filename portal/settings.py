@@ -226,6 +226,8 @@ JOBS_LOST_AFTER_S = env_float("PORTAL_JOBS_LOST_AFTER_S", 60.0, minimum=1, maxim
 JOBS_REAPER_INTERVAL_S = env_float("PORTAL_JOBS_REAPER_INTERVAL_S", 30.0, minimum=1, maximum=3600)
 # Time limit of a job (launch: the health wait plus this); Celery's soft/hard limits sit above it.
 JOBS_DEFAULT_TIME_LIMIT_S = env_float("PORTAL_JOBS_DEFAULT_TIME_LIMIT_S", 900.0, minimum=5, maximum=86_400)
+# After a cancel or time-out, how long a launch may take to stop what it started (stop plan).
+JOBS_CANCEL_CLEANUP_S = env_float("PORTAL_JOBS_CANCEL_CLEANUP_S", 150.0, minimum=5, maximum=480)
 JOBS_LAUNCH_WAIT_DEFAULT_S = env_float("PORTAL_JOBS_LAUNCH_WAIT_DEFAULT_S", 2400.0, minimum=1, maximum=86_400)
 # Live logs: lines are cut at this many characters; batches are flushed this often / this big.
 JOBS_LOG_MAX_LINE_CHARS = env_int("PORTAL_JOBS_LOG_MAX_LINE_CHARS", 8192, minimum=80, maximum=1_000_000)

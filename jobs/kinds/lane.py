@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
+
 from jobs.kinds.plan_exec import PlanRunner, StepFailed
-from jobs.models import JobKind
+from jobs.models import Job, JobKind
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
 from jobs.transports import TransportError
 from lanes.crypto import CredentialError, decrypt_secret
@@ -15,7 +17,7 @@ from lanes.models import Lane, LaneState, Node
 from lanes.plans import Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
 from lanes.secrets import SECRET_MARK, marked_names
 from lanes.selectors import plan_targets
-from lanes.services import lane_set_observed_state
+from lanes.services import lane_set_desired_state, lane_set_observed_state
 
 # Job parameters that may tune a launch (validated in jobs.params).
 CONFIG_OVERRIDES = ("wait_timeout_s", "wait_poll_s")
@@ -91,8 +93,7 @@ class LaneJob:
         try:
             self.runner.run(plan, rows, on_phase=on_phase)
         except (JobCancelled, JobTimedOut) as exc:
-            what = "cancelled" if isinstance(exc, JobCancelled) else "timed out"
-            self.set_state(LaneState.FAILED, f"launch #{job_id} {what}; {self.left_for_inspection()}")
+            self.undo_launch("cancelled" if isinstance(exc, JobCancelled) else "timed out")
             raise
         except (JobFailed, TransportError) as exc:
             failed = exc.step if isinstance(exc, StepFailed) else current.get("step")
@@ -104,6 +105,31 @@ class LaneJob:
             raise JobFailed(reason) from None
         self.set_state(LaneState.SERVING, f"launch #{job_id}: /health and /v1/models answer")
         return {"lane": self.lane.name, "revision": plan.revision, "state": LaneState.SERVING}
+
+    def undo_launch(self, what: str) -> None:
+        """A cancelled or timed-out launch never leaves a lane that says `failed` while its
+        engine runs: it stops what it started, or (the admin's choice when cancelling) leaves
+        it running and says so."""
+        job_id = self.ctx.job.pk
+        keep = what == "cancelled" and bool(
+            Job.objects.filter(pk=job_id).values_list("cancel_keep_running", flat=True).first())
+        if keep:
+            self.set_state(LaneState.FAILED, f"launch #{job_id} cancelled; the engine may still be running: "
+                                             f"{self.left_for_inspection()}")
+            return
+        self.ctx.log(f"launch {what}: stopping what it started")
+        with self.ctx.cleanup(settings.JOBS_CANCEL_CLEANUP_S):
+            plan = self.render(render_stop_plan)
+            rows = self.runner.declare(plan)
+            self.set_state(LaneState.STOPPING, f"launch #{job_id} {what}: stopping what it started")
+            try:
+                self.runner.run(plan, rows)
+            except (JobFailed, TransportError) as exc:
+                self.set_state(LaneState.FAILED, f"launch #{job_id} {what}; stopping what it started failed: {exc}; "
+                                                 f"{self.left_for_inspection()}")
+                return
+        lane_set_desired_state(lane=self.lane, state="stopped", actor=None)
+        self.set_state(LaneState.STOPPED, f"launch #{job_id} {what}: stopped what it started")
 
     def left_for_inspection(self) -> str:
         container = self.config.get("container_name") or "vllm_node"
