@@ -191,6 +191,8 @@ class LaneOut(Schema):
     current_context_limit: int
     desired_state: str
     observed_state: str
+    state_reason: str  # why it is in that state (the job, or the health watcher, that said so)
+    state_changed_at: datetime | None
     revision: int
     base_url: str
     rules: list[RuleOut]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 
-import psutil
 import pytest
 
 from jobs.models import JobKind, JobLogLine, JobState, JobStep, StepState
@@ -14,6 +13,7 @@ from lanes.models import Lane, LaneState, Node, NodeState
 from tests.conftest import free_port, wait_for
 from tests.jobs.conftest import job_log_text, run_in_thread, run_job
 from tests.jobs.sshd import client_keypair, keygen
+from tests.portal.processes import engine_processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,15 +102,6 @@ def cancel_in_health_wait(cluster, make_lane, admin_user, keep_running: bool):
     assert job.error == f"cancelled by {admin_user.username}"
     assert JobStep.objects.get(job=job, key="wait.health").state == StepState.CANCELLED
     return spark3, Lane.objects.get(pk=lane.pk), job
-
-
-def engine_processes(port: int) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if "sparksim" in " ".join(cmdline) and str(port) in cmdline:
-            found.append(proc)
-    return found
 
 
 def test_cancel_during_the_health_wait_stops_what_the_launch_started(ssh_cluster, make_lane, admin_user):
