@@ -137,3 +137,23 @@ def test_the_migration_encrypts_existing_rows(nodes):
     assert old.container_env == {"KEEP": "1"} and decrypt_secret(old.secret_env["HF_TOKEN"]) == TOKEN
     assert LaneRevision.objects.get(lane=old).config["container_env"] == {"HF_TOKEN": "[secret]", "KEEP": "1"}
     assert AuditEvent.objects.get(object_id=str(old.pk)).diff["container_env"][1] == {"HF_TOKEN": "[secret]"}
+
+
+def test_no_socket_message_carries_a_secret(nodes, admin_client, monkeypatch):
+    """Every live page message goes through portal.broadcast.group_message: capture them all
+    while a lane with secrets is created, changed, and changes state."""
+    import json
+
+    from lanes.services import lane_set_observed_state
+    from portal import broadcast
+
+    sent: list[dict[str, Any]] = []
+    real = broadcast.group_message
+    monkeypatch.setattr(broadcast, "group_message", lambda event, data: sent.append(real(event, data)) or sent[-1])
+    body = {**lane_data(name="qwen"), "nodes": ["spark1"], "container_env": {"HF_TOKEN": TOKEN}}
+    assert admin_client.post("/api/lanes", body, content_type="application/json").status_code == 201
+    admin_client.patch("/api/lanes/qwen", {"secret_env": {"DB_PASSWORD": PASSWORD}}, content_type="application/json")
+    lane_set_observed_state(lane=Lane.objects.get(name="qwen"), state="failed", reason="test")
+    assert any(message["event"] == "lane.state" for message in sent)
+    dump = json.dumps(sent)
+    assert TOKEN not in dump and PASSWORD not in dump
