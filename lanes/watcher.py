@@ -128,7 +128,7 @@ async def probe_node(target: NodeTarget) -> Probe:
 
 
 async def probe_all(lanes: list[LaneTarget], nodes: list[NodeTarget]) -> tuple[list[Probe], list[Probe]]:
-    limits = httpx.Limits(max_connections=max(10, len(lanes) * 2), max_keepalive_connections=0)
+    limits = httpx.Limits(max_connections=max(10, len(lanes) * 2))
     deadline = settings.LANES_WATCH_TIMEOUT_S * 2 + settings.LANES_WATCH_CONNECT_TIMEOUT_S
 
     async def bounded_lane(client: httpx.AsyncClient, target: LaneTarget) -> Probe:
