@@ -9,26 +9,11 @@ import re
 import pytest
 
 from jobs.models import FabricResult, Job, JobKind, JobState
-from jobs.services import JobConflict, fabric_job_create, job_create
+from jobs.services import JobConflict, fabric_job_create
 from lanes.models import LaneState, Node
-from sparksim.host.faults import apply_fault
-from sparksim.host.node import load_node
-from tests.jobs.conftest import SimCluster, job_log_text, run_job
+from tests.jobs.conftest import checked, fault, job_log_text, run_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def checked(cluster: SimCluster, admin_user, names: list[str]) -> list[Node]:
-    """A network check first: the fabric checks read addresses, devices and GIDs from it."""
-    nodes = [cluster.node(name) for name in names]
-    check = run_job(job_create(kind=JobKind.NETWORK_CHECK, user=admin_user, nodes=nodes))
-    assert check.state == JobState.SUCCEEDED, check.error
-    return [Node.objects.get(pk=node.pk) for node in nodes]
-
-
-def fault(cluster: SimCluster, name: str, kind: str, *values: str) -> None:
-    info = next(info for info in cluster.infos if info.name == name)
-    apply_fault(load_node(info.sim_dir), kind, list(values))
 
 
 def fabric(kind: str, nodes: list[Node], admin_user, **params) -> Job:
