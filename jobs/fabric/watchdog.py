@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from jobs.fabric.commands import device_ipv4, perftest_client, perftest_server
@@ -22,6 +24,7 @@ from jobs.transports import TransportError, endpoint_for, transport_for
 from lanes.models import DEFAULT_DEGRADED_CONTEXT_LIMIT, Lane, LaneState, Node
 from lanes.services import lane_set_observed_state
 from portal.audit import audit_record
+from portal.roles import UserLike
 
 logger = logging.getLogger(__name__)
 
@@ -155,3 +158,46 @@ def watchdog_tick() -> dict[str, str]:
         step = watchdog_check_lane(lane=lane)
         outcome[lane.name] = "skipped" if step is None else step.transition or f"{step.average:.2f} us"
     return outcome
+
+
+WATCHDOG_FIELDS = ("enabled", "threshold_us", "recover_below_us", "window")
+
+
+def lane_watchdog_get(lane: Lane) -> LaneWatchdog:
+    watchdog, _ = LaneWatchdog.objects.select_related("lane").get_or_create(lane=lane)
+    return watchdog
+
+
+def lane_watchdog_update(*, lane: Lane, actor: UserLike | None, data: Mapping[str, Any]) -> LaneWatchdog:
+    """Opt a lane out (or back in), or change its threshold, recovery mark or window."""
+    watchdog = lane_watchdog_get(lane)
+    before = {name: getattr(watchdog, name) for name in WATCHDOG_FIELDS}
+    errors: dict[str, str] = {}
+    for name, value in data.items():
+        if name not in WATCHDOG_FIELDS:
+            errors[name] = "unknown field"
+        elif name == "enabled":
+            if not isinstance(value, bool):
+                errors[name] = "must be true or false"
+            else:
+                watchdog.enabled = value
+        elif name == "window":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+                errors[name] = "must be a whole number of samples between 1 and 100"
+            else:
+                watchdog.window = value
+        elif value is None and name == "recover_below_us":
+            watchdog.recover_below_us = None
+        elif isinstance(value, bool) or not isinstance(value, int | float) or not 0.5 <= value <= 10_000:
+            errors[name] = "must be a number of microseconds between 0.5 and 10000"
+        else:
+            setattr(watchdog, name, float(value))
+    if watchdog.recover_below_us is not None and watchdog.recover_below_us >= watchdog.threshold_us:
+        errors.setdefault("recover_below_us", "must be below threshold_us (the hysteresis keeps a noisy link "
+                                              "from flapping)")
+    if errors:
+        raise ValidationError(errors)
+    watchdog.save()
+    after = {name: getattr(watchdog, name) for name in WATCHDOG_FIELDS}
+    audit_record(actor=actor, action="lane.watchdog", obj=lane, before=before, after=after)
+    return watchdog
