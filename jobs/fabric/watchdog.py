@@ -105,6 +105,10 @@ def watchdog_check_lane(*, lane: Lane, sample_us: float | None = None) -> Watchd
     watchdog, _ = LaneWatchdog.objects.get_or_create(lane=lane)
     if not watchdog.enabled:
         return None
+    if watchdog.degraded and lane.observed_state == LaneState.SERVING:
+        # Relaunched (or set serving by hand) since it was degraded: judge the link afresh,
+        # or a still-slow link would never degrade the lane again.
+        watchdog.degraded, watchdog.samples = False, []
     now = timezone.now()
     if sample_us is None:
         try:

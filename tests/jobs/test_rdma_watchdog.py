@@ -111,3 +111,17 @@ def test_a_failed_measurement_keeps_the_state_and_says_why(ssh_cluster, admin_us
     watchdog = LaneWatchdog.objects.get(lane=lane)
     assert "ib_send_lat" in watchdog.last_error and watchdog.samples == []
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING
+
+
+def test_a_relaunched_lane_is_judged_afresh(ssh_cluster, admin_user) -> None:
+    lane = create_lane("deepseek", [ssh_cluster.node("spark1"), ssh_cluster.node("spark2")])
+    Lane.objects.filter(pk=lane.pk).update(observed_state=LaneState.SERVING)
+    lane.refresh_from_db()
+    LaneWatchdog.objects.create(lane=lane, window=2)
+    assert call_in_thread(lambda: watchdog_check_lane(lane=lane, sample_us=30.0)).transition == "degrade"
+    # A launch set it serving again while the watchdog still remembered it degraded.
+    Lane.objects.filter(pk=lane.pk).update(observed_state=LaneState.SERVING)
+    lane.refresh_from_db()
+    step = call_in_thread(lambda: watchdog_check_lane(lane=lane, sample_us=20.0))
+    assert step.transition == "degrade" and step.samples == [20.0]
+    assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.DEGRADED
