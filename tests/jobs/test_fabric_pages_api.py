@@ -44,6 +44,11 @@ def test_result_page_by_role(role_clients, matrix_result, role, status):
         assert "13.20us p99=15.00" in page and "cell-fail" in page and "cell-ok" in page
 
 
+def test_job_page_links_its_fabric_result(viewer_client, matrix_result):
+    page = viewer_client.get(f"/jobs/{matrix_result.job_id}/").content.decode()
+    assert f'href="/jobs/fabric/results/{matrix_result.pk}/"' in page and "Fabric result: fail, 13.20 us" in page
+
+
 def test_node_page_lists_the_nodes_fabric_history(viewer_client, admin_client, matrix_result):
     page = viewer_client.get("/nodes/spark2/").content.decode()
     assert f'data-result="{matrix_result.pk}"' in page and "13.20 us" in page
