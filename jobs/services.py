@@ -14,12 +14,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.kinds import KINDS
-from jobs.models import ACTIVE_STATES, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
+from jobs.models import ACTIVE_STATES, FABRIC_KINDS, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
 from jobs.params import validate_params
 from jobs.runner import job_execute
 from jobs.states import publish_job_state
 from lanes.models import DesiredState, Lane, LaneRevision, Node
-from lanes.selectors import current_revision
+from lanes.selectors import current_revision, lanes_active_on
 from lanes.services import lane_set_desired_state
 from portal.audit import audit_record
 from portal.celery import app as celery_app
@@ -126,6 +126,29 @@ def node_network_check_create(*, node: Node, user: UserLike | None, params: dict
         Node.objects.filter(memberships__lane__members__node=node).exclude(pk=node.pk).distinct().order_by("name")
     )
     return job_create(kind=JobKind.NETWORK_CHECK, user=user, nodes=[node, *peers], params=params)
+
+
+def fabric_job_create(*, kind: str, nodes: list[Node], user: UserLike | None,
+                      params: dict[str, Any] | None = None) -> Job:
+    """An NCCL test, latency matrix or link bandwidth job on these nodes (in this order:
+    the first runs mpirun). Refused while a lane runs on any of them: the test would
+    compete with the lane for the GPU and the links, and measure that competition."""
+    if kind not in FABRIC_KINDS:
+        raise ValidationError({"kind": f"must be one of {', '.join(FABRIC_KINDS)}"})
+    if len(nodes) < 2 or len({node.pk for node in nodes}) != len(nodes):
+        raise ValidationError({"nodes": "give at least two different nodes"})
+    without = [node.name for node in nodes if not (node.network_report or {}).get("devices")]
+    if without:
+        raise ValidationError({"nodes": f"{', '.join(without)}: no network report yet; run a network check first "
+                                        "(the fabric addresses, devices and GID index come from it)"})
+    busy = lanes_active_on(nodes)
+    if busy:
+        names = {node.name for node in nodes}
+        raise JobConflict("; ".join(
+            f"lane {lane.name} is {lane.observed_state} on "
+            f"{', '.join(n.name for n in lane.ranked_nodes() if n.name in names)}" for lane in busy
+        ) + ": stop it before a fabric test (the test needs the GPU and the links to itself)")
+    return job_create(kind=kind, user=user, nodes=nodes, params=params)
 
 
 def job_cancel(*, job: Job, user: UserLike | None) -> Job:

@@ -10,4 +10,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("jobs/<int:job_id>/cancel/", views.job_cancel_action, name="cancel"),
     path("jobs/lanes/<slug:name>/<slug:action>/", views.lane_action, name="lane_action"),
     path("jobs/nodes/<slug:name>/network-check/", views.node_network_check_action, name="node_network_check"),
+    path("jobs/fabric/", views.fabric_action, name="fabric_action"),
+    path("jobs/fabric/results/<int:result_id>/", views.fabric_result_page, name="fabric_result"),
+    path("jobs/fabric/watchdogs/<slug:name>/", views.lane_watchdog_action, name="lane_watchdog"),
 ]
