@@ -11,7 +11,8 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError
 from ninja.security import SessionAuth
 
-from portal.roles import Capability, require
+from portal.api_docs import OfflineSwagger
+from portal.roles import Capability, require, role_required
 
 
 class RoleAuth(SessionAuth):
@@ -34,7 +35,10 @@ can_view = RoleAuth(Capability.VIEW)
 can_edit_routing = RoleAuth(Capability.EDIT_ROUTING)
 can_operate = RoleAuth(Capability.OPERATE)
 
-api = NinjaAPI(title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api")
+api = NinjaAPI(
+    title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api",
+    docs=OfflineSwagger(), docs_decorator=role_required(Capability.VIEW),
+)
 
 
 class ErrorOut(Schema):

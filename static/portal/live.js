@@ -2,9 +2,20 @@
 // the navbar, and hands each JSON message to the page. `onOpen(ws)` lets a page resume
 // (the job log sends the last seq it has).
 window.PortalLive = (function () {
+  const LABELS = {
+    connecting: ["● connecting…", "live updates: connecting"],
+    open: ["● live", "live updates: on"],
+    closed: ["● reconnecting…", "live updates: connection lost, reconnecting"],
+    refused: ["● not allowed", "live updates: refused (signed out, or your role changed): reload the page"],
+  };
+  // The indicator stays hidden on pages that never open a socket.
   function setStatus(state) {
     const el = document.getElementById("live-status");
-    if (el) { el.dataset.state = state; el.title = "live updates: " + state; }
+    if (!el) return;
+    el.hidden = false;
+    el.dataset.state = state;
+    el.textContent = LABELS[state][0];
+    el.title = LABELS[state][1];
   }
   function connect(path, onMessage, onOpen) {
     let delay = 500;
