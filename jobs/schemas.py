@@ -86,9 +86,28 @@ class LogPageOut(Schema):
     has_earlier: bool
 
 
+class LogSearchOut(Schema):
+    lines: list[LogLineOut]
+    total: int
+
+
 class JobParamsIn(Schema):
     params: dict[str, Any] = {}
 
 
 class ErrorOut(Schema):
     detail: str | list[dict[str, Any]]
+
+
+class DriftChangeOut(Schema):
+    field: str
+    running: Any
+    latest: Any
+
+
+class LaneDriftOut(Schema):
+    running: int | None
+    latest: int
+    drifted: bool
+    job: int | None
+    changes: list[DriftChangeOut]

@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 
+from jobs.drift import LaneDrift
+from jobs.drift import lane_drift as compute_lane_drift
 from jobs.kinds.lane import node_target
 from jobs.models import Job
 from lanes.models import Lane, LaneRevision
@@ -43,3 +45,9 @@ def recent_jobs(lane: Lane | None = None, node: Any = None, limit: int = 5) -> l
     if node is not None:
         jobs = jobs.filter(nodes=node)
     return list(jobs[:limit])
+
+
+@register.simple_tag
+def lane_drift(lane: Lane) -> LaneDrift:
+    """What the lane's engine runs against its latest saved revision."""
+    return compute_lane_drift(lane)
