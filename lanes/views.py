@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
-from lanes.models import Lane
+from lanes.models import Lane, LaneState, NodeState
 from lanes.plan_shell import human_bytes
 from lanes.rules import LaneCheck, NodeBudget
 from lanes.selectors import (
@@ -69,7 +69,7 @@ def _budget_row(budget: NodeBudget) -> dict[str, Any]:
 @role_required(Capability.VIEW)
 def node_list_page(request: HttpRequest) -> HttpResponse:
     rows = [(node, node_memory_use(node)) for node in node_list()]
-    return render(request, "lanes/node_list.html", {"rows": rows})
+    return render(request, "lanes/node_list.html", {"rows": rows, "node_states": NodeState.choices})
 
 
 @role_required(Capability.VIEW)
@@ -159,7 +159,9 @@ def node_host_key_page(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Capability.VIEW)
 def lane_list_page(request: HttpRequest) -> HttpResponse:
     rows = [(lane, lane_check(lane)) for lane in lane_list()]
-    return render(request, "lanes/lane_list.html", {"rows": rows})
+    return render(request, "lanes/lane_list.html", {
+        "rows": rows, "lane_states": LaneState.choices, "node_names": node_list().values_list("name", flat=True),
+    })
 
 
 @role_required(Capability.VIEW)
