@@ -27,8 +27,8 @@ class UserCreated:
 
 def _role_snapshot(user: User) -> dict[str, object]:
     role = user_role(user)
-    return {"username": user.get_username(), "email": user.email, "role": role.value if role else None,
-            "is_active": user.is_active}
+    # the user name is the event's object already
+    return {"email": user.email, "role": role.value if role else None, "is_active": user.is_active}
 
 
 def _set_role_groups(user: User, role: Role | None) -> None:
