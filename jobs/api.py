@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema, Status
 
 from jobs.drift import lane_drift
 from jobs.models import Job, JobKind
-from jobs.schemas import ErrorOut, JobDetailOut, JobOut, JobParamsIn, LaneDriftOut, LogPageOut, LogSearchOut
+from jobs.schemas import JobDetailOut, JobOut, JobParamsIn, LaneDriftOut, LogPageOut, LogSearchOut
 from jobs.selectors import job_get, job_list, job_log_search, job_log_window
 from jobs.services import JobConflict, job_cancel, job_relaunch, lane_job_create, node_network_check_create
 from lanes.models import Lane, Node
-from portal.api import can_operate
+from portal.api import ErrorOut, can_operate
 
 router = Router(tags=["jobs"])
 
@@ -43,8 +43,6 @@ def _job(job_id: int) -> Job:
     try:
         return job_get(job_id=job_id)
     except Job.DoesNotExist:
-        from django.http import Http404
-
         raise Http404(f"No job #{job_id}.") from None
 
 

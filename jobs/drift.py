@@ -4,12 +4,14 @@ on the Sparks until a restart applies it, and the pages must say so."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import Count, Q
+
 from jobs.models import Job, JobKind, JobState, StepState
 from lanes.models import Lane, LaneRevision, LaneState
-from lanes.selectors import current_revision
 from portal.audit import audit_diff
 
 # While the lane is in one of these states something of a revision runs on its nodes.
@@ -32,37 +34,53 @@ class LaneDrift:
                 "changes": [{"field": f, "running": old, "latest": new} for f, old, new in self.changes]}
 
 
-def _started_an_engine(job: Job) -> bool:
-    """A launch whose serve steps were all skipped (vLLM already serving) left the older
-    revision running; a restart always starts one."""
-    if job.kind == JobKind.RESTART:
-        return True
-    serve = [state for phase, state in job.steps.values_list("phase", "state") if phase == "serve"]
-    return not serve or any(state != StepState.SKIPPED for state in serve)
-
-
-def lane_running_job(lane: Lane) -> Job | None:
-    """The succeeded launch or restart whose revision runs now (None after a stop)."""
-    jobs = (Job.objects.filter(lane=lane, state=JobState.SUCCEEDED,
-                               kind__in=(JobKind.LAUNCH, JobKind.RESTART, JobKind.STOP))
-            .select_related("lane_revision").order_by("-finished_at", "-id"))
-    for job in jobs[:50]:
-        if job.kind == JobKind.STOP:
-            return None
-        if job.lane_revision is not None and _started_an_engine(job):
-            return job
-    return None
+def lanes_drift(lanes: Sequence[Lane]) -> dict[str, LaneDrift]:
+    """Each lane's drift, in a fixed number of queries whatever the number of lanes (the
+    lists show it on every row). The running revision is the one the last succeeded
+    launch or restart started; a later succeeded stop means nothing runs, and a launch whose
+    serve steps were all skipped (vLLM already serving) started nothing."""
+    found = {lane.name: LaneDrift(running=None, latest=lane.revision) for lane in lanes}
+    running_lanes = {lane.pk: lane for lane in lanes if lane.observed_state in RUNNING_STATES}
+    if not running_lanes:
+        return found
+    jobs = (
+        Job.objects.filter(lane_id__in=running_lanes, state=JobState.SUCCEEDED,
+                           kind__in=(JobKind.LAUNCH, JobKind.RESTART, JobKind.STOP))
+        .annotate(serve_steps=Count("steps", filter=Q(steps__phase="serve")),
+                  serve_ran=Count("steps", filter=Q(steps__phase="serve") & ~Q(steps__state=StepState.SKIPPED)))
+        .order_by("lane_id", "-finished_at", "-id")
+        .values("id", "lane_id", "kind", "lane_revision_id", "serve_steps", "serve_ran")
+    )
+    started: dict[int, dict[str, Any]] = {}
+    decided: set[int] = set()
+    for job in jobs:
+        lane_id = job["lane_id"]
+        if lane_id in decided:
+            continue
+        if job["kind"] == JobKind.STOP:
+            decided.add(lane_id)
+        elif job["lane_revision_id"] is not None and (
+            job["kind"] == JobKind.RESTART or not job["serve_steps"] or job["serve_ran"]
+        ):
+            started[lane_id] = job
+            decided.add(lane_id)
+    wanted = Q(pk__in=[job["lane_revision_id"] for job in started.values()])
+    for lane_id in started:
+        wanted |= Q(lane_id=lane_id, number=running_lanes[lane_id].revision)
+    revisions = {(r.lane_id, r.number): r for r in LaneRevision.objects.filter(wanted)}
+    by_id = {r.pk: r for r in revisions.values()}
+    for lane_id, job in started.items():
+        lane = running_lanes[lane_id]
+        running = by_id[job["lane_revision_id"]]
+        latest = revisions.get((lane_id, lane.revision))
+        changes: list[tuple[str, Any, Any]] = []
+        if latest is not None and latest.number != running.number:
+            diff = audit_diff(running.config, latest.config)
+            diff.pop("revision", None)
+            changes = [(key, pair[0], pair[1]) for key, pair in sorted(diff.items())]
+        found[lane.name] = LaneDrift(running=running.number, latest=lane.revision, changes=changes, job_id=job["id"])
+    return found
 
 
 def lane_drift(lane: Lane) -> LaneDrift:
-    latest = current_revision(lane)
-    job = lane_running_job(lane) if lane.observed_state in RUNNING_STATES else None
-    running: LaneRevision | None = job.lane_revision if job is not None else None
-    if running is None:
-        return LaneDrift(running=None, latest=lane.revision)
-    changes: list[tuple[str, Any, Any]] = []
-    if latest is not None and running.number != latest.number:
-        diff = audit_diff(running.config, latest.config)
-        diff.pop("revision", None)
-        changes = [(key, pair[0], pair[1]) for key, pair in sorted(diff.items())]
-    return LaneDrift(running=running.number, latest=lane.revision, changes=changes, job_id=job.pk if job else None)
+    return lanes_drift([lane])[lane.name]

@@ -95,10 +95,6 @@ class JobParamsIn(Schema):
     params: dict[str, Any] = {}
 
 
-class ErrorOut(Schema):
-    detail: str | list[dict[str, Any]]
-
-
 class DriftChangeOut(Schema):
     field: str
     running: Any

@@ -7,12 +7,11 @@ from typing import Any
 
 from django import template
 
-from jobs.drift import LaneDrift
+from jobs.drift import LaneDrift, lanes_drift
 from jobs.drift import lane_drift as compute_lane_drift
-from jobs.kinds.lane import node_target
 from jobs.models import Job
-from lanes.models import Lane, LaneRevision
-from lanes.plans import render_launch_plan, render_status_plan, render_stop_plan
+from lanes.models import Lane
+from lanes.selectors import current_revision, lane_plan
 
 register = template.Library()
 
@@ -20,17 +19,13 @@ register = template.Library()
 @register.simple_tag
 def lane_action_plans(lane: Lane) -> dict[str, str]:
     """action → the dry-run text (or why there is none)."""
-    revision = LaneRevision.objects.filter(lane=lane).order_by("-number").first()
+    revision = current_revision(lane)
     if revision is None:
         return dict.fromkeys(("launch", "stop", "restart", "status"), "This lane has no saved revision yet.")
-    names = list(revision.config.get("nodes") or [n.name for n in lane.ranked_nodes()])
-    nodes = {n.name: n for n in lane.nodes.all()}
-    targets = [node_target(nodes[name]) for name in names if name in nodes]
     plans: dict[str, str] = {}
-    for action, renderer in (("launch", render_launch_plan), ("stop", render_stop_plan),
-                             ("status", render_status_plan)):
+    for action in ("launch", "stop", "status"):
         try:
-            plans[action] = renderer(revision.config, targets).render()
+            plans[action] = lane_plan(lane, action, revision).render()
         except (ValueError, KeyError) as exc:
             plans[action] = f"The plan cannot be rendered: {exc}"
     plans["restart"] = plans["stop"] + "\n(then)\n\n" + plans["launch"]
@@ -51,3 +46,14 @@ def recent_jobs(lane: Lane | None = None, node: Any = None, limit: int = 5) -> l
 def lane_drift(lane: Lane) -> LaneDrift:
     """What the lane's engine runs against its latest saved revision."""
     return compute_lane_drift(lane)
+
+
+@register.simple_tag
+def lane_drifts(items: Any) -> dict[str, LaneDrift]:
+    """Every listed lane's drift at once (lanes, or rows whose first item is a lane)."""
+    return lanes_drift([item[0] if isinstance(item, tuple) else item for item in items])
+
+
+@register.filter
+def drift_for(drifts: dict[str, LaneDrift], lane: Lane) -> LaneDrift | None:
+    return drifts.get(lane.name)

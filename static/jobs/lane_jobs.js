@@ -49,7 +49,15 @@
     }
     if (msg.event === "lane.saved" && driftBox && msg.data.name === driftBox.dataset.lane) {
       const rev = document.getElementById("lane-revision");
-      if (rev) rev.textContent = msg.data.revision;
+      if (rev && Number(rev.textContent) < msg.data.revision) {
+        rev.textContent = msg.data.revision;
+        const notice = document.getElementById("lane-saved-notice");
+        if (notice) {
+          notice.querySelector(".saved-revision").textContent = "r" + msg.data.revision;
+          notice.querySelector(".saved-by").textContent = msg.data.by ? " by " + msg.data.by : "";
+          notice.hidden = false;
+        }
+      }
       refreshDrift();
       return;
     }

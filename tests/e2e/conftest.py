@@ -17,7 +17,7 @@ from lanes.models import Lane
 from lanes.services import lane_create
 from sparksim.cluster import cluster_down
 from tests.conftest import free_port
-from tests.jobs.conftest import IMAGE, SimCluster, _make_cluster
+from tests.jobs.conftest import IMAGE, SimCluster, call_in_thread, make_sim_cluster
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def sim_lane(tmp_path: Path, admin_user: Any) -> Iterator[SimLane]:
     def make(name: str = "qwen", startup_s: float = 2, **data: Any) -> tuple[Lane, SimCluster]:
         root = tmp_path / f"sim-{name}"
         roots.append(root)
-        cluster = _make_cluster(root, ["spark3"], "local", tmp_path)
+        cluster = make_sim_cluster(root, ["spark3"], "local", tmp_path)
         node = cluster.node("spark3")
         fields = {
             "name": name, "model_id": "Qwen/Qwen3.8-27B-FP8", "served_model_name": name, "image": IMAGE,
@@ -60,7 +60,8 @@ def sim_lane(tmp_path: Path, admin_user: Any) -> Iterator[SimLane]:
             "gpu_memory_utilization": 0.5, "weights_gib": 20, "extra_args": ["--sim-startup-s", str(startup_s)],
             **data,
         }
-        return lane_create(actor=admin_user, data=fields, nodes=["spark3"]), cluster
+        # another thread: the save broadcasts with async_to_sync, and Playwright's loop runs in this one
+        return call_in_thread(lambda: lane_create(actor=admin_user, data=fields, nodes=["spark3"])), cluster
 
     yield make
     for root in roots:

@@ -9,7 +9,9 @@ import pytest
 
 from jobs.models import Job, JobKind, JobState, StepState
 from jobs.services import lane_job_create
+from lanes.models import Lane
 from tests.conftest import browser_login, wait_for
+from tests.jobs.conftest import call_in_thread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -51,13 +53,12 @@ def test_relaunch_runs_a_new_job_with_the_same_parameters(
     asgi_server: Any, page: Any, admin_user: Any, sim_lane: Any, job_threads: Any
 ) -> None:
     lane, _ = sim_lane(startup_s=1)
-    failed = lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user,
-                             params={"wait_poll_s": 0.3, "wait_timeout_s": 60, "reason": "first try"})
+    failed = call_in_thread(lambda: lane_job_create(
+        lane=lane, kind=JobKind.LAUNCH, user=admin_user,
+        params={"wait_poll_s": 0.3, "wait_timeout_s": 60, "reason": "first try"}))
     wait_for(lambda: Job.objects.filter(pk=failed.pk, state__in=["succeeded", "failed"]).exists(), timeout=60,
              what="the first launch to end")
     Job.objects.filter(pk=failed.pk).update(state=JobState.FAILED, error="pretend it failed")
-    from lanes.models import Lane
-
     Lane.objects.filter(pk=lane.pk).update(observed_state="failed")
 
     browser_login(page, asgi_server.url, admin_user.username)

@@ -12,6 +12,7 @@ from jobs.services import lane_job_create
 from lanes.models import Lane
 from lanes.services import lane_update
 from tests.conftest import browser_login, wait_for
+from tests.jobs.conftest import call_in_thread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -20,8 +21,8 @@ def test_drift_is_shown_with_its_diff_and_cleared_by_a_restart(
     asgi_server: Any, page: Any, admin_user: Any, sim_lane: Any, job_threads: Any
 ) -> None:
     lane, _ = sim_lane(startup_s=1)
-    launch = lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user,
-                             params={"wait_poll_s": 0.3, "wait_timeout_s": 60})
+    launch = call_in_thread(lambda: lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user,
+                                                    params={"wait_poll_s": 0.3, "wait_timeout_s": 60}))
     wait_for(lambda: Job.objects.get(pk=launch.pk).is_final, timeout=60, what="the launch")
     assert Job.objects.get(pk=launch.pk).state == JobState.SUCCEEDED
     lane.refresh_from_db()
@@ -33,7 +34,8 @@ def test_drift_is_shown_with_its_diff_and_cleared_by_a_restart(
     assert not page.is_visible("#lane-drift")
     assert page.inner_text("#lane-running") == " · running r1"
 
-    lane_update(lane=Lane.objects.get(pk=lane.pk), actor=admin_user, data={"max_num_seqs": 8})  # another admin saves
+    call_in_thread(lambda: lane_update(lane=Lane.objects.get(pk=lane.pk), actor=admin_user,  # another admin saves
+                                       data={"max_num_seqs": 8}))
     page.goto(f"{asgi_server.url}/lanes/")
     assert page.inner_text(f"#lanes tr[data-lane='{lane.name}'] [data-drift]") == "running r1, latest r2"
     page.goto(f"{asgi_server.url}/lanes/{lane.name}/")
@@ -58,21 +60,31 @@ def test_drift_is_shown_with_its_diff_and_cleared_by_a_restart(
     assert page.locator(f"#lanes tr[data-lane='{lane.name}'] [data-drift]").count() == 0
 
 
-def test_the_drift_clears_live_on_an_open_lane_page(
-    asgi_server: Any, page: Any, admin_user: Any, sim_lane: Any, job_threads: Any
+def test_another_admins_save_and_the_restart_show_live_on_an_open_lane_page(
+    asgi_server: Any, page: Any, admin_user: Any, lead_user: Any, sim_lane: Any, job_threads: Any
 ) -> None:
     lane, _ = sim_lane(startup_s=1)
-    launch = lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user,
-                             params={"wait_poll_s": 0.3, "wait_timeout_s": 60})
+    launch = call_in_thread(lambda: lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user,
+                                                    params={"wait_poll_s": 0.3, "wait_timeout_s": 60}))
     wait_for(lambda: Job.objects.get(pk=launch.pk).is_final, timeout=60, what="the launch")
-    lane_update(lane=Lane.objects.get(pk=lane.pk), actor=admin_user, data={"max_num_seqs": 8})
-    browser_login(page, asgi_server.url, admin_user.username)
+    browser_login(page, asgi_server.url, lead_user.username)
     page.goto(f"{asgi_server.url}/lanes/{lane.name}/")
     page.wait_for_selector("#live-status[data-state=open]")
-    assert page.is_visible("#lane-drift")
+    assert page.inner_text("#lane-revision") == "1" and not page.is_visible("#lane-drift")
     page.evaluate("window.__notReloaded = true")
-    restart = lane_job_create(lane=Lane.objects.get(pk=lane.pk), kind=JobKind.RESTART, user=admin_user,
-                              params={"wait_poll_s": 0.3, "wait_timeout_s": 60})
+
+    call_in_thread(lambda: lane_update(lane=Lane.objects.get(pk=lane.pk), actor=admin_user,
+                                       data={"max_num_seqs": 8}))
+    page.wait_for_selector("#lane-revision:text-is('2')", timeout=15_000)
+    page.wait_for_selector("#lane-saved-notice:not([hidden])")
+    assert "r2 was just saved by ada-admin" in page.inner_text("#lane-saved-notice")
+    page.wait_for_selector("#lane-drift:not([hidden])")
+    assert page.inner_text("#drift-summary") == "running r1, latest r2"
+    assert page.locator("#drift-restart").count() == 0  # a team lead reads; admins restart
+
+    restart = call_in_thread(lambda: lane_job_create(lane=Lane.objects.get(pk=lane.pk), kind=JobKind.RESTART,
+                                                     user=admin_user,
+                                                     params={"wait_poll_s": 0.3, "wait_timeout_s": 60}))
     wait_for(lambda: Job.objects.get(pk=restart.pk).is_final, timeout=90, what="the restart")
     page.wait_for_selector("#lane-drift", state="hidden", timeout=15_000)
     page.wait_for_selector("#lane-running .running-number:text-is('2')", timeout=5_000)

@@ -91,3 +91,29 @@ def test_lane_pages_show_the_drift(viewer_client, lane):
     assert "running r1, latest r2" in viewer_client.get("/lanes/").content.decode()
     page = viewer_client.get("/lanes/qwen/").content.decode()
     assert "running r1, latest r2" in page and 'id="drift-restart"' not in page  # viewers cannot restart
+
+
+def test_drift_of_many_lanes_takes_as_many_queries_as_of_two():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.drift import lanes_drift
+
+    node = Node.objects.create(name="spark9", address="127.0.0.19", transport="local")
+    lanes = []
+    for i in range(10):
+        lane = Lane.objects.create(name=f"lane{i}", model_id="m", image="img@sha256:" + "a" * 64,
+                                   max_model_len=32768, revision=1, observed_state="serving", api_port=9000 + i)
+        LaneNode.objects.create(lane=lane, node=node, rank=0)
+        LaneRevision.objects.create(lane=lane, number=1, config=base_config(name=lane.name, nodes=["spark9"]))
+        _job(lane, JobKind.LAUNCH, 1)
+        _save_revision(lane, 2, max_num_seqs=8)
+        lanes.append(lane)
+
+    def count(subset: list[Lane]) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            drifts = lanes_drift(subset)
+        assert all(d.drifted and d.running == 1 for d in drifts.values())
+        return len(captured)
+
+    assert count(lanes[:2]) == count(lanes) <= 3
