@@ -62,23 +62,23 @@ def lanes_drift(lanes: Sequence[Lane]) -> dict[str, LaneDrift]:
         elif job["lane_revision_id"] is not None and (
             job["kind"] == JobKind.RESTART or not job["serve_steps"] or job["serve_ran"]
         ):
-            started[lane_id] = job
+            started[lane_id] = dict(job)
             decided.add(lane_id)
     wanted = Q(pk__in=[job["lane_revision_id"] for job in started.values()])
     for lane_id in started:
         wanted |= Q(lane_id=lane_id, number=running_lanes[lane_id].revision)
     revisions = {(r.lane_id, r.number): r for r in LaneRevision.objects.filter(wanted)}
     by_id = {r.pk: r for r in revisions.values()}
-    for lane_id, job in started.items():
+    for lane_id, start in started.items():
         lane = running_lanes[lane_id]
-        running = by_id[job["lane_revision_id"]]
+        running = by_id[start["lane_revision_id"]]
         latest = revisions.get((lane_id, lane.revision))
         changes: list[tuple[str, Any, Any]] = []
         if latest is not None and latest.number != running.number:
             diff = audit_diff(running.config, latest.config)
             diff.pop("revision", None)
             changes = [(key, pair[0], pair[1]) for key, pair in sorted(diff.items())]
-        found[lane.name] = LaneDrift(running=running.number, latest=lane.revision, changes=changes, job_id=job["id"])
+        found[lane.name] = LaneDrift(running=running.number, latest=lane.revision, changes=changes, job_id=start["id"])
     return found
 
 
