@@ -119,7 +119,7 @@
     if (!tr) {
       tr = document.createElement("tr");
       tr.id = "step-" + step.position;
-      tr.innerHTML = "<td></td><td></td><td></td><td class='text-end' data-duration></td>";
+      tr.innerHTML = "<td></td><td></td><td></td><td class='text-end text-nowrap' data-duration></td>";
       tr.children[0].textContent = step.position + 1;
       const label = document.createElement("span");
       label.textContent = (step.node ? "[" + step.node + "] " : "") + step.title;
