@@ -121,3 +121,21 @@ def test_the_navigation_shows_each_role_what_it_may_open(role_clients, role, vis
 def test_user_create_service_sets_no_role_when_asked(admin_user):
     created = user_create(actor=admin_user, username="norole", role=None, password=PASSWORD)
     assert user_role(created.user) is None and created.invite_path == ""
+
+
+def test_a_new_invite_link_only_for_users_who_have_not_set_a_password(admin_client, viewer_user):
+    admin_client.post("/users/", {"username": "later", "role": "viewer"})
+    later = User.objects.get(username="later")
+    response = admin_client.post(f"/users/{later.pk}/invite/", follow=True)
+    assert "/accounts/set-password/" in response.content.decode()
+    assert AuditEvent.objects.filter(action="user.invite", object_id=str(later.pk)).count() == 1
+    refused = admin_client.post(f"/users/{viewer_user.pk}/invite/", follow=True).content.decode()
+    assert "has already set a password" in refused and "/accounts/set-password/" not in refused
+
+
+def test_an_unknown_user_action_or_role_is_refused(admin_client, viewer_user):
+    assert admin_client.post(f"/users/{viewer_user.pk}/promote/").status_code == 404
+    response = admin_client.post(f"/users/{viewer_user.pk}/role/", {"role": "emperor"}, follow=True)
+    assert "Choose admin, team lead, viewer or no role." in response.content.decode()
+    assert user_role(User.objects.get(pk=viewer_user.pk)) is Role.VIEWER
+    assert admin_client.post("/users/999999/role/", {"role": "viewer"}).status_code == 404
