@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema, Status
 
+from jobs.drift import lane_drift
 from jobs.fabric.watchdog import lane_watchdog_get, lane_watchdog_update
 from jobs.models import FABRIC_KINDS, Job, JobKind, LaneWatchdog
 from jobs.results import fabric_history
@@ -18,12 +19,21 @@ from jobs.schemas import (
     JobDetailOut,
     JobOut,
     JobParamsIn,
+    LaneDriftOut,
     LogPageOut,
+    LogSearchOut,
     WatchdogIn,
     WatchdogOut,
 )
-from jobs.selectors import job_get, job_list, job_log_window
-from jobs.services import JobConflict, fabric_job_create, job_cancel, lane_job_create, node_network_check_create
+from jobs.selectors import job_get, job_list, job_log_search, job_log_window
+from jobs.services import (
+    JobConflict,
+    fabric_job_create,
+    job_cancel,
+    job_relaunch,
+    lane_job_create,
+    node_network_check_create,
+)
 from lanes.models import Lane, Node
 from portal.api import ErrorOut, can_operate
 
@@ -76,9 +86,37 @@ def get_job_log(
             "has_earlier": window.has_earlier}
 
 
+@router.get("/jobs/{int:job_id}/log/search", response=LogSearchOut)
+def search_job_log(request: HttpRequest, job_id: int, q: str, limit: int = 200) -> Any:
+    """Lines of the whole log containing `q` (case-insensitive), in order, up to `limit`."""
+    text = q.strip()
+    if not 1 <= len(text) <= 200:
+        raise ValidationError({"q": "give 1 to 200 characters to search for"})
+    if not 1 <= limit <= 5000:
+        raise ValidationError({"limit": "must be between 1 and 5000"})
+    found = job_log_search(job=_job(job_id), text=text, limit=limit)
+    return {"lines": found.lines, "total": found.total}
+
+
 @router.post("/jobs/{int:job_id}/cancel", response=JobOut, auth=can_operate)
 def cancel_job(request: HttpRequest, job_id: int) -> Any:
     return job_cancel(job=_job(job_id), user=request.user)
+
+
+@router.post("/jobs/{int:job_id}/relaunch", response={201: JobOut, 409: ErrorOut}, auth=can_operate)
+def relaunch_job(request: HttpRequest, job_id: int) -> Any:
+    """A new job like this one (same kind, target and parameters; a lane's current revision)."""
+    try:
+        return Status(201, job_relaunch(job=_job(job_id), user=request.user))
+    except JobConflict as exc:
+        return Status(409, {"detail": str(exc)})
+
+
+@router.get("/jobs/lanes/{name}/drift", response=LaneDriftOut)
+def get_lane_drift(request: HttpRequest, name: str) -> Any:
+    """The revision the lane's engine runs (None when stopped) against its latest saved one,
+    with what differs: saved changes apply at the next restart."""
+    return lane_drift(get_object_or_404(Lane, name=name)).as_dict()
 
 
 @router.post("/jobs/lanes/{name}/{action}", response={201: JobOut, 409: ErrorOut}, auth=can_operate)

@@ -86,6 +86,11 @@ class LogPageOut(Schema):
     has_earlier: bool
 
 
+class LogSearchOut(Schema):
+    lines: list[LogLineOut]
+    total: int
+
+
 class JobParamsIn(Schema):
     params: dict[str, Any] = {}
 
@@ -133,3 +138,15 @@ class WatchdogIn(Schema):
     threshold_us: float | None = None
     recover_below_us: float | None = None
     window: int | None = None
+class DriftChangeOut(Schema):
+    field: str
+    running: Any
+    latest: Any
+
+
+class LaneDriftOut(Schema):
+    running: int | None
+    latest: int
+    drifted: bool
+    job: int | None
+    changes: list[DriftChangeOut]

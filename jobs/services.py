@@ -16,7 +16,7 @@ from django.utils import timezone
 from jobs.kinds import KINDS
 from jobs.models import ACTIVE_STATES, FABRIC_KINDS, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
 from jobs.params import validate_params
-from jobs.runner import job_execute
+from jobs.runner import job_execute, job_skip_pending_steps
 from jobs.states import publish_job_state
 from lanes.models import DesiredState, Lane, LaneRevision, Node
 from lanes.selectors import current_revision, lanes_active_on
@@ -197,6 +197,7 @@ def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = N
             state=StepState.FAILED, finished_at=now, detail="the job was lost"
         )
         job.refresh_from_db()
+        job_skip_pending_steps(job=job)
         publish_job_state(job)
         lost.append(job.pk)
         logger.warning("job %s lost (%s)", job.pk, job.error)
@@ -204,3 +205,20 @@ def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = N
             lane_job_create(lane=job.lane, kind=JobKind.STATUS, user=None,
                             params={"reason": f"reconcile after job #{job.pk} was lost"})
     return lost
+
+
+def job_relaunch(*, job: Job, user: UserLike | None) -> Job:
+    """A new job of the same kind on the same target with the same parameters (AWX's
+    Relaunch). A lane job runs the lane's current revision, as a Launch button would."""
+    if not job.is_final:
+        raise ValidationError({"job": f"job #{job.pk} is still {job.state}: wait for it or cancel it first"})
+    params = {key: value for key, value in (job.params or {}).items() if key != "nodes"}
+    if job.kind == JobKind.NETWORK_CHECK:
+        names = list((job.params or {}).get("nodes") or [])
+        node = Node.objects.filter(name=names[0]).first() if names else None
+        if node is None:
+            raise ValidationError({"job": f"job #{job.pk} checked a node that is no longer registered"})
+        return node_network_check_create(node=node, user=user, params=params)
+    if job.lane is None:
+        raise ValidationError({"job": f"job #{job.pk}'s lane no longer exists"})
+    return lane_job_create(lane=job.lane, kind=job.kind, user=user, params=params)

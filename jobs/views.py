@@ -17,7 +17,14 @@ from jobs.fabric.output import MATRIX_TITLES
 from jobs.fabric.watchdog import lane_watchdog_update
 from jobs.models import FabricResult, Job, JobKind, JobState
 from jobs.selectors import job_get, job_list, job_log_iter
-from jobs.services import JobConflict, fabric_job_create, job_cancel, lane_job_create, node_network_check_create
+from jobs.services import (
+    JobConflict,
+    fabric_job_create,
+    job_cancel,
+    job_relaunch,
+    lane_job_create,
+    node_network_check_create,
+)
 from lanes.models import Lane, Node
 from portal.roles import Capability, role_required
 
@@ -72,6 +79,22 @@ def job_cancel_action(request: HttpRequest, job_id: int) -> HttpResponse:
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     return redirect("jobs:detail", job_id=job.pk)
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def job_relaunch_action(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(job_id)
+    try:
+        new = job_relaunch(job=job, user=request.user)
+    except JobConflict as exc:
+        messages.error(request, str(exc))
+        return redirect("jobs:detail", job_id=job.pk)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("jobs:detail", job_id=job.pk)
+    messages.success(request, f"Job #{job.pk} relaunched as job #{new.pk}.")
+    return redirect("jobs:detail", job_id=new.pk)
 
 
 @require_POST

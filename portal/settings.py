@@ -139,6 +139,7 @@ STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("vendor/bootstrap", BASE_DIR / "node_modules" / "bootstrap" / "dist"),
     ("vendor/chartjs", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+    ("vendor/swagger-ui", BASE_DIR / "node_modules" / "swagger-ui-dist"),
 ]
 WHITENOISE_USE_FINDERS = True
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 
+from jobs.drift import LaneDrift, lanes_drift
+from jobs.drift import lane_drift as compute_lane_drift
 from jobs.fabric.watchdog import lane_watchdog_get
 from jobs.models import FabricResult, Job, LaneWatchdog
 from jobs.results import fabric_history
@@ -56,3 +58,17 @@ def fabric_peers(node: Node) -> list[str]:
 @register.simple_tag
 def lane_watchdog(lane: Lane) -> LaneWatchdog:
     return lane_watchdog_get(lane)
+def lane_drift(lane: Lane) -> LaneDrift:
+    """What the lane's engine runs against its latest saved revision."""
+    return compute_lane_drift(lane)
+
+
+@register.simple_tag
+def lane_drifts(items: Any) -> dict[str, LaneDrift]:
+    """Every listed lane's drift at once (lanes, or rows whose first item is a lane)."""
+    return lanes_drift([item[0] if isinstance(item, tuple) else item for item in items])
+
+
+@register.filter
+def drift_for(drifts: dict[str, LaneDrift], lane: Lane) -> LaneDrift | None:
+    return drifts.get(lane.name)
