@@ -47,7 +47,7 @@ def test_a_killed_engine_turns_its_lane_failed_on_the_page_while_every_slot_is_b
 
         assert kill_engines(qwen.api_port) >= 1
         page.wait_for_selector("#lane-state.state-failed", timeout=60_000)
-        assert "refused" in page.inner_text("#lane-reason")
+        assert "refused" in page.inner_text("#lane-state-reason")
         api = Client()
         api.force_login(viewer_user)
         assert api.get("/api/lanes/qwen").json()["observed_state"] == "failed"
