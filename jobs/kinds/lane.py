@@ -93,7 +93,9 @@ class LaneJob:
         try:
             self.runner.run(plan, rows, on_phase=on_phase)
         except (JobCancelled, JobTimedOut) as exc:
-            self.undo_launch("cancelled" if isinstance(exc, JobCancelled) else "timed out")
+            step = current.get("step")
+            started = step is not None and step.phase != "preflight"  # preflight only reads
+            self.undo_launch("cancelled" if isinstance(exc, JobCancelled) else "timed out", started=started)
             raise
         except (JobFailed, TransportError) as exc:
             failed = exc.step if isinstance(exc, StepFailed) else current.get("step")
@@ -106,11 +108,15 @@ class LaneJob:
         self.set_state(LaneState.SERVING, f"launch #{job_id}: /health and /v1/models answer")
         return {"lane": self.lane.name, "revision": plan.revision, "state": LaneState.SERVING}
 
-    def undo_launch(self, what: str) -> None:
+    def undo_launch(self, what: str, *, started: bool) -> None:
         """A cancelled or timed-out launch never leaves a lane that says `failed` while its
         engine runs: it stops what it started, or (the admin's choice when cancelling) leaves
         it running and says so."""
         job_id = self.ctx.job.pk
+        if not started:
+            lane_set_desired_state(lane=self.lane, state="stopped", actor=None)
+            self.set_state(LaneState.STOPPED, f"launch #{job_id} {what} in preflight: nothing was started")
+            return
         keep = what == "cancelled" and bool(
             Job.objects.filter(pk=job_id).values_list("cancel_keep_running", flat=True).first())
         if keep:
