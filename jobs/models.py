@@ -14,6 +14,7 @@ class JobKind(models.TextChoices):
     STOP = "stop", "Stop"
     RESTART = "restart", "Restart"
     STATUS = "status", "Status"
+    BENCHMARK = "benchmark", "Benchmark"
 
 
 # Kinds that change what runs on a node: at most one of them per node at a time.

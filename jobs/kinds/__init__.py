@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks.kind import run_benchmark
 from jobs.kinds.lane import run_launch, run_restart, run_status, run_stop
 from jobs.kinds.network import run_network_check
 from jobs.models import JobKind
@@ -13,4 +14,5 @@ KINDS: dict[str, KindFunc] = {
     JobKind.STOP: run_stop,
     JobKind.RESTART: run_restart,
     JobKind.STATUS: run_status,
+    JobKind.BENCHMARK: run_benchmark,
 }
