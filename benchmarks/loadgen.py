@@ -49,7 +49,8 @@ class LevelPlan:
     requests: int | None  # requests in the level, or
     duration_s: float | None  # keep sending for this long
     output_tokens: int
-    timeout_s: float
+    timeout_s: float  # a whole request
+    idle_timeout_s: float | None = None  # no chunk for this long (the first one included)
     warmup: int = 0
     seed: int = 0
 
@@ -129,16 +130,23 @@ async def count_prompt_tokens(client: httpx.AsyncClient, target: Target, text: s
 
 
 async def sized_prompt(client: httpx.AsyncClient, counter: Target, tokens: int, tag: str) -> str:
-    """A chat prompt of about `tokens` prompt tokens as the lane counts them (template
-    included), calibrated with /tokenize when the lane answers it."""
+    """A chat prompt of `tokens` prompt tokens as the lane counts them (template included),
+    calibrated with /tokenize when the lane answers it: first the characters per token, then
+    a trim or a few more words until the count is right (a cache hit's uncached tail, and so
+    its TTFT, depends on the exact length)."""
     ratio = CHARS_PER_TOKEN_GUESS
     text = filler_text(tokens, tag, ratio)
-    for _ in range(4):
+    for _ in range(12):
         counted = await count_prompt_tokens(client, counter, text)
-        if counted is None or abs(counted - tokens) <= max(2, tokens // 2000):
+        if counted is None or counted == tokens:
             return text
-        ratio = ratio * tokens / max(counted, 1)
-        text = filler_text(tokens, tag, ratio)
+        if abs(counted - tokens) > tokens // 100:
+            ratio = ratio * tokens / max(counted, 1)
+            text = filler_text(tokens, tag, ratio)
+        elif counted > tokens:
+            text = text[: len(text) - max(1, int((counted - tokens) * ratio * 0.8))]
+        else:
+            text = text + " " + filler_text(tokens - counted, tag + "+", ratio)
     return text
 
 
@@ -157,7 +165,8 @@ def request_body(target: Target, prompt: str, output_tokens: int) -> dict[str, A
 
 
 async def stream_one(client: httpx.AsyncClient, target: Target, prompt: str, output_tokens: int,
-                     timeout_s: float, load: ClientLoad, hook: ChunkHook | None = None) -> tuple[RequestRecord, float]:
+                     timeout_s: float, load: ClientLoad, hook: ChunkHook | None = None,
+                     idle_timeout_s: float | None = None) -> tuple[RequestRecord, float]:
     loop = asyncio.get_running_loop()
     record = RequestRecord(sent_at=loop.time())
     usage_tokens: int | None = None
@@ -166,7 +175,9 @@ async def stream_one(client: httpx.AsyncClient, target: Target, prompt: str, out
         async with asyncio.timeout(timeout_s):
             async with client.stream("POST", f"{target.base_url}/v1/chat/completions",
                                      json=request_body(target, prompt, output_tokens),
-                                     headers=target.headers) as response:
+                                     headers=target.headers,
+                                     timeout=httpx.Timeout(timeout_s, connect=10.0, read=idle_timeout_s or timeout_s),
+                                     ) as response:
                 if response.status_code != 200:
                     text = (await response.aread()).decode(errors="replace")
                     record.error = f"HTTP {response.status_code}: {text[:200]}"
@@ -198,6 +209,8 @@ async def stream_one(client: httpx.AsyncClient, target: Target, prompt: str, out
                         record.error = "the stream ended without [DONE]"
     except TimeoutError:
         record.error = f"timed out after {timeout_s:g} s"
+    except httpx.ReadTimeout:
+        record.error = f"no chunk for {idle_timeout_s or timeout_s:g} s"
     except httpx.HTTPError as exc:
         record.error = f"{type(exc).__name__}: {exc}"[:200] or type(exc).__name__
     except ValueError as exc:
@@ -239,7 +252,8 @@ async def run_level(client: httpx.AsyncClient, target: Target, plan: LevelPlan,
     async def one(index: int) -> None:
         async with limit:
             prompt = await prompt_for(index)
-            record, ended = await stream_one(client, target, prompt, plan.output_tokens, plan.timeout_s, load, hook)
+            record, ended = await stream_one(client, target, prompt, plan.output_tokens, plan.timeout_s, load, hook,
+                                             plan.idle_timeout_s)
         records.append(record)
         ends.append(ended)
         if on_request is not None:

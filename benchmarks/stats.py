@@ -107,7 +107,9 @@ def peak_output_tok_s(records: Sequence[RequestRecord], start: float) -> float:
 
 
 def peak_concurrency(records: Sequence[RequestRecord], ends: Sequence[float]) -> int:
-    events = sorted([(record.sent_at, 1) for record in records] + [(end, -1) for end in ends])
+    # At equal times a start counts before an end: a request in flight for no time still was.
+    events = sorted([(record.sent_at, 1) for record in records] + [(end, -1) for end in ends],
+                    key=lambda event: (event[0], -event[1]))
     peak = running = 0
     for _, change in events:
         running += change
