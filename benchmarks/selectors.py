@@ -29,11 +29,31 @@ def level_payload(level: BenchmarkLevel) -> dict[str, Any]:
     }
 
 
+def gateway_added(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per level measured both ways in one run: what going through the gateway added to TTFT
+    (gateway minus direct) and changed in decode speed."""
+    direct = {level["label"]: level["stats"] for level in levels if level["target"] == "direct"}
+    rows = []
+    for level in levels:
+        base = direct.get(level["label"])
+        if level["target"] != "gateway" or base is None:
+            continue
+        stats = level["stats"]
+        rows.append({
+            "label": level["label"],
+            "added_median_ttft_ms": stats["median_ttft_ms"] - base["median_ttft_ms"],
+            "added_p95_ttft_ms": stats["p95_ttft_ms"] - base["p95_ttft_ms"],
+            "added_mean_tpot_ms": stats["mean_tpot_ms"] - base["mean_tpot_ms"],
+        })
+    return rows
+
+
 def run_payload(run: BenchmarkRun) -> dict[str, Any]:
+    levels = [level_payload(level) for level in run.levels.select_related("run").order_by("position")]
     return {
         "job": run.job_id, "state": run.job.state, "lane": run.lane_name, "revision": run.revision_number,
         "label": run.label, "params": run.params, "levels_planned": run.levels_planned,
-        "levels": [level_payload(level) for level in run.levels.select_related("run").order_by("position")],
+        "levels": levels, "gateway_added": gateway_added(levels),
     }
 
 
@@ -78,6 +98,7 @@ def export_json(run: BenchmarkRun) -> dict[str, Any]:
         "backend": "openai-chat", "endpoint_type": "openai-chat", "job": run.job_id, "lane": run.lane_name,
         "lane_revision": run.revision_number, "label": run.label, "date": run.created_at.isoformat(),
         "cache_mode": run.params.get("cache_mode"), "params": run.params, "results": results,
+        "gateway_added": payload["gateway_added"],
     }
 
 
