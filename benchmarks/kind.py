@@ -138,7 +138,8 @@ async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[
 
         plan = LevelPlan(concurrency=level.concurrency, request_rate=level.request_rate, requests=planned,
                          duration_s=params.get("duration_s"), output_tokens=output,
-                         timeout_s=float(params["timeout_s"]), warmup=int(params["warmup"]), seed=level.position)
+                         timeout_s=float(params["timeout_s"]), idle_timeout_s=params.get("idle_timeout_s"),
+                         warmup=int(params["warmup"]), seed=level.position)
         result = await run_level(client, target, plan, prompt_for, on_request=progress)
         after = await _scrape(client, direct.base_url)
     return LevelOutcome(result, before, after, prime)

@@ -24,6 +24,7 @@ _NUMBERS: dict[str, tuple[float, float, bool]] = {
     "requests_per_level": (1, 100_000, True),
     "duration_s": (1, 86_400, False),
     "timeout_s": (1, 7_200, False),
+    "idle_timeout_s": (1, 7_200, False),
 }
 BENCHMARK_PARAMS = (*_NUMBERS, "targets", "cache_mode", "concurrency", "request_rates", "label")
 

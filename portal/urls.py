@@ -14,7 +14,6 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("healthz", views.healthz, name="healthz"),
     path("routing/", views.planned_page, {"section": "routing"}, name="routing-planned"),
-    path("benchmarks/", views.planned_page, {"section": "benchmarks"}, name="benchmarks-planned"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
@@ -22,4 +21,5 @@ urlpatterns = [
     path("", include("lanes.urls")),
     path("", include("jobs.urls")),
     path("", include("routing.urls")),
+    path("", include("benchmarks.urls")),
 ]

@@ -39,15 +39,6 @@ PLANNED_SECTIONS = {
             "Gateway traffic, API keys and request logs are on the Gateway page.",
         ],
     },
-    "benchmarks": {
-        "title": "Benchmarks",
-        "summary": "Benchmark jobs (concurrency sweeps, cold and cache-hit runs, side-by-side results) are not built yet.",
-        "today": [
-            "Each lane's live state and its jobs (launch, stop, status, network check) are on the Lanes and Jobs pages.",
-            "bench/sparksim_load.py measures a simulated engine under 200 streams; bench/gateway_overhead.py "
-            "measures the gateway; their latest figures are in the README.",
-        ],
-    },
 }
 
 
