@@ -117,3 +117,30 @@ def test_a_saturated_client_is_reported(qwen_bench_engine: EngineHandle) -> None
     assert stats["completed"] == 2
     assert stats["client"]["saturated"] and stats["client"]["saturated_because"]
     assert stats["client"]["loop_lag_p99_ms"] >= 50
+
+
+def test_poisson_arrivals_and_a_duration_level(qwen_bench_engine: EngineHandle) -> None:
+    """At a request rate the requests are sent one by one at random gaps, not all at once;
+    a level by duration keeps sending until its time is up."""
+
+    async def levels() -> tuple[Any, Any]:
+        target = Target("direct", qwen_bench_engine.url, SERVED)
+
+        async def prompt(index: int) -> str:
+            return f"poisson {index}"
+
+        async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
+            rated = await run_level(client, target, LevelPlan(
+                concurrency=None, request_rate=50.0, requests=6, duration_s=None, output_tokens=4, timeout_s=60),
+                prompt)
+            timed = await run_level(client, target, LevelPlan(
+                concurrency=2, request_rate=None, requests=None, duration_s=0.3, output_tokens=4, timeout_s=60),
+                prompt)
+        return rated, timed
+
+    rated, timed = asyncio.run(levels())
+    sent = [record.sent_at for record in rated.records]
+    assert len(sent) == 6 and len(set(sent)) == 6
+    assert rated.stats()["completed"] == 6
+    stats = timed.stats()
+    assert stats["completed"] == stats["total"] >= 2 and stats["max_concurrent_requests"] <= 2
