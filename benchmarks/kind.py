@@ -202,6 +202,8 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
         ctx.log(f"prompts of {params['prompt_tokens']} tokens ({params['cache_mode']}), "
                 f"{params['output_tokens']} output tokens each (max_tokens + min_tokens + ignore_eos)")
         saturated = []
+        completed = 0
+        errors: set[str] = set()
         for level, step in zip(levels, steps, strict=True):
             with ctx.step(step):
                 roce_before = _read_roce(ctx, lane)
@@ -218,6 +220,8 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
                 )
                 broadcast(job_group(ctx.job.pk), "benchmark.level", level_payload(row))
                 ctx.log(_summary(level, stats), stream="stdout")
+                completed += stats["completed"]
+                errors.update(stats["errors"])
                 for error in stats["errors"]:
                     ctx.log(f"  failed requests: {error}", stream="stderr")
                 client = stats["client"]
@@ -230,4 +234,7 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
     finally:
         if key is not None:
             api_key_revoke(actor=actor, key=key)
+    if not completed:
+        # Every level is saved with its failures; a sweep where nothing answered still fails.
+        raise JobFailed("no request succeeded: " + "; ".join(sorted(errors))[:1000])
     return {"levels": len(levels), "client_saturated_levels": saturated}

@@ -144,3 +144,16 @@ def test_poisson_arrivals_and_a_duration_level(qwen_bench_engine: EngineHandle) 
     assert rated.stats()["completed"] == 6
     stats = timed.stats()
     assert stats["completed"] == stats["total"] >= 2 and stats["max_concurrent_requests"] <= 2
+
+
+def test_a_sweep_where_nothing_answers_fails_and_keeps_its_levels(transactional_db: None, admin_user: User,
+                                                                  dispatched: list[int]) -> None:
+    from tests.conftest import free_port
+
+    class Nowhere:
+        host, port = "127.0.0.1", free_port()
+
+    lane = lane_for(Nowhere(), "gone")  # type: ignore[arg-type]  # nothing listens there
+    run = start_and_run(lane, admin_user, dispatched, concurrency=[1, 2], prompt_tokens=32, output_tokens=4)
+    assert run.job.state == JobState.FAILED and "no request succeeded" in run.job.error
+    assert [level.stats["failed"] for level in run.levels.order_by("position")] == [1, 2]
