@@ -26,8 +26,10 @@ from benchmarks.loadgen import (
     sized_prompt,
     stream_one,
 )
-from benchmarks.models import BenchmarkLevel, BenchmarkRun
+from benchmarks.models import BenchmarkLevel
+from benchmarks.params import Level, plan_levels
 from benchmarks.promdelta import ROCE_SCRIPT, metrics_delta, parse_roce, roce_delta
+from benchmarks.records import run_for_job
 from benchmarks.selectors import level_payload
 from jobs.logsink import job_group
 from jobs.models import StepState
@@ -41,28 +43,6 @@ from routing.services import api_key_create, api_key_revoke
 
 PROGRESS_EVERY_S = 0.25
 KEY_GRACE_S = 300
-
-
-@dataclass(frozen=True)
-class Level:
-    position: int
-    target: str
-    concurrency: int | None
-    request_rate: float | None
-
-
-def plan_levels(params: dict[str, Any]) -> list[Level]:
-    """Each concurrency (or rate) for each target in turn, so direct and gateway figures of a
-    level are taken back to back, under the same conditions."""
-    values: list[tuple[int | None, float | None]] = (
-        [(None, rate) for rate in params["request_rates"]] if params.get("request_rates")
-        else [(int(c), None) for c in params["concurrency"]]
-    )
-    levels: list[Level] = []
-    for concurrency, rate in values:
-        for target in params["targets"]:
-            levels.append(Level(len(levels), target, concurrency, rate))
-    return levels
 
 
 def _level_requests(params: dict[str, Any], level: Level) -> int | None:
@@ -171,7 +151,7 @@ def _summary(level: Level, stats: dict[str, Any]) -> str:
 
 
 def run_benchmark(ctx: JobContext) -> dict[str, Any]:
-    run = BenchmarkRun.objects.select_related("lane").get(job=ctx.job)
+    run = run_for_job(ctx.job)
     lane = run.lane
     if lane is None or not lane.ranked_nodes():
         raise JobFailed("the lane is gone or has no nodes")

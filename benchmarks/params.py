@@ -3,6 +3,7 @@ all come through jobs.params), each bad one refused naming the field and the rul
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 TARGETS = ("direct", "gateway")
@@ -110,3 +111,25 @@ def validate_benchmark_params(params: dict[str, Any]) -> tuple[dict[str, Any], d
         errors["requests_per_level"] = "at Poisson arrivals, give requests per level or a duration"
     # Without either, a concurrency level is one wave: as many requests as its concurrency.
     return clean, errors
+
+
+@dataclass(frozen=True)
+class Level:
+    position: int
+    target: str
+    concurrency: int | None
+    request_rate: float | None
+
+
+def plan_levels(params: dict[str, Any]) -> list[Level]:
+    """Each concurrency (or rate) for each target in turn, so direct and gateway figures of a
+    level are taken back to back, under the same conditions."""
+    values: list[tuple[int | None, float | None]] = (
+        [(None, rate) for rate in params["request_rates"]] if params.get("request_rates")
+        else [(int(c), None) for c in params["concurrency"]]
+    )
+    levels: list[Level] = []
+    for concurrency, rate in values:
+        for target in params["targets"]:
+            levels.append(Level(len(levels), target, concurrency, rate))
+    return levels

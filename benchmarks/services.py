@@ -8,8 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from benchmarks.kind import plan_levels
-from benchmarks.models import BenchmarkRun
+from benchmarks.records import run_for_job
 from jobs.models import Job, JobKind
 from jobs.services import job_create, lane_current_revision
 from lanes.models import Lane
@@ -24,9 +23,6 @@ def benchmark_start(*, lane: Lane, user: UserLike | None, params: dict[str, Any]
     if not nodes:
         raise ValidationError({"lane": f"lane {lane.name} has no nodes"})
     job = job_create(kind=JobKind.BENCHMARK, user=user, nodes=nodes, lane=lane, revision=revision, params=params)
-    run = BenchmarkRun.objects.create(
-        job=job, lane=lane, lane_name=lane.name, lane_revision=revision, revision_number=revision.number,
-        label=job.params.get("label", ""), params=job.params, levels_planned=len(plan_levels(job.params)),
-    )
+    run_for_job(job)
     audit_record(actor=user, action="benchmark.start", obj=lane, after={"job": job.pk, "revision": revision.number})
-    return run.job
+    return job

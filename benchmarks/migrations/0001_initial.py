@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('jobs', '0002_alter_job_kind'),
+        ('jobs', '0002_fabric'),
         ('lanes', '0002_node_host_key_pending'),
     ]
 

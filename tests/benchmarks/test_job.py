@@ -157,3 +157,18 @@ def test_a_sweep_where_nothing_answers_fails_and_keeps_its_levels(transactional_
     run = start_and_run(lane, admin_user, dispatched, concurrency=[1, 2], prompt_tokens=32, output_tokens=4)
     assert run.job.state == JobState.FAILED and "no request succeeded" in run.job.error
     assert [level.stats["failed"] for level in run.levels.order_by("position")] == [1, 2]
+
+
+def test_relaunch_repeats_the_sweep_on_the_lanes_current_revision(bench_lane: Lane, admin_user: User,
+                                                                  dispatched: list[int]) -> None:
+    from jobs.services import job_relaunch
+    from lanes.models import LaneRevision
+
+    first = start_and_run(bench_lane, admin_user, dispatched, concurrency=[1], prompt_tokens=32, output_tokens=4,
+                          label="before")
+    LaneRevision.objects.create(lane=bench_lane, number=2, config={"tensor_parallel_size": 1})
+    again = job_relaunch(job=first.job, user=admin_user)
+    job_run(job_id=again.pk)
+    run = BenchmarkRun.objects.get(job=again)
+    assert run.job.state == JobState.SUCCEEDED and run.revision_number == 2 and run.label == "before"
+    assert run.levels.get().stats["completed"] == 1
