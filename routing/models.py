@@ -144,9 +144,10 @@ class Prototype(models.Model):
         return f"{self.label}: {self.text[:60]}"
 
 
-class PrototypeEmbedding(models.Model):
-    """An embedding keyed by the text's hash and the encoder id: computed once per text and
-    encoder, whichever prototype or published snapshot holds that text."""
+class TextEmbedding(models.Model):
+    """A prototype's (or evaluation prompt's) embedding, keyed by the text's hash and the
+    encoder id: computed once per text and encoder, recomputed only when either changes,
+    and shared by the live prototypes, every published snapshot and the evaluation set."""
 
     encoder = models.CharField(max_length=120)
     text_sha = models.CharField(max_length=64)
