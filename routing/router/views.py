@@ -43,10 +43,13 @@ from routing.router.services import (
 )
 
 
-def _form_errors(form: PrototypeForm | VersionForm, exc: ValidationError) -> None:
+def _form_errors(request: HttpRequest, form: PrototypeForm | VersionForm, exc: ValidationError) -> None:
     for field, errors in exc.message_dict.items():
         for error in errors:
-            form.add_error(field if field in form.fields else None, error)
+            if field in form.fields:
+                form.add_error(field, error)
+            else:  # e.g. the version's status: shown above the page
+                messages.error(request, error)
 
 
 def _version(number: int) -> RouterVersion:
@@ -62,7 +65,7 @@ def prototypes_page(request: HttpRequest) -> HttpResponse:
             try:
                 prototype_create(actor=request.user, **form.cleaned_data)
             except ValidationError as exc:
-                _form_errors(form, exc)
+                _form_errors(request, form, exc)
             else:
                 messages.success(request, "Prototype added. Drafts use it now; the gateway after the next publish.")
                 return redirect("routing:router-prototypes")
@@ -83,7 +86,7 @@ def prototype_edit(request: HttpRequest, prototype_id: int) -> HttpResponse:
         try:
             prototype_update(actor=request.user, prototype=prototype, **form.cleaned_data)
         except ValidationError as exc:
-            _form_errors(form, exc)
+            _form_errors(request, form, exc)
         else:
             return redirect("routing:router-prototypes")
     return render(request, "routing/router/prototype_edit.html", {"tab": "prototypes", "form": form, "prototype": prototype})
@@ -190,7 +193,7 @@ def version_page(request: HttpRequest, number: int) -> HttpResponse:
             try:
                 router_version_update(actor=request.user, version=version, data=form.cleaned_data)
             except ValidationError as exc:
-                _form_errors(form, exc)
+                _form_errors(request, form, exc)
             else:
                 messages.success(request, f"v{version.number} saved.")
                 return redirect("routing:router-version", number=number)
