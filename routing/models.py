@@ -56,11 +56,10 @@ class ApiKey(models.Model):
 
 class RouteReason(models.TextChoices):
     ROUTER = "router"  # model="auto": the semantic router chose
-    DEFAULT = "default"  # model="auto" with no router decision: the configured default (or first serving) lane
+    DEFAULT = "default"  # model="auto": no label reached the threshold (or no version is published): the default lane
     KEY_DEFAULT = "key_default"  # model="auto" with a key pinned to a lane
     EXPLICIT = "explicit"  # a lane or served model name, or a per-lane URL
     FALLBACK = "fallback"  # the chosen lane provably could not take it: its fallback did
-    DEFAULT = "default"  # model="auto": no prototype label scored above the threshold
     CONTEXT = "context"  # model="auto": the router's lane could not hold the prompt; one that fits did
 
 
