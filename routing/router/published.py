@@ -68,7 +68,7 @@ def version_snapshot(version: RouterVersion, encoder: Encoder) -> RouterSnapshot
 
 
 # Published versions are frozen: their matrices are built once per process and encoder.
-_frozen: dict[tuple[int, str], RouterSnapshot] = {}
+_frozen: dict[tuple[int, str, str], RouterSnapshot] = {}
 
 
 def load_router_state(token: str) -> RouterState:
@@ -82,7 +82,7 @@ def load_router_state(token: str) -> RouterState:
     shadow = next((v for v in versions if v.shadow and v.status == VersionStatus.DRAFT), None)
     snapshot = None
     if published is not None:
-        key = (published.pk, encoder.id)
+        key = (published.pk, str(published.published_at), encoder.id)
         snapshot = _frozen.get(key) or _frozen.setdefault(key, version_snapshot(published, encoder))
     return RouterState(
         token, snapshot, version_snapshot(shadow, encoder) if shadow is not None else None,

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 
 from lanes.models import Lane
 from routing.router.services import starter_load
-from tests.gateway.conftest import make_lane
+from tests.gateway.conftest import clean_gateway_redis, key_owner, make_lane  # noqa: F401 (fixtures)
+
+
+@pytest.fixture(autouse=True)
+def clean_router_redis() -> Iterator[None]:
+    """Conversation affinity is keyed by API key id, which a fresh test database reuses."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for key in client.scan_iter(f"{settings.REDIS_PREFIX}:router:aff:*"):
+        client.delete(key)
+    yield
 
 
 @pytest.fixture
