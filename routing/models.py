@@ -75,12 +75,14 @@ class RequestLog(models.Model):
     route_reason = models.CharField(max_length=16, choices=RouteReason.choices, blank=True)
     route_score = models.FloatField(null=True, blank=True)
     route_label = models.CharField(max_length=64, blank=True)
-    route_prototype = models.CharField(max_length=200, blank=True, help_text="The best-matching prototype's text (cut).")
+    route_prototype = models.CharField(max_length=200, blank=True, db_default="", help_text="The best-matching prototype's text (cut).")
     router_version = models.PositiveIntegerField(null=True, blank=True)
     # Shadow evaluation: the draft's decision beside the published one (no upstream call).
+    # The new text columns have a database default: rows written by raw SQL (the purge's
+    # bulk tests, older processes during a rolling deploy) stay valid.
     shadow_version = models.PositiveIntegerField(null=True, blank=True)
-    shadow_lane = models.CharField(max_length=63, blank=True)
-    shadow_label = models.CharField(max_length=64, blank=True)
+    shadow_lane = models.CharField(max_length=63, blank=True, db_default="")
+    shadow_label = models.CharField(max_length=64, blank=True, db_default="")
     shadow_score = models.FloatField(null=True, blank=True)
     stream = models.BooleanField(default=False)
     status = models.PositiveSmallIntegerField()
