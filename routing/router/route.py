@@ -127,7 +127,11 @@ async def route_auto(
         return lane is not None and lane.serving and key.may_use(name)
 
     affinity_key = conversation_key(body, key)
-    route = await _remembered(rt, affinity_key, usable) if affinity_key else None
+    messages = body.get("messages")
+    # Only a later turn (more messages than the window) follows its conversation's first
+    # decision; a first turn, or the same one-shot prompt sent again, is decided afresh.
+    later_turn = isinstance(messages, list) and len(messages) > settings.ROUTER_AFFINITY_MESSAGES
+    route = await _remembered(rt, affinity_key, usable) if affinity_key and later_turn else None
     if route is None:
         vector = await rt.batcher(state.encoder).embed(last_user_text(body))
         decision = decide(vector, state.published.prototypes, state.published.config, usable=usable)

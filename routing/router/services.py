@@ -18,6 +18,8 @@ from lanes.selectors import lane_list
 from portal.audit import audit_record
 from portal.roles import UserLike
 from routing.models import Aggregation, EvalPrompt, Prototype, RouterVersion, VersionStatus
+from routing.router.encoder import EncoderUnavailable
+from routing.router.engine import router_encoder, stored_embeddings
 from routing.router.imports import LABEL_RE, MAX_TEXT_CHARS, ImportProblem, LabelledText, parse_labelled
 from routing.router.published import announce_published
 from routing.router.selectors import live_prototypes, version_prototypes
@@ -238,6 +240,10 @@ def starter_load(*, actor: UserLike | None = None) -> list[str]:
     if not EvalPrompt.objects.exists():
         added, _ = eval_prompts_import(actor=actor, content=(STARTER_DIR / "eval_prompts.csv").read_text(), fmt="csv")
         done.append(f"{added} evaluation prompts")
+    try:  # embed once now, so the first evaluation and the first routed request are quick
+        stored_embeddings(router_encoder(), [p.text for p in Prototype.objects.all()] + [p.text for p in EvalPrompt.objects.all()])
+    except EncoderUnavailable as exc:
+        done.append(f"embeddings not computed ({exc})")
     lanes = set(lane_list().values_list("name", flat=True))
     if not RouterVersion.objects.exists() and set(STARTER_LABEL_LANES.values()) <= lanes:
         draft = router_version_create_draft(actor=actor)

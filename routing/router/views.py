@@ -3,8 +3,6 @@ Everyone with the portal's read capability reads; only EDIT_ROUTING changes anyt
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
@@ -231,7 +229,7 @@ def version_evaluate(request: HttpRequest, number: int) -> HttpResponse:
     confusion = [(lane, list(row)) for lane, row in zip(report.evaluation.lanes, report.evaluation.confusion, strict=True)]
     return render(request, "routing/router/evaluate.html", {
         "tab": "versions", "version": version, "report": report, "beside": beside, "confusion": confusion,
-        "chart_json": json.dumps(chart)})
+        "chart": chart})
 
 
 @role_required(Capability.VIEW)

@@ -127,8 +127,9 @@ def test_the_evaluation_page_shows_accuracy_confusion_baselines_and_the_chart(st
     assert response.status_code == 200
     assert 'id="confusion"' in content and "baseline: length only" in content and "baseline: keywords" in content
     assert 'id="published-accuracy"' in content
-    chart = response.context["chart_json"]
-    assert '"published"' in chart and '"deepseek"' in chart
+    chart = response.context["chart"]
+    assert chart["published"]["number"] == 1 and set(chart["shares"]) == {"deepseek", "qwen"}
+    assert len(chart["accuracy"]) == len(chart["thresholds"]) == len(chart["published"]["accuracy"])
     report = response.context["report"]
     assert report.evaluation.count >= 150
     assert report.evaluation.accuracy >= 0.9
