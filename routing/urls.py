@@ -20,6 +20,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("routing/eval/", router_views.eval_page, name="router-eval"),
     path("routing/eval/import", router_views.eval_import_view, name="router-eval-import"),
     path("routing/playground/", router_views.playground, name="router-playground"),
+    path("routing/playground/send", router_views.playground_send, name="router-playground-send"),
     path("routing/versions/", router_views.versions_page, name="router-versions"),
     path("routing/versions/<int:number>/", router_views.version_page, name="router-version"),
     path("routing/versions/<int:number>/evaluate", router_views.version_evaluate, name="router-evaluate"),

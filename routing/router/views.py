@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from lanes.selectors import lane_list
 from portal.roles import Capability, require, role_required
 from routing.models import Prototype, RouterVersion, VersionStatus
 from routing.router.decision import decide
@@ -17,6 +18,7 @@ from routing.router.engine import router_encoder, router_unavailable_reason
 from routing.router.evaluation import evaluate_version
 from routing.router.forms import ImportForm, PlaygroundForm, PrototypeForm, VersionForm, label_lanes_text
 from routing.router.imports import FORMATS, LabelledText, render_labelled
+from routing.router.playground import lane_target, stream_answer
 from routing.router.published import version_snapshot
 from routing.router.selectors import (
     eval_prompt_list,
@@ -162,7 +164,25 @@ def playground(request: HttpRequest) -> HttpResponse:
         result = {"version": version, "decision": decide(query, snapshot.prototypes, snapshot.config, usable=lambda lane: True),
                   "tokens": encoder.token_count(form.cleaned_data["prompt"]), "threshold": snapshot.config.threshold}
     return render(request, "routing/router/playground.html", {
-        "tab": "playground", "form": form, "result": result, "unavailable": unavailable})
+        "tab": "playground", "form": form, "result": result, "unavailable": unavailable,
+        "lanes": list(lane_list().values_list("name", flat=True))})
+
+
+@require_POST
+@role_required(Capability.EDIT_ROUTING)
+def playground_send(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """Sends the prompt to the chosen lane and streams the answer back as text."""
+    prompt = request.POST.get("prompt", "").strip()
+    lane = lane_list().filter(name=request.POST.get("lane", "")).first()
+    if not prompt or lane is None:
+        return HttpResponse("prompt: write a prompt; lane: choose an existing lane.", status=400,
+                            content_type="text/plain; charset=utf-8")
+    try:
+        base_url, model = lane_target(lane)
+    except IndexError:
+        return HttpResponse(f"The lane {lane.name} has no node.", status=409, content_type="text/plain; charset=utf-8")
+    return StreamingHttpResponse(stream_answer(base_url=base_url, model=model, prompt=prompt),
+                                 content_type="text/plain; charset=utf-8", headers={"x-spark-lane": lane.name})
 
 
 @role_required(Capability.VIEW)
