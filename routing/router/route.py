@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -19,7 +19,7 @@ from routing.gateway.context import TEMPLATE_OVERHEAD_PER_MESSAGE
 from routing.gateway.directory import KeyInfo, LaneInfo
 from routing.gateway.wire import GatewayError
 from routing.router.batcher import EmbeddingBatcher
-from routing.router.decision import REASON_DEFAULT, Decision, decide
+from routing.router.decision import Decision, decide
 from routing.router.encoder import Encoder
 from routing.router.published import PublishedRouter, RouterState
 
@@ -163,8 +163,8 @@ def _with_shadow(state: RouterState, vector: Any, decision: Decision) -> AutoRou
         return route
     # The draft decides on the same vector, as if every lane could take it: what it would do.
     shadow = decide(vector, state.shadow.prototypes, state.shadow.config, usable=lambda lane: True)
-    return AutoRoute(**{**route.__dict__, "shadow_version": state.shadow.number, "shadow_lane": shadow.lane or "",
-                        "shadow_label": shadow.label, "shadow_score": shadow.score})
+    return replace(route, shadow_version=state.shadow.number, shadow_lane=shadow.lane or "",
+                   shadow_label=shadow.label, shadow_score=shadow.score)
 
 
 def _fit_context(route: AutoRoute, lanes: Mapping[str, LaneInfo], usable: Any, tokens: int) -> AutoRoute:
@@ -175,8 +175,6 @@ def _fit_context(route: AutoRoute, lanes: Mapping[str, LaneInfo], usable: Any, t
                      key=lambda lane: lane.context_limit)
     for lane in roomier:
         if _fits(lane, tokens):
-            return AutoRoute(**{**route.__dict__, "lane": lane.name, "reason": REASON_CONTEXT})
+            return replace(route, lane=lane.name, reason=REASON_CONTEXT)
     return route  # nothing holds it: the context guard answers 400 with the numbers
 
-
-__all__ = ["REASON_DEFAULT", "AutoRoute", "RouterRuntime", "last_user_text", "route_auto"]

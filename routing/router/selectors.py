@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import F as models_f
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from routing.models import EvalPrompt, Prototype, RequestLog, RouterVersion, VersionStatus
 
@@ -88,5 +87,5 @@ def shadow_comparison(version_number: int, *, examples: int = 20) -> tuple[int, 
     for lane, shadow in rows.values_list("lane", "shadow_lane"):
         counts[(lane, shadow)] = counts.get((lane, shadow), 0) + 1
     table = [ShadowRow(a, b, n) for (a, b), n in sorted(counts.items())]
-    disagreements = list(rows.exclude(shadow_lane="").exclude(lane=models_f("shadow_lane")).order_by("-id")[:examples])
+    disagreements = list(rows.exclude(shadow_lane="").exclude(lane=F("shadow_lane")).order_by("-id")[:examples])
     return sum(counts.values()), table, disagreements
