@@ -232,6 +232,10 @@ SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))
 SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
 
 # --- router --- (routing.router: the semantic router behind model="auto"; DESIGN.md §9)
+# The decision's matrix product (200 × 384) is tiny: OpenBLAS's own thread pool only adds
+# waiting for its threads — ~9 ms a request on a busy 2-core machine, measured. Set before
+# numpy is first imported (the apps load after settings); onnxruntime has its own threads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # The encoder's directory: model.onnx + tokenizer.json (+ encoder.json). `make` installs the
 # demo model here; production puts bge-small-en-v1.5 in its own directory (README).
 ROUTER_MODEL_DIR = Path(env_str("PORTAL_ROUTER_MODEL_DIR", str(BASE_DIR / "var" / "models" / "all-minilm-l6-v2-int8")))
