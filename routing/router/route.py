@@ -6,6 +6,7 @@ gateway's own rules (one send, failover only when provably not received) take ov
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 from collections.abc import Mapping
@@ -48,6 +49,13 @@ class RouterRuntime:
         self.redis = client
         self.published = PublishedRouter(client)
         self._batcher: EmbeddingBatcher | None = None
+        self._writes: set[asyncio.Task[Any]] = set()
+
+    def remember(self, key: str, value: bytes) -> None:
+        """Store a conversation's lane without making the client wait for Redis."""
+        task = asyncio.create_task(self.redis.set(key, value, ex=settings.ROUTER_AFFINITY_TTL_S))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     def batcher(self, encoder: Encoder) -> EmbeddingBatcher:
         if self._batcher is None or self._batcher.encoder is not encoder:
@@ -140,8 +148,7 @@ async def route_auto(
                                type_="server_error", retry_after_s=5, retryable=True)
         route = _with_shadow(state, vector, decision)
         if affinity_key:
-            await rt.redis.set(affinity_key, orjson.dumps([route.lane, route.reason, route.score, route.label,
-                                                           route.version]), ex=settings.ROUTER_AFFINITY_TTL_S)
+            rt.remember(affinity_key, orjson.dumps([route.lane, route.reason, route.score, route.label, route.version]))
     return _fit_context(route, lanes, usable, prompt_upper_bound(raw_bytes, body))
 
 
