@@ -1,7 +1,7 @@
 """The semantic router's cost and accuracy, in one run, with the 200 starter prototypes.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/router_bench REDIS_URL=redis://127.0.0.1:6379/3 \\
-        .venv/bin/python bench/router.py [--fp32 DIR] [--quick] [--no-gateway] [--json PATH]
+        .venv/bin/python bench/router.py [--fp32 DIR] [--quick] [--no-gateway | --gateway-only] [--json PATH]
 
 1. the bare encoder forward pass, short (~15 tokens) and long (~250 tokens) prompts, for the
    configured model (int8 MiniLM by default) and, with --fp32 DIR, an fp32 export of the same
@@ -263,6 +263,7 @@ def main() -> None:
     parser.add_argument("--fp32", help="directory of an fp32 export of the same model (model.onnx + tokenizer.json)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-gateway", action="store_true")
+    parser.add_argument("--gateway-only", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--serve-upstream", type=int)
     args = parser.parse_args()
@@ -271,6 +272,9 @@ def main() -> None:
         return
     rounds = 60 if args.quick else 200
     report: dict[str, Any] = {"cpu_threads": os.cpu_count()}
+    if args.gateway_only:
+        print(json.dumps(bench_gateway(args.quick), indent=1))
+        return
     encoder = Encoder(Path(settings.ROUTER_MODEL_DIR), threads=settings.ROUTER_THREADS)
     report["forward"] = {encoder.id: bench_forward(encoder, rounds)}
     if args.fp32:
