@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "lanes",
     "jobs",
     "routing",
+    "benchmarks",
 ]
 
 MIDDLEWARE = [
@@ -239,6 +240,8 @@ CELERY_BEAT_SCHEDULE.update({"fabric-rdma-watchdog": {
 # The demo's simulated cluster (sparksim): where its node directories live, and real
 # seconds per simulated second (1.0 = the seeds' timings; smaller is faster).
 SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))
+# How the worker reaches the portal's own /v1/ gateway (benchmarks through the gateway).
+GATEWAY_URL = env_str("PORTAL_GATEWAY_URL", "http://127.0.0.1:8080")
 SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
 
 # --- router --- (routing.router: the semantic router behind model="auto"; DESIGN.md §9)
