@@ -17,6 +17,7 @@ class JobKind(models.TextChoices):
     NCCL_TEST = "nccl_test", "NCCL bus bandwidth"
     LATENCY_MATRIX = "latency_matrix", "RDMA latency matrix"
     LINK_BANDWIDTH = "link_bandwidth", "Link bandwidth"
+    BENCHMARK = "benchmark", "Benchmark"
 
 
 FABRIC_KINDS = (JobKind.NCCL_TEST, JobKind.LATENCY_MATRIX, JobKind.LINK_BANDWIDTH)

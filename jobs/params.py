@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from benchmarks.params import BENCHMARK_PARAMS, validate_benchmark_params
 from jobs.fabric.commands import COLLECTIVES, SAFE_MAX_BYTES
 from jobs.models import JobKind
 
@@ -83,8 +84,11 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
         raise ValidationError({"kind": f"must be one of {', '.join(JobKind.values)}"})
     errors: dict[str, str] = {}
     clean: dict[str, Any] = {}
+    if kind == JobKind.BENCHMARK:
+        clean, errors = validate_benchmark_params(
+            {name: value for name, value in params.items() if name in BENCHMARK_PARAMS})
     for name, value in params.items():
-        if value is None:
+        if value is None or (kind == JobKind.BENCHMARK and name in BENCHMARK_PARAMS):
             continue
         if name in _NUMBERS:
             kinds, low, high = _NUMBERS[name]

@@ -224,4 +224,8 @@ def job_relaunch(*, job: Job, user: UserLike | None) -> Job:
         return node_network_check_create(node=node, user=user, params=params)
     if job.lane is None:
         raise ValidationError({"job": f"job #{job.pk}'s lane no longer exists"})
+    if job.kind == JobKind.BENCHMARK:
+        # Same sweep on the lane's current revision; the job makes its run row when it starts.
+        return job_create(kind=job.kind, user=user, nodes=job.lane.ranked_nodes(), lane=job.lane,
+                          revision=lane_current_revision(job.lane), params=params)
     return lane_job_create(lane=job.lane, kind=job.kind, user=user, params=params)

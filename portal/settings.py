@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "lanes",
     "jobs",
     "routing",
+    "benchmarks",
 ]
 
 MIDDLEWARE = [
@@ -254,6 +255,8 @@ CELERY_BEAT_SCHEDULE.update({"fabric-rdma-watchdog": {
 # The demo's simulated cluster (sparksim): where its node directories live, and real
 # seconds per simulated second (1.0 = the seeds' timings; smaller is faster).
 SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))
+# How the worker reaches the portal's own /v1/ gateway (benchmarks through the gateway).
+GATEWAY_URL = env_str("PORTAL_GATEWAY_URL", "http://127.0.0.1:8080")
 SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
 # The lane health watcher (lanes.watcher, on the periodic queue): probe interval, failed probes in a
 # row before a serving lane is failed / a node unreachable, and the probes' timeouts (seconds).
@@ -266,3 +269,26 @@ CELERY_BEAT_SCHEDULE.update(
                               # a tick queued behind a slow one is stale by the next: drop it
                               "options": {"expires": LANES_WATCH_INTERVAL_S}}}
 )
+
+# --- router --- (routing.router: the semantic router behind model="auto"; DESIGN.md §9)
+# The decision's matrix product (200 × 384) is tiny: OpenBLAS's own thread pool only adds
+# waiting for its threads — ~9 ms a request on a busy 2-core machine, measured. Set before
+# numpy is first imported (the apps load after settings); onnxruntime has its own threads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# The encoder's directory: model.onnx + tokenizer.json (+ encoder.json). `make` installs the
+# demo model here; production puts bge-small-en-v1.5 in its own directory (README).
+ROUTER_MODEL_DIR = Path(env_str("PORTAL_ROUTER_MODEL_DIR", str(BASE_DIR / "var" / "models" / "all-minilm-l6-v2-int8")))
+# onnxruntime threads per process (0 = one per core).
+ROUTER_THREADS = env_int("PORTAL_ROUTER_THREADS", 0, minimum=0, maximum=64)
+# Most queries embedded in one forward pass, and identical queries kept in memory.
+ROUTER_MAX_BATCH = env_int("PORTAL_ROUTER_MAX_BATCH", 32, minimum=1, maximum=512)
+ROUTER_CACHE_SIZE = env_int("PORTAL_ROUTER_CACHE_SIZE", 4096, minimum=0, maximum=1_000_000)
+# How long a gateway process trusts its copy of the published version before asking Redis
+# (a publish is seen by every process within this).
+ROUTER_VERSION_CHECK_S = env_float("PORTAL_ROUTER_VERSION_CHECK_S", 0.25, minimum=0, maximum=10)
+# Conversation affinity: a conversation is known by its first N messages and keeps its lane
+# (and the lane's prefix cache) for this long. 0 messages = off.
+ROUTER_AFFINITY_MESSAGES = env_int("PORTAL_ROUTER_AFFINITY_MESSAGES", 2, minimum=0, maximum=20)
+ROUTER_AFFINITY_TTL_S = env_int("PORTAL_ROUTER_AFFINITY_TTL_S", 3600, minimum=1)
+# Shadow evaluation: the share of routed requests on which the shadow draft also decides.
+ROUTER_SHADOW_SHARE = env_float("PORTAL_ROUTER_SHADOW_SHARE", 0.1, minimum=0, maximum=1)

@@ -1,57 +1,94 @@
-"""The timing model: pure functions, no I/O, shared by the engine and its tests.
+"""The timing model: pure functions and one pure step machine, no I/O, shared by the
+engine (sparksim/engine/scheduler.py runs the same `Stepper`) and its tests.
 
 Times here are simulated seconds. The engine multiplies them by its time scale.
 
-Shape of the model (mirrors vLLM's scheduler closely enough for benchmarks):
-- prefill compute runs one request after another (seed 004: "the prompts are processed one
-  after another, so the waits stack up"); the first token appears a fixed latency (base_ttft_s:
-  scheduling, the first forward step) after the request's prefill compute ends, and that fixed
-  part overlaps between requests;
-- decode runs in steps: every running sequence gets one token per step, and a step takes
-  1 / per_stream_decode_rate(running) seconds, so streams slow down as more share the GPU;
-- a sequence whose prefill ends during a step joins at the next step boundary.
+Shape of the model (vLLM's v1 scheduler with chunked prefill, fitted to the seeds' tables in
+bench/sparksim_fit.py):
+- the engine runs steps. Each step decodes one token for every running sequence and, while a
+  prefill is pending, also computes one prefill chunk (`chunk_s` of prefill work). So a
+  prefill slows every decoding stream to 1 / (decode step + chunk) tokens per second, and
+  decoding streams slow the prefill in turn (seed 003: C=2 cold, the first stream crawls at
+  ~8 tok/s while the second prompt prefills);
+- prefills run one after another, first come first served (seed 004: "the prompts are
+  processed one after another, so the waits stack up"); a prefill's work is its fixed cost
+  (base_ttft_s), its uncached tokens at prefill_tok_s plus an attention term growing with the
+  context (seed 003's cold rate falls from 2,548 to 2,328 tok/s between 50K and 150K), and
+  its cached tokens at cached_prefill_tok_s;
+- prompts served almost wholly from the prefix cache need only a few uncached tokens each, so
+  the ones waiting together share one prefill batch and get their first token together (seed
+  003: at C=8 on a cache hit, TTFT p50 5.634 s and p95 5.646 s);
+- per-stream decode speed falls with the running streams as
+  decode_tok_s / (1 + decode_falloff * (running - 1) ** decode_exponent), and to
+  EAGER_DECODE_FACTOR of that outside the captured CUDA graphs.
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field, replace
+
+GIB = 1024**3
+GB = 1000**3
 
 
 @dataclass(frozen=True)
 class TimingProfile:
     name: str
-    prefill_tok_s: float  # uncached prompt tokens per second
+    prefill_tok_s: float  # uncached prompt tokens per second, before the attention term
     cached_prefill_tok_s: float  # prompt tokens per second when served from the prefix cache
-    base_ttft_s: float  # fixed cost of a request before its first token (scheduling, 1st step)
+    base_ttft_s: float  # fixed prefill work of a request (scheduling, the first step)
     decode_tok_s: float  # one stream alone
-    decode_falloff: float  # per-stream rate = decode_tok_s / (1 + falloff * (running - 1))
+    decode_falloff: float  # see per_stream_decode_rate
     startup_s: float  # process start to "Application startup complete."
     kv_tokens_per_gib: float
     weights_gib: float  # the whole model, split evenly over tensor-parallel ranks
     max_model_len: int
     vocab_size: int
+    decode_exponent: float = 1.0
+    # Seconds per token squared of attention over the context during prefill.
+    prefill_quadratic_s: float = 0.0
+    # Prefill work done in one step beside running decodes (chunked prefill).
+    chunk_s: float = 0.0
+    # Uncached tokens per request below which waiting prefills share one batch.
+    batch_tokens: int = 0
 
 
 def falloff_for(single_tok_s: float, loaded_tok_s: float, running: int) -> float:
-    """The falloff that makes `running` streams each get `loaded_tok_s`."""
+    """The falloff that makes `running` streams each get `loaded_tok_s` (exponent 1)."""
     return (single_tok_s / loaded_tok_s - 1.0) / (running - 1)
 
 
-# Seed 000: 68 tok/s for one user, 45 tok/s each at 10 users. Seed 003: cold prefill
-# ~2,500 tok/s; cache hits 50K in 0.413 s and 150K in 0.776 s, which solve to ~275K tok/s
-# plus ~0.23 s fixed cost. Seed 004: healthy ~244 s after serve (here scaled down to a few
-# seconds by default, see startup_s). KV: 11 GiB held 1,146,448 tokens (~104K tokens/GiB).
+# Seed 000: 68 tok/s for one user, 45 tok/s each at 10 users (TP=2 over two Sparks, the
+# seed's only concurrency figure). Cold prefill and cache hits as the TP=4 profile below: seed
+# 003 measured them and seed 000 gives no method. Seed 004: "about 156 GB of weights" (GB, not
+# GiB); healthy ~244 s after serve (scaled down to a few seconds by default, see startup_s).
+# KV: 11 GiB held 1,146,448 tokens (~104K tokens/GiB).
 DEEPSEEK = TimingProfile(
     name="deepseek",
-    prefill_tok_s=2500.0,
-    cached_prefill_tok_s=275_000.0,
-    base_ttft_s=0.2,
+    prefill_tok_s=2719.0,
+    cached_prefill_tok_s=424_000.0,
+    base_ttft_s=0.25,
     decode_tok_s=68.0,
     decode_falloff=falloff_for(68.0, 45.0, 10),
     startup_s=5.0,
     kv_tokens_per_gib=1_146_448 / 11,
-    weights_gib=156.0,
+    weights_gib=156 * GB / GIB,
     max_model_len=1_048_576,
     vocab_size=129_280,
+    prefill_quadratic_s=4.0e-10,
+    chunk_s=0.27,
+    batch_tokens=8192,
+)
+
+# Seed 003: DeepSeek V4 Flash on four Sparks (TP=4, DSpark k=3, nvfp4 KV). Fitted by
+# bench/sparksim_fit.py to every C=1 row (cold and cache hit, 50K-150K) and the 150K
+# concurrency waves (C=1..12, cold and cache hit).
+DEEPSEEK_TP4 = replace(
+    DEEPSEEK,
+    name="deepseek-tp4",
+    decode_tok_s=89.0,
+    decode_falloff=0.22,
+    decode_exponent=1.06,
 )
 
 # Seed 000: Qwen 3.8 27B FP8 on one Spark, 120 tok/s for one user, 262K prefill in 3 s.
@@ -68,14 +105,35 @@ QWEN = TimingProfile(
     weights_gib=29.0,
     max_model_len=262_144,
     vocab_size=151_936,
+    chunk_s=0.02,
+    batch_tokens=8192,
 )
 
-PROFILES = {"deepseek": DEEPSEEK, "qwen": QWEN}
+# Seed 002: Qwen3.8-Flash-Next FP8 (125B MoE) on two Sparks, production averages: TPOT p50
+# 75 ms; 46,296-token prompts at a 90.1% prefix-cache hit rate prefill in 4.91 s; a 173 GB
+# checkpoint (GB, not GiB).
+QWEN_NEXT = replace(
+    QWEN,
+    name="qwen-next",
+    prefill_tok_s=1005.0,
+    cached_prefill_tok_s=424_000.0,
+    base_ttft_s=0.25,
+    decode_tok_s=1000.0 / 75.0,
+    weights_gib=173 * GB / GIB,
+    max_model_len=131_072,
+)
+
+PROFILES = {"deepseek": DEEPSEEK, "deepseek-tp4": DEEPSEEK_TP4, "qwen": QWEN, "qwen-next": QWEN_NEXT}
 
 
-def profile_for_model(model: str) -> TimingProfile:
-    """DeepSeek-like for DeepSeek models, Qwen-like for everything else."""
-    return DEEPSEEK if "deepseek" in model.lower() else QWEN
+def profile_for_model(model: str, tensor_parallel_size: int = 1) -> TimingProfile:
+    """DeepSeek-like for DeepSeek models (seed 003's figures on four Sparks), Qwen-like for
+    everything else."""
+    if "deepseek" in model.lower():
+        return DEEPSEEK_TP4 if tensor_parallel_size >= 4 else DEEPSEEK
+    if "next" in model.lower():
+        return QWEN_NEXT
+    return QWEN
 
 
 def with_overrides(profile: TimingProfile, **overrides: float | int | None) -> TimingProfile:
@@ -94,7 +152,8 @@ def per_stream_decode_rate(
 
     graph_seqs: how many sequences the captured CUDA graphs hold (None: no limit).
     """
-    rate = profile.decode_tok_s / (1.0 + profile.decode_falloff * (max(running, 1) - 1))
+    others = max(running, 1) - 1
+    rate = profile.decode_tok_s / (1.0 + profile.decode_falloff * others ** profile.decode_exponent)
     if graph_seqs is not None and running > graph_seqs:
         rate *= EAGER_DECODE_FACTOR
     return rate
@@ -109,13 +168,107 @@ def decode_step_seconds(
 def prefill_compute_seconds(
     profile: TimingProfile, uncached_tokens: int, cached_tokens: int
 ) -> float:
-    """The serial part of a prefill: the time the GPU spends on this prompt alone."""
-    return uncached_tokens / profile.prefill_tok_s + cached_tokens / profile.cached_prefill_tok_s
+    """Prefill work of one prompt, without the fixed cost: the GPU's time on it alone."""
+    total = uncached_tokens + cached_tokens
+    attention = profile.prefill_quadratic_s * (total * total - cached_tokens * cached_tokens)
+    return (uncached_tokens / profile.prefill_tok_s + attention
+            + cached_tokens / profile.cached_prefill_tok_s)
 
 
 def prefill_seconds(profile: TimingProfile, uncached_tokens: int, cached_tokens: int) -> float:
-    """TTFT of a request that does not queue behind another prefill."""
+    """TTFT of a request alone on an idle engine."""
     return profile.base_ttft_s + prefill_compute_seconds(profile, uncached_tokens, cached_tokens)
+
+
+# --- the step machine --------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class PrefillBatch:
+    keys: list[Hashable]
+    work_s: float
+    done_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Step:
+    seconds: float
+    decoding: tuple[Hashable, ...]  # each emits one token at the step's end
+    prefill: PrefillBatch | None
+    prefill_s: float  # prefill work this step does
+
+
+class Stepper:
+    """vLLM's scheduler loop reduced to its timing: the engine asks for a step, waits its
+    length, then applies it. Keys are the caller's (requests for prefill, sequences for
+    decode)."""
+
+    def __init__(self, profile: TimingProfile, graph_seqs: int | None = None) -> None:
+        self.profile = profile
+        self.graph_seqs = graph_seqs
+        self.waiting: deque[tuple[Hashable, int, float]] = deque()  # key, uncached, work
+        self.current: PrefillBatch | None = None
+        self.decoding: dict[Hashable, None] = {}
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.current or self.decoding)
+
+    def add_prefill(self, key: Hashable, uncached_tokens: int, cached_tokens: int) -> None:
+        """Queues a prompt. On an engine with no prefill under way it starts at once, alone,
+        so the next arrivals form the following batch."""
+        work = prefill_seconds(self.profile, uncached_tokens, cached_tokens)
+        self.waiting.append((key, uncached_tokens, work))
+        if self.current is None:
+            self._next_batch()
+
+    def add_decoding(self, key: Hashable) -> None:
+        self.decoding[key] = None
+
+    def remove(self, key: Hashable) -> None:
+        self.decoding.pop(key, None)
+        self.waiting = deque(item for item in self.waiting if item[0] != key)
+        if self.current is not None and key in self.current.keys:
+            self.current.keys.remove(key)
+            if not self.current.keys:
+                self.current = None
+                self._next_batch()
+
+    def _next_batch(self) -> None:
+        if not self.waiting:
+            self.current = None
+            return
+        key, uncached, work = self.waiting.popleft()
+        batch = PrefillBatch([key], work)
+        budget = self.profile.batch_tokens - uncached
+        if uncached <= self.profile.batch_tokens:
+            while self.waiting and self.waiting[0][1] <= budget:
+                key, uncached, work = self.waiting.popleft()
+                batch.keys.append(key)
+                batch.work_s += work
+                budget -= uncached
+        self.current = batch
+
+    def plan(self) -> Step:
+        decoding = tuple(self.decoding)
+        decode_s = decode_step_seconds(self.profile, len(decoding), self.graph_seqs) if decoding else 0.0
+        prefill_s = 0.0
+        if self.current is not None:
+            remaining = self.current.work_s - self.current.done_s
+            prefill_s = min(self.profile.chunk_s, remaining) if decoding else remaining
+        return Step(decode_s + prefill_s, decoding, self.current, prefill_s)
+
+    def apply(self, step: Step) -> list[Hashable]:
+        """Ends a step; returns the prefilled keys, whose first token is this step's end.
+        They decode from the next step on (the caller adds those with tokens to go)."""
+        batch = step.prefill
+        if batch is None or batch is not self.current:
+            return []
+        batch.done_s += step.prefill_s
+        if batch.done_s < batch.work_s - 1e-12:
+            return []
+        self._next_batch()
+        return list(batch.keys)
 
 
 @dataclass(frozen=True)
@@ -143,50 +296,55 @@ class RequestTimeline:
         return (self.output_tokens - 1) / (self.finish_s - self.first_token_s)
 
 
+@dataclass
+class _Replay:
+    first: dict[int, float] = field(default_factory=dict)
+    finish: dict[int, float] = field(default_factory=dict)
+    left: dict[int, int] = field(default_factory=dict)
+
+
 def simulate(
     profile: TimingProfile,
     requests: Sequence[PlannedRequest],
     graph_seqs: int | None = None,
 ) -> list[RequestTimeline]:
-    """Replays the engine's scheduler exactly (unlimited KV and max_num_seqs)."""
+    """Replays the engine's step loop exactly (unlimited KV and max_num_seqs)."""
     order = sorted(range(len(requests)), key=lambda index: requests[index].arrival_s)
-    first_token = [0.0] * len(requests)
-    prefill_free_at = 0.0
-    for index in order:
-        request = requests[index]
-        start = max(request.arrival_s, prefill_free_at)
-        uncached = request.prompt_tokens - request.cached_tokens
-        prefill_free_at = start + prefill_compute_seconds(profile, uncached, request.cached_tokens)
-        first_token[index] = prefill_free_at + profile.base_ttft_s
-
-    finish = list(first_token)
-    remaining = {index: requests[index].output_tokens - 1 for index in range(len(requests))}
-    joins = sorted(
-        (first_token[index], index) for index in range(len(requests)) if remaining[index] > 0
-    )
-    running: list[int] = []
+    stepper = Stepper(profile, graph_seqs)
+    replay = _Replay()
     clock = 0.0
-    next_join = 0
-    while next_join < len(joins) or running:
-        if not running:
-            clock = joins[next_join][0]
-            while next_join < len(joins) and joins[next_join][0] <= clock:
-                running.append(joins[next_join][1])
-                next_join += 1
-        step_end = clock + decode_step_seconds(profile, len(running), graph_seqs)
-        still_running = []
-        for index in running:
-            remaining[index] -= 1
-            if remaining[index] == 0:
-                finish[index] = step_end
-            else:
-                still_running.append(index)
-        running = still_running
-        while next_join < len(joins) and joins[next_join][0] <= step_end:
-            running.append(joins[next_join][1])
-            next_join += 1
-        clock = step_end
+    next_arrival = 0
+
+    def arrive(until: float) -> None:
+        nonlocal next_arrival
+        while next_arrival < len(order) and requests[order[next_arrival]].arrival_s <= until:
+            index = order[next_arrival]
+            request = requests[index]
+            stepper.add_prefill(index, request.prompt_tokens - request.cached_tokens,
+                                request.cached_tokens)
+            next_arrival += 1
+
+    while next_arrival < len(order) or stepper.busy:
+        if not stepper.busy:
+            clock = max(clock, requests[order[next_arrival]].arrival_s)
+            arrive(clock)
+        step = stepper.plan()
+        end = clock + step.seconds
+        arrive(end - 1e-12)
+        for index in step.decoding:
+            key = int(index)  # type: ignore[call-overload]  # simulate's keys are indices
+            replay.left[key] -= 1
+            if replay.left[key] == 0:
+                replay.finish[key] = end
+                stepper.decoding.pop(key)
+        for index in stepper.apply(step):
+            key = int(index)  # type: ignore[call-overload]
+            replay.first[key] = replay.finish[key] = end
+            replay.left[key] = requests[key].output_tokens - 1
+            if replay.left[key] > 0:
+                stepper.add_decoding(key)
+        clock = end
     return [
-        RequestTimeline(first_token[index], finish[index], requests[index].output_tokens)
+        RequestTimeline(replay.first[index], replay.finish[index], requests[index].output_tokens)
         for index in range(len(requests))
     ]

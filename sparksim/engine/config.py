@@ -80,7 +80,8 @@ class EngineConfig:
 
 def build_engine_config(args: argparse.Namespace) -> EngineConfig:
     node = load_node(args.sim_node_dir) if args.sim_node_dir else None
-    profile = PROFILES[args.sim_profile] if args.sim_profile else profile_for_model(args.model)
+    profile = (PROFILES[args.sim_profile] if args.sim_profile
+               else profile_for_model(args.model, args.tensor_parallel_size))
     profile = with_overrides(
         profile,
         prefill_tok_s=args.sim_prefill_tok_s,

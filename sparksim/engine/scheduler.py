@@ -1,8 +1,8 @@
-"""The engine core: admission (max_num_seqs, KV pool), serial prefill, stepped decode.
+"""The engine core: admission (max_num_seqs, KV pool) and the step loop.
 
-Timing comes from sparksim.timing; this module only turns it into real time. Every deadline
-is absolute (previous step end + step length), so event-loop lag never accumulates into the
-observed rates.
+Timing comes from sparksim.timing's Stepper; this module only turns its steps into real
+time. Every deadline is absolute (previous step end + step length), so event-loop lag never
+accumulates into the observed rates.
 """
 
 import asyncio
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from sparksim.engine.config import EngineConfig
 from sparksim.engine.metrics import EngineMetrics
 from sparksim.engine.prefix_cache import PrefixCache
-from sparksim.timing import decode_step_seconds, prefill_compute_seconds, prefill_seconds
+from sparksim.timing import Step, Stepper, prefill_seconds
 
 ENGINE_DIED = -1  # event position telling a handler the engine died under it
 
@@ -39,6 +39,7 @@ class ScheduledRequest:
     finished_sequences: int = 0
     aborted: bool = False
     reservation: int = 0
+    hashes: list[int] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -65,22 +66,20 @@ class EngineCore:
         self.active: set[ScheduledRequest] = set()
         self.active_sequences = 0
         self.kv_reserved = 0
-        self.prefill_free_at = 0.0
-        self.running: list[Sequence] = []
-        self.joining: list[Sequence] = []
-        self.wake_decode = asyncio.Event()
-        self.decode_task: asyncio.Task[None] | None = None
+        self.stepper = Stepper(config.profile, config.graph_seqs)
+        self.wake = asyncio.Event()
+        self.step_task: asyncio.Task[None] | None = None
         self.dead = False
         self.generated_tokens = 0  # read by the fabric traffic accounting
         self._accept_credit = [0.0] * config.spec_tokens
 
     def start(self) -> None:
-        self.decode_task = asyncio.get_running_loop().create_task(self._decode_loop())
+        self.step_task = asyncio.get_running_loop().create_task(self._step_loop())
 
     async def stop(self) -> None:
-        if self.decode_task is not None:
-            self.decode_task.cancel()
-            await asyncio.gather(self.decode_task, return_exceptions=True)
+        if self.step_task is not None:
+            self.step_task.cancel()
+            await asyncio.gather(self.step_task, return_exceptions=True)
 
     # --- requests -------------------------------------------------------------------------
 
@@ -115,8 +114,7 @@ class EngineCore:
             request.events.put_nowait((0, ENGINE_DIED))
         self.waiting.clear()
         self.active.clear()
-        self.running.clear()
-        self.joining.clear()
+        self.stepper = Stepper(self.config.profile, self.config.graph_seqs)
 
     # --- admission and prefill ------------------------------------------------------------
 
@@ -136,78 +134,78 @@ class EngineCore:
             self.active.add(request)
             self.active_sequences += width
             self.kv_reserved += request.reservation
-            hashes = self.prefix_cache.block_hashes(request.prompt_ids)
-            request.cached_tokens = self.prefix_cache.cached_tokens(request.prompt_ids, hashes)
+            request.hashes = self.prefix_cache.block_hashes(request.prompt_ids)
+            request.cached_tokens = self.prefix_cache.cached_tokens(request.prompt_ids,
+                                                                    request.hashes)
             uncached = len(request.prompt_ids) - request.cached_tokens
-            compute = prefill_compute_seconds(config.profile, uncached, request.cached_tokens)
-            seconds = prefill_seconds(config.profile, uncached, request.cached_tokens)
-            start = max(now, self.prefill_free_at)
-            self.prefill_free_at = start + config.scaled(compute)
-            first_token_at = self.prefill_free_at + config.scaled(config.profile.base_ttft_s)
             self.metrics.count("prefix_cache_queries", len(request.prompt_ids))
             self.metrics.count("prefix_cache_hits", request.cached_tokens)
             queued = self._simulated(now - request.arrived_at)
             self.metrics.observe("request_queue_time_seconds", queued)
-            loop.call_at(first_token_at, self._prefill_done, request, hashes, seconds)
+            self.stepper.add_prefill(request, uncached, request.cached_tokens)
+            self.wake.set()
 
-    def _prefill_done(self, request: ScheduledRequest, hashes: list[int], seconds: float) -> None:
-        if request.aborted or self.dead:
-            return
+    def _prefill_done(self, request: ScheduledRequest) -> None:
         now = asyncio.get_running_loop().time()
         request.first_token_at = now
-        self.prefix_cache.insert(hashes)
+        self.prefix_cache.insert(request.hashes)
         self.metrics.count("prompt_tokens", len(request.prompt_ids))
         self.metrics.observe("request_prompt_tokens", len(request.prompt_ids))
         self.metrics.observe("iteration_tokens_total", len(request.prompt_ids))
         ttft = self._simulated(now - request.arrived_at)
         self.metrics.observe("time_to_first_token_seconds", ttft)
-        self.metrics.observe("request_prefill_time_seconds", seconds)
+        uncached = len(request.prompt_ids) - request.cached_tokens
+        self.metrics.observe("request_prefill_time_seconds",
+                             prefill_seconds(self.config.profile, uncached, request.cached_tokens))
         for sequence in request.sequences:
             self._emit(sequence)
             if sequence.emitted < sequence.target:
-                self.joining.append(sequence)
-        self.wake_decode.set()
+                self.stepper.add_decoding(sequence)
         if request.done:
             self._release(request, "length")
 
-    # --- decode ---------------------------------------------------------------------------
+    # --- the step loop --------------------------------------------------------------------
 
-    async def _decode_loop(self) -> None:
+    async def _step_loop(self) -> None:
         loop = asyncio.get_running_loop()
         step_end: float | None = None
         while True:
-            if not self.running and not self.joining:
+            if not self.stepper.busy:
                 step_end = None
-                self.wake_decode.clear()
-                await self.wake_decode.wait()
+                self.wake.clear()
+                await self.wake.wait()
                 continue
-            self.running.extend(self.joining)
-            self.joining.clear()
-            running = len(self.running)
-            step = decode_step_seconds(self.config.profile, running, self.config.graph_seqs)
+            step = self.stepper.plan()
             step_start = loop.time() if step_end is None else step_end
-            step_end = step_start + self.config.scaled(step)
+            step_end = step_start + self.config.scaled(step.seconds)
             delay = step_end - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            self._finish_step(running, step)
+            self._finish_step(step)
 
-    def _finish_step(self, running: int, step: float) -> None:
-        survivors = []
-        for sequence in self.running:
-            if sequence.request.aborted:
+    def _finish_step(self, step: Step) -> None:
+        emitted = 0
+        for key in step.decoding:
+            sequence = key
+            assert isinstance(sequence, Sequence)
+            if sequence.request.aborted or sequence not in self.stepper.decoding:
                 continue
             self._emit(sequence)
-            if sequence.emitted < sequence.target:
-                survivors.append(sequence)
-            elif sequence.request.done:
-                self._release(sequence.request, "length")
-        emitted = len(self.running)
-        self.running = survivors
-        self.metrics.observe("iteration_tokens_total", emitted)
-        self.metrics.observe("inter_token_latency_seconds", step, emitted)
-        self.metrics.observe("time_per_output_token_seconds", step, emitted)
-        self._count_speculation(emitted)
+            emitted += 1
+            if sequence.emitted >= sequence.target:
+                self.stepper.remove(sequence)
+                if sequence.request.done:
+                    self._release(sequence.request, "length")
+        for key in self.stepper.apply(step):
+            assert isinstance(key, ScheduledRequest)
+            if not key.aborted and not self.dead:
+                self._prefill_done(key)
+        if emitted:
+            decode_s = step.seconds - step.prefill_s
+            self.metrics.observe("iteration_tokens_total", emitted)
+            self.metrics.observe("inter_token_latency_seconds", step.seconds, emitted)
+            self.metrics.observe("time_per_output_token_seconds", decode_s, emitted)
+            self._count_speculation(emitted)
         self._update_gauges()
 
     def _emit(self, sequence: Sequence) -> None:
@@ -240,6 +238,9 @@ class EngineCore:
         if request not in self.active:
             return
         self.active.discard(request)
+        self.stepper.remove(request)
+        for sequence in request.sequences:
+            self.stepper.remove(sequence)
         self.active_sequences -= len(request.sequences)
         self.kv_reserved -= request.reservation
         now = asyncio.get_running_loop().time()

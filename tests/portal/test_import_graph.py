@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("portal", "lanes", "jobs", "routing", "sparksim")
-APPS = ("portal", "lanes", "jobs", "routing")
+PACKAGES = ("portal", "lanes", "jobs", "routing", "benchmarks", "sparksim")
+APPS = ("portal", "lanes", "jobs", "routing", "benchmarks")
 # (importer, imported): the packages an app must never import.
 FORBIDDEN = {
     ("lanes", "jobs"), ("lanes", "routing"), ("routing", "jobs"), ("jobs", "routing"),
     ("sparksim", "portal"), ("sparksim", "lanes"), ("sparksim", "jobs"), ("sparksim", "routing"),
+    ("sparksim", "benchmarks"), ("lanes", "benchmarks"), ("routing", "benchmarks"), ("portal", "benchmarks"),
 }
 # The demo's simulated cluster is the portal's one door into sparksim.
 SPARKSIM_USERS = {"portal.demo_cluster"}

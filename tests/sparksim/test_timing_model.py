@@ -11,6 +11,7 @@ from sparksim.engine.vllm_args import human_readable_int, parse_serve_args
 from sparksim.shim.templates import render
 from sparksim.timing import (
     DEEPSEEK,
+    DEEPSEEK_TP4,
     QWEN,
     PlannedRequest,
     TimingProfile,
@@ -47,7 +48,9 @@ def test_cold_prefill_matches_seed_003(tokens: int, measured_s: float) -> None:
 @pytest.mark.parametrize(("tokens", "measured_s"), SEED_003_CACHE_HIT_TTFT)
 def test_cache_hit_prefill_matches_seed_003(tokens: int, measured_s: float) -> None:
     # 10%: a sub-second TTFT where the seed's fixed cost and rate are fitted from three runs.
-    assert prefill_seconds(DEEPSEEK, 0, tokens) == pytest.approx(measured_s, rel=0.10)
+    # The cache serves whole 256-token blocks; the rest of the prompt is computed.
+    cached = (tokens - 1) // 256 * 256
+    assert prefill_seconds(DEEPSEEK, tokens - cached, cached) == pytest.approx(measured_s, rel=0.10)
 
 
 def test_qwen_full_context_prefill_matches_seed_000() -> None:
@@ -63,21 +66,37 @@ def test_leaving_cuda_graphs_costs_two_thirds_of_decode() -> None:
 
 def test_simulate_single_request() -> None:
     (timeline,) = simulate(DEEPSEEK, [PlannedRequest(0.0, 2500, 69)])
-    assert timeline.first_token_s == pytest.approx(1.2)
+    assert timeline.first_token_s == pytest.approx(prefill_seconds(DEEPSEEK, 2500, 0))
     assert timeline.decode_tok_s == pytest.approx(68.0)
 
 
-def test_simulate_serialises_prefill_and_shares_decode() -> None:
-    timelines = simulate(DEEPSEEK, [PlannedRequest(0.0, 2500, 200)] * 2)
-    # Prefill compute (1 s each) queues; the 0.2 s fixed part overlaps.
-    assert [line.first_token_s for line in timelines] == pytest.approx([1.2, 2.2])
-    # The first stream decodes alone (68 tok/s) until the second joins, then both at ~65.
-    assert 65 < timelines[0].decode_tok_s < 67.9
-    assert timelines[1].decode_tok_s < timelines[0].decode_tok_s
+def test_simulate_serialises_prefill_and_a_prefill_slows_decode() -> None:
+    alone = prefill_seconds(DEEPSEEK, 25_000, 0)
+    # 30 tokens: the first stream ends while the second prompt still prefills.
+    first, second = simulate(DEEPSEEK, [PlannedRequest(0.0, 25_000, 30)] * 2)
+    assert first.first_token_s == pytest.approx(alone)
+    # The second prompt waits for the first, then shares its steps with the first's decode.
+    assert second.first_token_s > 2 * alone
+    # While it prefills, each of the first stream's steps also carries a prefill chunk.
+    assert first.decode_tok_s < 1.0 / (DEEPSEEK.chunk_s + 1.0 / DEEPSEEK.decode_tok_s) + 1.0
+    assert second.decode_tok_s == pytest.approx(DEEPSEEK.decode_tok_s)
+
+
+def test_cache_hit_prompts_waiting_together_share_one_batch() -> None:
+    hit = PlannedRequest(0.0, 150_000, 16, cached_tokens=149_760)
+    timelines = simulate(DEEPSEEK, [hit] * 4)
+    firsts = [line.first_token_s for line in timelines]
+    # The first starts alone on an idle engine; the three that waited finish together.
+    assert firsts[0] < firsts[1] == firsts[2] == firsts[3]
+
+
+def test_falling_out_of_cuda_graphs_slows_each_step() -> None:
+    assert per_stream_decode_rate(DEEPSEEK_TP4, 4) > 2 * per_stream_decode_rate(DEEPSEEK_TP4, 4, 2)
 
 
 def test_model_names_pick_profiles() -> None:
     assert profile_for_model("deepseek-ai/DeepSeek-V4-Flash-0731") is DEEPSEEK
+    assert profile_for_model("deepseek-ai/DeepSeek-V4-Flash-0731", 4) is DEEPSEEK_TP4
     assert profile_for_model("Qwen/Qwen3.8-27B-FP8") is QWEN
 
 

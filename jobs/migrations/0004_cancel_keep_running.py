@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0002_fabric'),
+        ('jobs', '0003_alter_fabricresult_kind_alter_job_kind'),
     ]
 
     operations = [

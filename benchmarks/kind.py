@@ -1,0 +1,220 @@
+"""The benchmark job kind: a sweep of levels against a lane, directly and/or through the
+gateway, each level saved and broadcast as it ends. Runs under the one job runner (live log,
+cancel, time limit)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
+from django.utils import timezone
+
+from benchmarks.loadgen import (
+    ClientLoad,
+    LevelPlan,
+    LevelResult,
+    Target,
+    filler_text,
+    run_level,
+    sized_prompt,
+    stream_one,
+)
+from benchmarks.models import BenchmarkLevel
+from benchmarks.params import Level, plan_levels
+from benchmarks.promdelta import ROCE_SCRIPT, metrics_delta, parse_roce, roce_delta
+from benchmarks.records import run_for_job
+from benchmarks.selectors import level_payload
+from jobs.logsink import job_group
+from jobs.models import StepState
+from jobs.runner import JobContext, JobFailed
+from jobs.transports import TransportError
+from lanes.models import Lane
+from portal.broadcast import abroadcast, broadcast
+from portal.http import async_http_client
+from routing.models import ApiKey
+from routing.services import api_key_create, api_key_revoke
+
+PROGRESS_EVERY_S = 0.25
+KEY_GRACE_S = 300
+
+
+def _level_requests(params: dict[str, Any], level: Level) -> int | None:
+    if params.get("duration_s"):
+        return None
+    return int(params.get("requests_per_level") or level.concurrency or 1)
+
+
+def _lane_targets(lane: Lane, secret: str | None) -> dict[str, Target]:
+    targets = {"direct": Target("direct", lane.base_url(), lane.public_model_name)}
+    if secret is not None:
+        targets["gateway"] = Target("gateway", settings.GATEWAY_URL.rstrip("/"), lane.name,
+                                    {"Authorization": f"Bearer {secret}"})
+    return targets
+
+
+async def _scrape(client: httpx.AsyncClient, url: str) -> str:
+    try:
+        response = await client.get(f"{url}/metrics")
+        return response.text if response.status_code == 200 else ""
+    except httpx.HTTPError:
+        return ""
+
+
+@dataclass
+class LevelOutcome:
+    result: LevelResult
+    metrics_before: str
+    metrics_after: str
+    prime: dict[str, Any]
+
+
+async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[str, Target], level: Level,
+                         total_levels: int, ratio_prompt: str, run_tag: str) -> LevelOutcome:
+    direct = targets["direct"]
+    target = targets[level.target]
+    timeout = httpx.Timeout(params["timeout_s"], connect=10.0)
+    async with async_http_client(timeout=timeout) as client:
+        prime: dict[str, Any] = {}
+        tokens = int(params["prompt_tokens"])
+        output = int(params["output_tokens"])
+        if params["cache_mode"] == "cache_hit":
+            shared = ratio_prompt
+
+            async def prompt_for(index: int) -> str:
+                return shared
+
+            # Prime then repeat: the first request fills the prefix cache, the level reuses it.
+            record, _ = await stream_one(client, target, shared, output, params["timeout_s"], ClientLoad())
+            prime = {"ttft_ms": record.ttft * 1000 if record.ok else None,
+                     "decode_tok_s": record.decode_tok_s if record.ok else None, "error": record.error}
+        else:
+            ratio = len(ratio_prompt) / max(tokens, 1)
+
+            async def prompt_for(index: int) -> str:
+                # A fresh tag in front of every prompt: no request shares a cached block.
+                return filler_text(tokens, f"{run_tag}-{level.position}-{index}", ratio)
+
+        before = await _scrape(client, direct.base_url)
+        loop = asyncio.get_running_loop()
+        planned = _level_requests(params, level)
+        last_sent = [0.0]
+
+        def progress(done: int) -> None:
+            now = time.monotonic()
+            if now - last_sent[0] < PROGRESS_EVERY_S and done != planned:
+                return
+            last_sent[0] = now
+            loop.create_task(abroadcast(job_group(ctx_job_id), "benchmark.progress", {
+                "job": ctx_job_id, "position": level.position, "levels": total_levels,
+                "done": done, "planned": planned,
+            }))
+
+        plan = LevelPlan(concurrency=level.concurrency, request_rate=level.request_rate, requests=planned,
+                         duration_s=params.get("duration_s"), output_tokens=output,
+                         timeout_s=float(params["timeout_s"]), idle_timeout_s=params.get("idle_timeout_s"),
+                         warmup=int(params["warmup"]), seed=level.position)
+        result = await run_level(client, target, plan, prompt_for, on_request=progress)
+        after = await _scrape(client, direct.base_url)
+    return LevelOutcome(result, before, after, prime)
+
+
+async def _calibrate(params: dict[str, Any], direct: Target, tag: str) -> str:
+    async with async_http_client(timeout=httpx.Timeout(60.0)) as client:
+        return await sized_prompt(client, direct, int(params["prompt_tokens"]), tag)
+
+
+def _read_roce(ctx: JobContext, lane: Lane) -> dict[str, dict[str, int]]:
+    counters: dict[str, dict[str, int]] = {}
+    for node in lane.ranked_nodes():
+        try:
+            result = ctx.run(ctx.endpoint(node), "bash -s", stdin=ROCE_SCRIPT, capture=True, quiet=True, timeout_s=20)
+        except TransportError as exc:
+            ctx.log(f"RoCE counters unreadable: {exc}", node=node.name, stream="stderr")
+            continue
+        counters.update(parse_roce(node.name, result.stdout))
+    return counters
+
+
+def _summary(level: Level, stats: dict[str, Any]) -> str:
+    name = f"C={level.concurrency}" if level.concurrency is not None else f"{level.request_rate:g} req/s"
+    return (f"{level.target} {name}: {stats['completed']}/{stats['total']} ok, "
+            f"TTFT p50 {stats['median_ttft_ms'] / 1000:.3f} s p95 {stats['p95_ttft_ms'] / 1000:.3f} s, "
+            f"TPOT {stats['mean_tpot_ms']:.1f} ms, decode p50 {stats['median_decode_tok_s']:.2f} tok/s, "
+            f"output {stats['output_throughput']:.2f} tok/s")
+
+
+def run_benchmark(ctx: JobContext) -> dict[str, Any]:
+    run = run_for_job(ctx.job)
+    lane = run.lane
+    if lane is None or not lane.ranked_nodes():
+        raise JobFailed("the lane is gone or has no nodes")
+    params = run.params
+    levels = plan_levels(params)
+    steps = ctx.declare_steps([
+        (f"level.{level.position}", "benchmark", "",
+         f"{level.target}: " + (f"concurrency {level.concurrency}" if level.concurrency is not None
+                                else f"{level.request_rate:g} requests/s"))
+        for level in levels
+    ])
+    key: ApiKey | None = None
+    secret: str | None = None
+    actor = ctx.job.created_by or AnonymousUser()
+    if "gateway" in params["targets"]:
+        # A key for this run only, limited to the lane, gone when the run ends; its secret
+        # lives in this process's memory and is never logged.
+        limit = float(ctx.job.params.get("time_limit_s") or settings.JOBS_DEFAULT_TIME_LIMIT_S)
+        created = api_key_create(actor=actor, name=f"benchmark job #{ctx.job.pk}",
+                                 allowed_lanes=[lane.name], default_route=lane.name,
+                                 expires_at=timezone.now() + timedelta(seconds=limit + KEY_GRACE_S))
+        key, secret = created.key, created.secret
+        ctx.log(f"gateway key {key.prefix}… created for this run (expires with it)")
+    targets = _lane_targets(lane, secret)
+    run_tag = uuid.uuid4().hex[:12]
+    try:
+        ratio_prompt = ctx.wait(_calibrate(params, targets["direct"], f"{run_tag}-shared"))
+        ctx.log(f"prompts of {params['prompt_tokens']} tokens ({params['cache_mode']}), "
+                f"{params['output_tokens']} output tokens each (max_tokens + min_tokens + ignore_eos)")
+        saturated = []
+        completed = 0
+        errors: set[str] = set()
+        for level, step in zip(levels, steps, strict=True):
+            with ctx.step(step):
+                roce_before = _read_roce(ctx, lane)
+                outcome = ctx.wait(_run_one_level(ctx.job.pk, params, targets, level, len(levels), ratio_prompt,
+                                                  run_tag))
+                roce_after = _read_roce(ctx, lane)
+                stats = outcome.result.stats()
+                row = BenchmarkLevel.objects.create(
+                    run=run, position=level.position, target=level.target, concurrency=level.concurrency,
+                    request_rate=level.request_rate, stats=stats,
+                    metrics=metrics_delta(outcome.metrics_before, outcome.metrics_after)
+                    if outcome.metrics_before and outcome.metrics_after else {},
+                    fabric=roce_delta(roce_before, roce_after), prime=outcome.prime,
+                )
+                broadcast(job_group(ctx.job.pk), "benchmark.level", level_payload(row))
+                ctx.log(_summary(level, stats), stream="stdout")
+                completed += stats["completed"]
+                errors.update(stats["errors"])
+                for error in stats["errors"]:
+                    ctx.log(f"  failed requests: {error}", stream="stderr")
+                client = stats["client"]
+                if client["saturated"]:
+                    saturated.append(level.position)
+                    step.state = StepState.WARNED
+                    step.detail = f"client saturated: {client['saturated_because']}"
+                    ctx.log(f"  the client was saturated ({client['saturated_because']}): these figures "
+                            f"measure the load generator, not only the lane", stream="stderr")
+    finally:
+        if key is not None:
+            api_key_revoke(actor=actor, key=key)
+    if not completed:
+        # Every level is saved with its failures; a sweep where nothing answered still fails.
+        raise JobFailed("no request succeeded: " + "; ".join(sorted(errors))[:1000])
+    return {"levels": len(levels), "client_saturated_levels": saturated}

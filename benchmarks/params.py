@@ -1,0 +1,135 @@
+"""A benchmark job's parameters: validated in one place (the service, the API and the page
+all come through jobs.params), each bad one refused naming the field and the rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+TARGETS = ("direct", "gateway")
+CACHE_MODES = ("cold", "cache_hit")
+MAX_LEVELS = 32
+DEFAULTS: dict[str, Any] = {
+    "targets": ["direct"],
+    "cache_mode": "cold",
+    "warmup": 0,
+    "timeout_s": 600.0,
+    "output_tokens": 128,
+    "prompt_tokens": 512,
+}
+# name -> (minimum, maximum, whole number?)
+_NUMBERS: dict[str, tuple[float, float, bool]] = {
+    "prompt_tokens": (1, 2_000_000, True),
+    "output_tokens": (1, 65_536, True),
+    "warmup": (0, 100, True),
+    "requests_per_level": (1, 100_000, True),
+    "duration_s": (1, 86_400, False),
+    "timeout_s": (1, 7_200, False),
+    "idle_timeout_s": (1, 7_200, False),
+}
+BENCHMARK_PARAMS = (*_NUMBERS, "targets", "cache_mode", "concurrency", "request_rates", "label")
+
+
+def _number(name: str, value: Any, errors: dict[str, str]) -> float | int | None:
+    low, high, whole = _NUMBERS[name]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        errors[name] = "must be a whole number" if whole else "must be a number"
+        return None
+    if whole and value != int(value):
+        errors[name] = "must be a whole number"
+        return None
+    if not low <= value <= high:
+        errors[name] = f"must be between {low:g} and {high:g}"
+        return None
+    return int(value) if whole else float(value)
+
+
+def _levels(name: str, value: Any, whole: bool, low: float, high: float, errors: dict[str, str]) -> list[Any] | None:
+    if not isinstance(value, list) or not value:
+        errors[name] = "must be a non-empty list"
+        return None
+    if len(value) > MAX_LEVELS:
+        errors[name] = f"must have at most {MAX_LEVELS} levels"
+        return None
+    clean = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int | float) or (whole and item != int(item)):
+            errors[name] = "every level must be a whole number" if whole else "every level must be a number"
+            return None
+        if not low <= item <= high:
+            errors[name] = f"every level must be between {low:g} and {high:g}"
+            return None
+        clean.append(int(item) if whole else float(item))
+    return clean
+
+
+def validate_benchmark_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(clean parameters with defaults, errors by field)."""
+    errors: dict[str, str] = {}
+    clean: dict[str, Any] = dict(DEFAULTS)
+    for name, value in params.items():
+        if value is None:
+            continue
+        if name in _NUMBERS:
+            number = _number(name, value, errors)
+            if number is not None:
+                clean[name] = number
+        elif name == "targets":
+            if not isinstance(value, list) or not value or any(item not in TARGETS for item in value) \
+                    or len(set(value)) != len(value):
+                errors[name] = f"must be a list of distinct targets among {', '.join(TARGETS)}"
+            else:
+                clean[name] = [target for target in TARGETS if target in value]
+        elif name == "cache_mode":
+            if value not in CACHE_MODES:
+                errors[name] = f"must be one of {', '.join(CACHE_MODES)}"
+            else:
+                clean[name] = value
+        elif name == "concurrency":
+            levels = _levels(name, value, True, 1, 4096, errors)
+            if levels is not None:
+                clean[name] = levels
+        elif name == "request_rates":
+            levels = _levels(name, value, False, 0.001, 10_000, errors)
+            if levels is not None:
+                clean[name] = levels
+        elif name == "label":
+            if not isinstance(value, str) or len(value) > 100:
+                errors[name] = "must be text of at most 100 characters"
+            else:
+                clean[name] = value.strip()
+    if "concurrency" in params and "request_rates" in params and params["request_rates"] is not None \
+            and params["concurrency"] is not None:
+        errors["request_rates"] = "give either concurrency levels or request rates, not both"
+    elif "concurrency" not in clean and "request_rates" not in clean and not {"concurrency", "request_rates"} & set(errors):
+        errors["concurrency"] = "give the concurrency levels (or request rates) to sweep"
+    if "requests_per_level" in params and "duration_s" in params and params["requests_per_level"] is not None \
+            and params["duration_s"] is not None:
+        errors["duration_s"] = "give either requests per level or a duration, not both"
+    elif "request_rates" in clean and "requests_per_level" not in clean and "duration_s" not in clean \
+            and not {"requests_per_level", "duration_s"} & set(errors):
+        errors["requests_per_level"] = "at Poisson arrivals, give requests per level or a duration"
+    # Without either, a concurrency level is one wave: as many requests as its concurrency.
+    return clean, errors
+
+
+@dataclass(frozen=True)
+class Level:
+    position: int
+    target: str
+    concurrency: int | None
+    request_rate: float | None
+
+
+def plan_levels(params: dict[str, Any]) -> list[Level]:
+    """Each concurrency (or rate) for each target in turn, so direct and gateway figures of a
+    level are taken back to back, under the same conditions."""
+    values: list[tuple[int | None, float | None]] = (
+        [(None, rate) for rate in params["request_rates"]] if params.get("request_rates")
+        else [(int(c), None) for c in params["concurrency"]]
+    )
+    levels: list[Level] = []
+    for concurrency, rate in values:
+        for target in params["targets"]:
+            levels.append(Level(len(levels), target, concurrency, rate))
+    return levels

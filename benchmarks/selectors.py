@@ -1,0 +1,118 @@
+"""Reading benchmark runs: the run list, one run's levels, two runs side by side, exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from django.db.models import Count, QuerySet
+
+from benchmarks.models import BenchmarkLevel, BenchmarkRun
+from benchmarks.stats import SUMMARY_COLUMNS
+
+
+def run_list() -> QuerySet[BenchmarkRun]:
+    return (BenchmarkRun.objects.select_related("job", "job__created_by", "lane_revision")
+            .annotate(levels_done=Count("levels")).order_by("-created_at", "-id"))
+
+
+def run_get(*, job_id: int) -> BenchmarkRun:
+    return BenchmarkRun.objects.select_related("job", "lane", "lane_revision").get(job_id=job_id)
+
+
+def level_payload(level: BenchmarkLevel) -> dict[str, Any]:
+    return {
+        "job": level.run.job_id, "position": level.position, "target": level.target,
+        "concurrency": level.concurrency, "request_rate": level.request_rate, "label": level.level_label,
+        "stats": level.stats, "metrics": level.metrics, "fabric": level.fabric, "prime": level.prime,
+    }
+
+
+def gateway_added(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per level measured both ways in one run: what going through the gateway added to TTFT
+    (gateway minus direct) and changed in decode speed."""
+    direct = {level["label"]: level["stats"] for level in levels if level["target"] == "direct"}
+    rows = []
+    for level in levels:
+        base = direct.get(level["label"])
+        if level["target"] != "gateway" or base is None:
+            continue
+        stats = level["stats"]
+        rows.append({
+            "label": level["label"],
+            "added_median_ttft_ms": stats["median_ttft_ms"] - base["median_ttft_ms"],
+            "added_p95_ttft_ms": stats["p95_ttft_ms"] - base["p95_ttft_ms"],
+            "added_mean_tpot_ms": stats["mean_tpot_ms"] - base["mean_tpot_ms"],
+        })
+    return rows
+
+
+def run_payload(run: BenchmarkRun) -> dict[str, Any]:
+    levels = [level_payload(level) for level in run.levels.select_related("run").order_by("position")]
+    return {
+        "job": run.job_id, "state": run.job.state, "lane": run.lane_name, "revision": run.revision_number,
+        "label": run.label, "params": run.params, "levels_planned": run.levels_planned,
+        "levels": levels, "gateway_added": gateway_added(levels),
+    }
+
+
+def _key(level: dict[str, Any]) -> tuple[str, str]:
+    return level["target"], level["label"]
+
+
+def compare_runs(first: BenchmarkRun, second: BenchmarkRun) -> list[dict[str, Any]]:
+    """Rows of (target, level) present in either run: each summary figure of both runs and
+    the change from the first to the second (absolute and relative)."""
+    a = {_key(level): level for level in run_payload(first)["levels"]}
+    b = {_key(level): level for level in run_payload(second)["levels"]}
+    ordered = list(a) + [key for key in b if key not in a]
+    rows = []
+    for key in ordered:
+        figures = []
+        for name, unit in SUMMARY_COLUMNS:
+            left = a[key]["stats"].get(name) if key in a else None
+            right = b[key]["stats"].get(name) if key in b else None
+            delta = right - left if left is not None and right is not None else None
+            relative = delta / left if delta is not None and left else None
+            figures.append({"name": name, "unit": unit, "a": left, "b": right, "delta": delta, "relative": relative})
+        rows.append({"target": key[0], "level": key[1], "figures": figures})
+    return rows
+
+
+# The run-level keys of `vllm bench serve --save-result`, and what they hold here.
+def export_json(run: BenchmarkRun) -> dict[str, Any]:
+    payload = run_payload(run)
+    results = []
+    for level in payload["levels"]:
+        stats = {key: value for key, value in level["stats"].items() if key != "client"}
+        results.append({
+            "target": level["target"], "max_concurrency": level["concurrency"],
+            "request_rate": level["request_rate"] if level["request_rate"] is not None else "inf",
+            "num_prompts": stats["total"], "random_input_len": run.params.get("prompt_tokens"),
+            "random_output_len": run.params.get("output_tokens"), **stats,
+            "client": level["stats"].get("client"), "metrics_delta": level["metrics"], "roce": level["fabric"],
+            "prime": level["prime"],
+        })
+    return {
+        "backend": "openai-chat", "endpoint_type": "openai-chat", "job": run.job_id, "lane": run.lane_name,
+        "lane_revision": run.revision_number, "label": run.label, "date": run.created_at.isoformat(),
+        "cache_mode": run.params.get("cache_mode"), "params": run.params, "results": results,
+        "gateway_added": payload["gateway_added"],
+    }
+
+
+CSV_COLUMNS = ("target", "max_concurrency", "request_rate", "completed", "failed", "total", "duration",
+               "request_throughput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
+               "mean_ttft_ms", "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+               "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p95_itl_ms", "p99_itl_ms", "mean_e2el_ms",
+               "median_e2el_ms", "p99_e2el_ms", "median_decode_tok_s", "mean_prefill_tok_s")
+
+
+def export_csv(run: BenchmarkRun) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_COLUMNS)
+    for result in export_json(run)["results"]:
+        writer.writerow([result.get(column, "") for column in CSV_COLUMNS])
+    return out.getvalue()

@@ -1,0 +1,28 @@
+"""Starting a benchmark: the job and its run row in one transaction, on the lane's current
+revision, so every run records what it measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from benchmarks.records import run_for_job
+from jobs.models import Job, JobKind
+from jobs.services import job_create, lane_current_revision
+from lanes.models import Lane
+from portal.audit import audit_record
+from portal.roles import UserLike
+
+
+@transaction.atomic
+def benchmark_start(*, lane: Lane, user: UserLike | None, params: dict[str, Any]) -> Job:
+    revision = lane_current_revision(lane)
+    nodes = lane.ranked_nodes()
+    if not nodes:
+        raise ValidationError({"lane": f"lane {lane.name} has no nodes"})
+    job = job_create(kind=JobKind.BENCHMARK, user=user, nodes=nodes, lane=lane, revision=revision, params=params)
+    run_for_job(job)
+    audit_record(actor=user, action="benchmark.start", obj=lane, after={"job": job.pk, "revision": revision.number})
+    return job

@@ -1,0 +1,122 @@
+"""Benchmark pages: the run list with the start form (admins), one run live (progress,
+levels, charts), two runs compared, and the exports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from benchmarks.models import BenchmarkRun
+from benchmarks.params import CACHE_MODES, TARGETS
+from benchmarks.selectors import compare_runs, export_csv, export_json, run_get, run_list, run_payload
+from benchmarks.services import benchmark_start
+from benchmarks.stats import SUMMARY_COLUMNS
+from lanes.models import Lane
+from portal.roles import Capability, role_required, user_can
+
+NUMBER_FIELDS = ("prompt_tokens", "output_tokens", "warmup", "requests_per_level", "duration_s", "timeout_s",
+                 "idle_timeout_s")
+LIST_FIELDS = {"concurrency": int, "request_rates": float}
+
+
+def _run_or_404(job_id: int) -> BenchmarkRun:
+    try:
+        return run_get(job_id=job_id)
+    except BenchmarkRun.DoesNotExist:
+        raise Http404(f"No benchmark run #{job_id}.") from None
+
+
+def _form_params(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The form's text fields as typed parameters; what cannot be read is an error on its field."""
+    params: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for name, kind in LIST_FIELDS.items():
+        text = (data.get(name) or "").strip()
+        if not text:
+            continue
+        try:
+            params[name] = [kind(part) for part in text.replace(" ", ",").split(",") if part]
+        except ValueError:
+            errors[name] = "must be numbers separated by commas"
+    for name in NUMBER_FIELDS:
+        text = (data.get(name) or "").strip()
+        if not text:
+            continue
+        try:
+            number = float(text)
+            params[name] = int(number) if number.is_integer() else number
+        except ValueError:
+            errors[name] = "must be a number"
+    params["targets"] = [target for target in TARGETS if data.get(f"target_{target}")] or None
+    params["cache_mode"] = data.get("cache_mode") or None
+    params["label"] = (data.get("label") or "").strip() or None
+    return params, errors
+
+
+def _list_context(request: HttpRequest, errors: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "runs": run_list()[:200], "lanes": Lane.objects.order_by("name"),
+        "can_operate": user_can(request.user, Capability.OPERATE), "errors": errors or {},
+        "form": request.POST if request.method == "POST" else {}, "cache_modes": CACHE_MODES, "targets": TARGETS,
+    }
+
+
+@role_required(Capability.VIEW)
+def run_list_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "benchmarks/run_list.html", _list_context(request))
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def run_start(request: HttpRequest) -> HttpResponse:
+    lane = Lane.objects.filter(name=request.POST.get("lane", "")).first()
+    params, errors = _form_params(request.POST)
+    if lane is None:
+        errors["lane"] = "pick a lane"
+    if not errors:
+        try:
+            job = benchmark_start(lane=lane, user=request.user, params=params)  # type: ignore[arg-type]
+            return redirect("benchmarks:run", job_id=job.pk)
+        except ValidationError as exc:
+            errors = {field: " ".join(messages) for field, messages in exc.message_dict.items()}
+    return render(request, "benchmarks/run_list.html", _list_context(request, errors), status=400)
+
+
+@role_required(Capability.VIEW)
+def run_page(request: HttpRequest, job_id: int) -> HttpResponse:
+    run = _run_or_404(job_id)
+    return render(request, "benchmarks/run.html", {
+        "run": run, "job": run.job, "payload": run_payload(run), "columns": SUMMARY_COLUMNS,
+        "can_operate": user_can(request.user, Capability.OPERATE),
+    })
+
+
+@role_required(Capability.VIEW)
+def compare_page(request: HttpRequest) -> HttpResponse:
+    try:
+        first, second = int(request.GET.get("a", "")), int(request.GET.get("b", ""))
+    except ValueError:
+        return render(request, "benchmarks/compare.html", {"error": "Pick two runs to compare (a and b)."}, status=400)
+    a, b = _run_or_404(first), _run_or_404(second)
+    return render(request, "benchmarks/compare.html", {
+        "a": a, "b": b, "rows": compare_runs(a, b),
+        "charts": {"a": run_payload(a), "b": run_payload(b)},
+    })
+
+
+@role_required(Capability.VIEW)
+def export_json_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    response = JsonResponse(export_json(_run_or_404(job_id)), json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="benchmark-{job_id}.json"'
+    return response
+
+
+@role_required(Capability.VIEW)
+def export_csv_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    response = HttpResponse(export_csv(_run_or_404(job_id)), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="benchmark-{job_id}.csv"'
+    return response

@@ -1,0 +1,98 @@
+"""Browser: an admin starts a sweep from the benchmarks page, watches the progress bar and
+the decode chart fill in without reloading, runs a second sweep, compares the two side by
+side, and exports one run as JSON."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from benchmarks.models import BenchmarkRun
+from benchmarks.services import benchmark_start
+from jobs.services import job_run
+from sparksim.standalone import EngineHandle
+from tests.benchmarks.conftest import SERVED, lane_for
+from tests.conftest import SIM_QWEN, browser_login, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def worker_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """Jobs run in a thread of this process (it sees the test database) instead of Celery."""
+    threads: list[threading.Thread] = []
+
+    def dispatch(job_id: int, time_limit_s: float) -> None:
+        def body() -> None:
+            try:
+                job_run(job_id=job_id)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=body, daemon=True)
+        threads.append(thread)
+        thread.start()
+
+    monkeypatch.setattr("jobs.services.dispatch_job", dispatch)
+    return threads
+
+
+def test_admin_runs_a_sweep_compares_two_runs_and_exports_json(
+    asgi_server, page, admin_user, engine_factory: Callable[..., EngineHandle], worker_threads, tmp_path: Path
+) -> None:
+    # Real time (scale 1): 200 tokens at ~120 tok/s make each level last a couple of seconds.
+    engine = engine_factory(SIM_QWEN, "--served-model-name", SERVED, time_scale=1.0)
+    lane = lane_for(engine)
+    browser_login(page, asgi_server.url, admin_user.username)
+    page.goto(f"{asgi_server.url}/benchmarks/")
+    page.fill("#id_concurrency", "1,2,4")
+    page.fill("#id_prompt_tokens", "64")
+    page.fill("#id_output_tokens", "200")
+    page.fill("#id_label", "first")
+    page.click("#start-button")
+    page.wait_for_url(f"{asgi_server.url}/benchmarks/*/")
+    page.evaluate("window.__notReloaded = true")
+    page.wait_for_selector("#live-status[data-state=open]")
+    # The bar moves part of the way while levels remain, and the chart gains points.
+    page.wait_for_function("() => { const w = parseInt(document.getElementById('bench-progress').style.width);"
+                           " return w > 0 && w < 100; }", timeout=60_000)
+    page.wait_for_function("() => window.benchCharts.decode.data.datasets.length === 1 &&"
+                           " window.benchCharts.decode.data.datasets[0].data.filter(v => v > 0).length === 3",
+                           timeout=60_000)
+    page.wait_for_selector("#run-state:has-text('succeeded')", timeout=60_000)
+    assert page.inner_text("#bench-progress") == "100%"
+    assert page.locator("#bench-levels tbody tr").count() == 3
+    assert page.evaluate("window.__notReloaded") is True
+    first = BenchmarkRun.objects.get(label="first")
+
+    # Started from a thread: its on-commit broadcast cannot run in this thread, which holds
+    # Playwright's event loop.
+    starter = threading.Thread(target=lambda: (benchmark_start(lane=lane, user=admin_user, params={
+        "concurrency": [1, 2, 4], "prompt_tokens": 64, "output_tokens": 50, "label": "second"}), connection.close()))
+    starter.start()
+    starter.join()
+    second = wait_for(lambda: BenchmarkRun.objects.filter(label="second", job__state="succeeded").first(),
+                      timeout=60, what="the second sweep")
+
+    page.goto(f"{asgi_server.url}/benchmarks/")
+    page.check(f"#run-table tr[data-job='{first.job_id}'] input[name=a]")
+    page.check(f"#run-table tr[data-job='{second.job_id}'] input[name=b]")
+    page.click("#compare-button")
+    page.wait_for_url(f"{asgi_server.url}/benchmarks/compare/*")
+    assert page.evaluate("window.compareCharts.decode.data.datasets.length") == 2
+    assert page.locator("#compare-table tbody tr").count() >= 3 * 13
+    assert "first" in page.inner_text("#compare-heads") and "second" in page.inner_text("#compare-heads")
+
+    page.goto(f"{asgi_server.url}/benchmarks/{first.job_id}/")
+    with page.expect_download() as download:
+        page.click("#export-json")
+    exported = json.loads(Path(download.value.path()).read_text())
+    assert [result["max_concurrency"] for result in exported["results"]] == [1, 2, 4]
+    assert all("mean_ttft_ms" in result and "p99_itl_ms" in result and "output_throughput" in result
+               for result in exported["results"])
+    assert exported["lane_revision"] == 1
