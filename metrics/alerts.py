@@ -38,11 +38,13 @@ def alert_payload(alert: Alert) -> dict[str, Any]:
     }
 
 
-def _announce(alert: Alert, event: str) -> None:
+def _announce(alert: Alert, event: str, now: datetime) -> None:
     """Saved first; the broadcast and the webhook row follow the commit."""
     payload = alert_payload(alert)
     if settings.METRICS_ALERT_WEBHOOK_URL:
-        WebhookDelivery.objects.create(alert=alert, event=event, payload={"event": event, "alert": payload})
+        WebhookDelivery.objects.create(
+            alert=alert, event=event, payload={"event": event, "alert": payload}, next_attempt_at=now
+        )
     transaction.on_commit(lambda: broadcast(DASHBOARD_GROUP, "alert.changed", {"event": event, **payload}))
 
 
@@ -64,7 +66,7 @@ def alerts_evaluate(*, targets: list[TargetView], now: datetime | None = None) -
             alert.save()
             if opens:
                 counts["opened"] += 1
-                _announce(alert, "opened")
+                _announce(alert, "opened", now)
         # What no longer fires resolves, including targets that left the scrape (a lane
         # stopped on purpose, a node put in maintenance): callers pass every lane and node.
         for key, alert in live.items():
@@ -76,7 +78,7 @@ def alerts_evaluate(*, targets: list[TargetView], now: datetime | None = None) -
             alert.state, alert.resolved_at = AlertState.RESOLVED, now
             alert.save(update_fields=["state", "resolved_at"])
             counts["resolved"] += 1
-            _announce(alert, "resolved")
+            _announce(alert, "resolved", now)
     return counts
 
 
@@ -88,5 +90,5 @@ def alert_acknowledge(*, alert: Alert, actor: UserLike) -> Alert:
             alert.acknowledged_at = timezone.now()
             alert.acknowledged_by = actor  # type: ignore[assignment]
             alert.save(update_fields=["acknowledged_at", "acknowledged_by"])
-            _announce(alert, "acknowledged")
+            _announce(alert, "acknowledged", alert.acknowledged_at)
     return alert
