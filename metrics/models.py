@@ -69,6 +69,10 @@ class ScrapeTarget(models.Model):
         return f"{self.kind}:{self.target} {'ok' if self.ok else 'failing'}"
 
 
+# Bounds of the gateway's latency histogram (ms), for /metrics and long-range percentiles.
+LATENCY_BUCKETS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000)
+
+
 class UsageHour(models.Model):
     """Gateway usage per hour, API key and lane, rolled up from the request log so that a
     month of usage is a few hundred rows, not tens of millions."""
@@ -77,11 +81,17 @@ class UsageHour(models.Model):
     key_id = models.BigIntegerField(null=True, blank=True)
     key_name = models.CharField(max_length=100, blank=True, default="")
     lane = models.CharField(max_length=63, blank=True, default="")
+    status = models.PositiveSmallIntegerField(default=200)
+    route = models.CharField(max_length=16, blank=True, default="")
     requests = models.BigIntegerField(default=0)
     errors = models.BigIntegerField(default=0)
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
     latency_ms_sum = models.FloatField(default=0)
+    ttft_ms_sum = models.FloatField(default=0)
+    ttft_count = models.BigIntegerField(default=0)
+    # Cumulative counts of requests at or under each bound of LATENCY_BUCKETS_MS (its order).
+    latency_buckets = models.JSONField(default=list)
 
     class Meta:
         indexes = [models.Index(fields=["hour"], name="metrics_usagehour_hour")]

@@ -21,6 +21,7 @@ from metrics.nodeprobe import NodeReading, node_figures
 from metrics.parsing import EngineReading, lane_figures
 from metrics.rules import TargetView
 from metrics.scraper import LaneTarget, ScrapeResult, scrape_all
+from metrics.selectors import gateway_live
 from metrics.storage import samples_store
 from portal.broadcast import DASHBOARD_GROUP, broadcast
 
@@ -126,6 +127,7 @@ def tick_payload(*, now: datetime, lanes: list[Lane], nodes: list[Node],
                  known: dict[tuple[str, str], ScrapeTarget], scraped: set[tuple[str, str]]) -> dict[str, Any]:
     return {
         "at": now.isoformat(),
+        "gateway": gateway_live(now=now),
         "lanes": {lane.name: {"state": lane.observed_state,
                               **_card(known.get(("lane", lane.name)), ("lane", lane.name) in scraped)}
                   for lane in lanes},

@@ -8,13 +8,13 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q, Sum
 
-from metrics.models import Sample, SampleHour, SampleMinute, TargetKind, UsageHour
+from metrics.models import LATENCY_BUCKETS_MS, Sample, SampleHour, SampleMinute, TargetKind, UsageHour
 from metrics.partitions import drop_partitions_before, ensure_partitions, partitioned
 from routing.models import RequestLog
 
@@ -86,19 +86,23 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
     while hour <= now:
         grouped = (
             RequestLog.objects.filter(created_at__gte=hour, created_at__lt=hour + timedelta(hours=1))
-            .values("key_id", "key__name", "lane")
+            .values("key_id", "key__name", "lane", "status", "route_reason")
             .annotate(
                 n=Count("id"), errors=Count("id", filter=Q(status__gte=400)),
                 prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), latency=Sum("latency_ms"),
+                ttft=Sum("ttft_ms"), ttft_n=Count("ttft_ms"),
+                **{f"le{bound}": Count("id", filter=Q(latency_ms__lte=bound)) for bound in LATENCY_BUCKETS_MS},
             )
         )
         rows += [
             UsageHour(
-                hour=hour, key_id=g["key_id"], key_name=g["key__name"] or "", lane=g["lane"], requests=g["n"],
-                errors=g["errors"], prompt_tokens=g["prompt"] or 0, completion_tokens=g["completion"] or 0,
-                latency_ms_sum=g["latency"] or 0.0,
+                hour=hour, key_id=g["key_id"], key_name=g["key__name"] or "", lane=g["lane"], status=g["status"],
+                route=g["route_reason"], requests=g["n"], errors=g["errors"], prompt_tokens=g["prompt"] or 0,
+                completion_tokens=g["completion"] or 0, latency_ms_sum=g["latency"] or 0.0,
+                ttft_ms_sum=g["ttft"] or 0.0, ttft_count=g["ttft_n"],
+                latency_buckets=[g[f"le{bound}"] for bound in LATENCY_BUCKETS_MS],
             )
-            for g in grouped
+            for g in cast(list[dict[str, Any]], list(grouped))
         ]
         hour += timedelta(hours=1)
     with transaction.atomic():

@@ -17,4 +17,5 @@ urlpatterns = [
     path("", include("lanes.urls")),
     path("", include("jobs.urls")),
     path("", include("routing.urls")),
+    path("", include("metrics.urls")),
 ]

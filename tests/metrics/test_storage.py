@@ -44,12 +44,14 @@ def test_the_usage_rollup_counts_requests_tokens_and_errors_per_key_and_lane():
     RequestLog.objects.create(created_at=LATER - timedelta(minutes=2), key=key, lane="qwen", status=429, **base)
     RequestLog.objects.create(created_at=LATER - timedelta(minutes=70), key=key, lane="deepseek", status=200,
                               prompt_tokens=7, completion_tokens=3, **base)
-    assert usage_rollup(now=LATER) == 2
-    qwen = UsageHour.objects.get(lane="qwen")
-    assert (qwen.requests, qwen.errors, qwen.prompt_tokens, qwen.completion_tokens, qwen.key_name) == (2, 1, 10, 5, "agents")
+    assert usage_rollup(now=LATER) == 3
+    qwen = UsageHour.objects.get(lane="qwen", status=200)
+    assert (qwen.requests, qwen.errors, qwen.prompt_tokens, qwen.completion_tokens, qwen.key_name) == (1, 0, 10, 5, "agents")
+    assert qwen.latency_buckets[:3] == [0, 1, 1]  # 100 ms: within the 100 ms bound and above
+    assert UsageHour.objects.get(lane="qwen", status=429).errors == 1
     assert UsageHour.objects.get(lane="deepseek").hour == datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
     usage_rollup(now=LATER)
-    assert UsageHour.objects.count() == 2
+    assert UsageHour.objects.count() == 3
 
 
 @override_settings(METRICS_RAW_RETENTION_DAYS=2, METRICS_MINUTE_RETENTION_DAYS=3, METRICS_HOUR_RETENTION_DAYS=10)
