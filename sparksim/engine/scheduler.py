@@ -141,9 +141,10 @@ class EngineCore:
             uncached = len(request.prompt_ids) - request.cached_tokens
             compute = prefill_compute_seconds(config.profile, uncached, request.cached_tokens)
             seconds = prefill_seconds(config.profile, uncached, request.cached_tokens)
+            slowdown = max(1.0, float(config.faults.slow_prefill_factor))
             start = max(now, self.prefill_free_at)
-            self.prefill_free_at = start + config.scaled(compute)
-            first_token_at = self.prefill_free_at + config.scaled(config.profile.base_ttft_s)
+            self.prefill_free_at = start + config.scaled(compute * slowdown)
+            first_token_at = self.prefill_free_at + config.scaled(config.profile.base_ttft_s * slowdown)
             self.metrics.count("prefix_cache_queries", len(request.prompt_ids))
             self.metrics.count("prefix_cache_hits", request.cached_tokens)
             queued = self._simulated(now - request.arrived_at)
