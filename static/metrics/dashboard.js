@@ -1,6 +1,7 @@
 // Dashboard cards: filled from the last scrape, then from each metrics.tick; alerts follow
 // alert.changed. A second socket to /ws/dashboard/ keeps this independent of the page's own.
-(function () {
+// It runs once the page is parsed: the cards sit in the content, live.js loads after it.
+document.addEventListener("DOMContentLoaded", function () {
   const initial = JSON.parse(document.getElementById("metrics-initial").textContent);
   const MAX_POINTS = 180;  // 15 min at 5 s
   const sparks = { lane: {}, node: {} };
@@ -53,4 +54,4 @@
     if (msg.event === "metrics.tick") { onTick(msg.data); }
     if (msg.event === "alert.changed") { onAlert(msg.data); }
   });
-})();
+});

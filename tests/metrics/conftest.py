@@ -20,10 +20,11 @@ from tests.sparksim.conftest import QWEN, engine_factory  # noqa: F401  (fixture
 __all__ = ["QWEN", "make_lane_for", "engine_factory"]
 
 
-def make_lane_for(name: str, address: str, port: int, *, state: str = "serving", node: Node | None = None) -> Lane:
+def make_lane_for(name: str, address: str, port: int, *, state: str = "serving", node: Node | None = None,
+                  served: str = "") -> Lane:
     node = node or Node.objects.create(name=f"host-{name}", address=address, transport="local", state="online")
     lane = Lane.objects.create(
-        name=name, model_id=f"org/{name}", image="vllm/vllm-openai@sha256:" + "0" * 64, api_port=port,
+        name=name, model_id=f"org/{name}", served_model_name=served, image="vllm/vllm-openai@sha256:" + "0" * 64, api_port=port,
         max_model_len=32768, observed_state=state, desired_state="serving",
     )
     LaneNode.objects.create(lane=lane, node=node, rank=0)
