@@ -18,7 +18,7 @@ from metrics.models import LATENCY_BUCKETS_MS, Sample, SampleHour, SampleMinute,
 from metrics.partitions import drop_partitions_before, ensure_partitions, partitioned
 from routing.models import RequestLog
 
-PARTITIONED_TABLES = {Sample: "metrics_sample", SampleMinute: "metrics_sampleminute"}
+PARTITIONED_TABLES = {Sample: "metrics_sample", SampleMinute: "metrics_sampleminute", RequestLog: "routing_requestlog"}
 Figures = Mapping[str, float]
 
 
@@ -122,16 +122,19 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
             table, first=today, last=today + timedelta(days=settings.METRICS_PARTITIONS_AHEAD_DAYS)
         )
     report["seconds"]["create"] = time.perf_counter() - started
-    cutoffs: dict[type[Sample | SampleMinute], datetime] = {
+    cutoffs: dict[type[Sample | SampleMinute | RequestLog], datetime] = {
         Sample: now - timedelta(days=settings.METRICS_RAW_RETENTION_DAYS),
         SampleMinute: now - timedelta(days=settings.METRICS_MINUTE_RETENTION_DAYS),
+        # SQLite: routing's own purge (batched DELETEs) keeps the request log's retention.
+        RequestLog: now - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS),
     }
     started = time.perf_counter()
     for model, cutoff in cutoffs.items():
         if partitioned():
             # A partition holds one day: it goes once the whole day is past the cutoff.
-            report["dropped"] += drop_partitions_before(PARTITIONED_TABLES[model], cutoff.date())
-        else:
+            column = "created_at" if model is RequestLog else "ts"
+            report["dropped"] += drop_partitions_before(PARTITIONED_TABLES[model], cutoff.date(), column=column)
+        elif model is not RequestLog:
             report["deleted"][model.__name__] = model._default_manager.filter(ts__lt=cutoff).delete()[0]
     report["seconds"]["drop"] = time.perf_counter() - started
     started = time.perf_counter()

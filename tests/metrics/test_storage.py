@@ -71,9 +71,34 @@ def test_retention_drops_whole_day_partitions_and_creates_days_ahead():
         assert raw_days[-1] >= (now + timedelta(days=3)).date()
         assert "metrics_sample_p" + f"{old:%Y%m%d}" in report["dropped"]
         assert "Sample" not in report["deleted"]  # no row was DELETEd: partitions went whole
+        assert partition_days("routing_requestlog")  # the request log gets its days ahead too
     else:
         assert report["deleted"]["Sample"] == 3
     assert Sample.objects.count() == 3  # today, yesterday, the day before
     assert SampleMinute.objects.count() == 4
     assert SampleHour.objects.count() == 3  # 8–10 days old: within the 10 days
     assert report["deleted"]["SampleHour"] == 3
+
+
+# Committed rows, as in production: a DROP cannot run while deferred foreign-key checks of
+# rows inserted in the same transaction are pending.
+@pytest.mark.django_db(transaction=True)
+def test_the_request_log_is_partitioned_by_day_and_old_days_are_dropped():
+    """Migration 0003 made routing's request log a partitioned table on PostgreSQL: the
+    gateway's inserts land in day partitions, retention drops whole days."""
+    assert connection.vendor == "postgresql"  # the suite's database; SQLite keeps routing's purge
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relkind FROM pg_class WHERE relname = 'routing_requestlog'")
+        assert cursor.fetchone()[0] == "p"
+    now = datetime.now(UTC)
+    with override_settings(METRICS_PARTITIONS_AHEAD_DAYS=10):
+        storage_maintain(now=now - timedelta(days=40))
+    base = dict(request_id="r", endpoint="chat.completions", latency_ms=1.0, status=200)
+    old = RequestLog.objects.create(created_at=now - timedelta(days=35), **base)
+    stray = RequestLog.objects.create(created_at=now - timedelta(days=60), **base)  # no day partition: the default
+    fresh = RequestLog.objects.bulk_create([RequestLog(created_at=now, **base)])[0]
+    assert fresh.id > old.id > 0 and stray.id
+    with override_settings(GATEWAY_LOG_RETENTION_DAYS=30):
+        report = storage_maintain(now=now)
+    assert f"routing_requestlog_p{now - timedelta(days=35):%Y%m%d}" in report["dropped"]
+    assert list(RequestLog.objects.values_list("id", flat=True)) == [fresh.id]
