@@ -20,7 +20,8 @@ PROBE_COMMAND = (
     'echo @meminfo; cat "$P/meminfo"; '
     # A simulated Spark has no stat of its own: its CPU is this machine's.
     'echo @stat; head -n1 "$P/stat" 2>/dev/null || head -n1 /proc/stat; '
-    f"echo @gpu; nvidia-smi --query-gpu={GPU_FIELDS} --format=csv,noheader,nounits 2>/dev/null; "
+    # nvidia-smi can hang on a wedged GPU: bounded on the node itself.
+    f"echo @gpu; timeout -k 1 3 nvidia-smi --query-gpu={GPU_FIELDS} --format=csv,noheader,nounits 2>/dev/null; "
     'echo @roce; for f in "$S"/class/infiniband/*/ports/*/counters/port_xmit_data '
     '"$S"/class/infiniband/*/ports/*/counters/port_rcv_data; do '
     '[ -r "$f" ] && printf "%s %s\\n" "$f" "$(cat "$f")"; done; true'

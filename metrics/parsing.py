@@ -20,6 +20,13 @@ E2E = "vllm:e2e_request_latency_seconds"
 HISTOGRAMS = (TTFT, *ITL_NAMES, E2E)
 
 Buckets = dict[float, float]  # upper bound -> cumulative count
+# The families the figures use. Lines of other families are dropped before parsing:
+# prometheus_client's parser is pure Python and a vLLM page is mostly histogram buckets.
+USED_FAMILIES = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+    "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success", "vllm:num_preemptions",
+    "vllm:prefix_cache_", "vllm:spec_decode_num_", *HISTOGRAMS,
+)
 
 
 @dataclass
@@ -56,7 +63,7 @@ class EngineReading:
 def parse_vllm_metrics(text: str, *, at: float) -> EngineReading:
     """Parse Prometheus text with prometheus_client's parser; keep vLLM's families only."""
     reading = EngineReading(at=at)
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_used_lines(text)):
         if not family.name.startswith("vllm:"):
             continue
         for sample in family.samples:
@@ -74,6 +81,15 @@ def parse_vllm_metrics(text: str, *, at: float) -> EngineReading:
                 buckets = reading.histograms.setdefault(family.name, {})
                 buckets[bound] = buckets.get(bound, 0.0) + sample.value
     return reading
+
+
+def _used_lines(text: str) -> str:
+    kept = []
+    for line in text.splitlines():
+        name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
+        if name.startswith(USED_FAMILIES):
+            kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 def counter_delta(previous: float | None, current: float) -> float:

@@ -18,7 +18,7 @@ from metrics.models import LATENCY_BUCKETS_MS, Sample, SampleHour, SampleMinute,
 from metrics.partitions import drop_partitions_before, ensure_partitions, partitioned
 from routing.models import RequestLog
 
-PARTITIONED_TABLES = {Sample: "metrics_sample", SampleMinute: "metrics_sampleminute", RequestLog: "routing_requestlog"}
+PARTITIONED_TABLES = ("metrics_sample", "metrics_sampleminute", "routing_requestlog")
 Figures = Mapping[str, float]
 
 
@@ -117,25 +117,26 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
     today = now.date()
     report: dict[str, Any] = {"created": [], "dropped": [], "deleted": {}, "seconds": {}}
     started = time.perf_counter()
-    for table in PARTITIONED_TABLES.values():
+    for table in PARTITIONED_TABLES:
         report["created"] += ensure_partitions(
             table, first=today, last=today + timedelta(days=settings.METRICS_PARTITIONS_AHEAD_DAYS)
         )
     report["seconds"]["create"] = time.perf_counter() - started
-    cutoffs: dict[type[Sample | SampleMinute | RequestLog], datetime] = {
-        Sample: now - timedelta(days=settings.METRICS_RAW_RETENTION_DAYS),
-        SampleMinute: now - timedelta(days=settings.METRICS_MINUTE_RETENTION_DAYS),
-        # SQLite: routing's own purge (batched DELETEs) keeps the request log's retention.
-        RequestLog: now - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS),
-    }
+    raw_cutoff = now - timedelta(days=settings.METRICS_RAW_RETENTION_DAYS)
+    minute_cutoff = now - timedelta(days=settings.METRICS_MINUTE_RETENTION_DAYS)
     started = time.perf_counter()
-    for model, cutoff in cutoffs.items():
-        if partitioned():
-            # A partition holds one day: it goes once the whole day is past the cutoff.
-            column = "created_at" if model is RequestLog else "ts"
-            report["dropped"] += drop_partitions_before(PARTITIONED_TABLES[model], cutoff.date(), column=column)
-        elif model is not RequestLog:
-            report["deleted"][model.__name__] = model._default_manager.filter(ts__lt=cutoff).delete()[0]
+    if partitioned():
+        # A partition holds one day: it goes once the whole day is past the cutoff.
+        for table, column, cutoff in (
+            ("metrics_sample", "ts", raw_cutoff),
+            ("metrics_sampleminute", "ts", minute_cutoff),
+            ("routing_requestlog", "created_at", now - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS)),
+        ):
+            report["dropped"] += drop_partitions_before(table, cutoff.date(), column=column)
+    else:
+        # SQLite: routing's own purge (batched DELETEs) keeps the request log's retention.
+        report["deleted"]["Sample"] = Sample.objects.filter(ts__lt=raw_cutoff).delete()[0]
+        report["deleted"]["SampleMinute"] = SampleMinute.objects.filter(ts__lt=minute_cutoff).delete()[0]
     report["seconds"]["drop"] = time.perf_counter() - started
     started = time.perf_counter()
     hour_cutoff = now - timedelta(days=settings.METRICS_HOUR_RETENTION_DAYS)
