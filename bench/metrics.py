@@ -40,7 +40,6 @@ import django  # noqa: E402
 
 django.setup()
 
-import httpx  # noqa: E402
 import websockets  # noqa: E402
 from aiohttp import web  # noqa: E402
 from django.contrib.auth.models import Group, User  # noqa: E402
@@ -63,6 +62,7 @@ from metrics.selectors import (  # noqa: E402
 from metrics.services import scrape_targets, tick_payload, tick_record  # noqa: E402
 from metrics.storage import storage_maintain  # noqa: E402
 from portal.broadcast import DASHBOARD_GROUP, broadcast  # noqa: E402
+from portal.http import async_http_client  # noqa: E402
 from portal.roles import Role, ensure_role_groups  # noqa: E402
 from routing.models import ApiKey, RequestLog  # noqa: E402
 from sparksim.cluster import cluster_down, cluster_up  # noqa: E402
@@ -145,7 +145,7 @@ def setup_targets(ports: list[int], sim_root: Path) -> None:
 
 
 async def scrape_once(lane_targets: list[Any], endpoints: list[Any]) -> list[Any]:
-    async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
+    async with async_http_client(timeout=2.0) as client:
         return await scrape_all(lane_targets, endpoints, timeout_s=2.0, client=client)
 
 

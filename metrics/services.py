@@ -8,7 +8,6 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -24,6 +23,7 @@ from metrics.scraper import LaneTarget, ScrapeResult, scrape_all
 from metrics.selectors import gateway_live
 from metrics.storage import samples_store
 from portal.broadcast import DASHBOARD_GROUP, broadcast
+from portal.http import async_http_client
 
 SCRAPED_LANE_STATES = (LaneState.SERVING, LaneState.DEGRADED)
 TICK_EVENT = "metrics.tick"
@@ -65,7 +65,7 @@ def scrape_tick(*, now: datetime | None = None) -> dict[str, Any]:
     timeout = settings.METRICS_SCRAPE_TIMEOUT_S
 
     async def run() -> list[ScrapeResult]:
-        async with httpx.AsyncClient(trust_env=False, timeout=timeout) as client:
+        async with async_http_client(timeout=timeout) as client:
             return await scrape_all(lane_targets, endpoints, timeout_s=timeout, client=client)
 
     results = asyncio.run(run())

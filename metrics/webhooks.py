@@ -11,6 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from metrics.models import WebhookDelivery, WebhookState
+from portal.http import http_client
 
 
 def webhook_backoff(attempts: int) -> timedelta:
@@ -26,7 +27,7 @@ def webhooks_deliver_due(*, now: datetime | None = None, limit: int = 100) -> di
     )
     if not due or not url:
         return counts
-    with httpx.Client(timeout=settings.METRICS_WEBHOOK_TIMEOUT_S, trust_env=False) as client:
+    with http_client(timeout=settings.METRICS_WEBHOOK_TIMEOUT_S) as client:
         for delivery in due:
             # Claim it: two beat-triggered runs never post the same delivery twice.
             claimed = WebhookDelivery.objects.filter(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -17,11 +18,17 @@ from django.test import override_settings
 from metrics.services import scrape_tick
 from routing.models import RequestLog
 from routing.services import api_key_create
+from sparksim.standalone import EngineHandle
 from tests.conftest import browser_login, wait_for
-from tests.metrics.conftest import QWEN, engine_factory, make_lane_for, qwen_engine  # noqa: F401  (fixtures)
+from tests.metrics.conftest import QWEN, make_lane_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 LANE_CARD = ".lane-card[data-lane='qwen']"
+
+
+@pytest.fixture
+def qwen_engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:
+    return engine_factory(QWEN, "--max-model-len", "32768")
 
 
 def in_worker_thread(work: Any) -> None:
@@ -60,7 +67,7 @@ def sparkline_points(page: Any) -> int:
 
 
 def test_dashboard_and_charts_follow_the_scrapes_and_a_slow_lane_raises_an_alert(
-    asgi_server, page, admin_user, qwen_engine  # noqa: F811  (the fixture imported above)
+    asgi_server, page, admin_user, qwen_engine
 ):
     make_lane_for("qwen", "127.0.0.1", qwen_engine.port, served=QWEN)
     secret = api_key_create(actor=admin_user, name="agents").secret
@@ -81,7 +88,7 @@ def test_dashboard_and_charts_follow_the_scrapes_and_a_slow_lane_raises_an_alert
     normal_ttft = number(page.inner_text(f"{LANE_CARD} [data-figure='ttft_p95_ms']"))
     page.wait_for_function("document.querySelector(\"#gateway-strip [data-figure='rpm']\").textContent !== '0.0/min'")
 
-    httpx.post(f"{qwen_engine.url}/_sim/faults", json={"slow_prefill_factor": 40}).raise_for_status()
+    httpx.post(f"{qwen_engine.url}/_sim/faults", json={"slow_prefill_factor": 400}).raise_for_status()
     slow_threshold = normal_ttft * 5
     with override_settings(METRICS_ALERT_TTFT_P95_MS=slow_threshold):
         send_traffic(asgi_server.url, secret, n=2)

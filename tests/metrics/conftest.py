@@ -15,9 +15,9 @@ from lanes.models import Lane, LaneNode, Node
 from sparksim.cluster import cluster_down, cluster_up
 from sparksim.host.node import NodeInfo
 from sparksim.standalone import EngineHandle
-from tests.sparksim.conftest import QWEN, engine_factory  # noqa: F401  (fixture)
+from tests.conftest import SIM_QWEN as QWEN
 
-__all__ = ["QWEN", "make_lane_for", "engine_factory"]
+__all__ = ["QWEN", "make_lane_for"]
 
 
 def make_lane_for(name: str, address: str, port: int, *, state: str = "serving", node: Node | None = None,
@@ -46,7 +46,7 @@ def sim_nodes(tmp_path: Path) -> Iterator[list[NodeInfo]]:
 
 
 @pytest.fixture
-def qwen_engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:  # noqa: F811
+def qwen_engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:
     return engine_factory(QWEN, "--max-model-len", "32768")
 
 

@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("portal", "lanes", "jobs", "routing", "sparksim")
-APPS = ("portal", "lanes", "jobs", "routing")
+PACKAGES = ("portal", "lanes", "jobs", "routing", "metrics", "sparksim")
+APPS = ("portal", "lanes", "jobs", "routing", "metrics")
 # (importer, imported): the packages an app must never import.
 FORBIDDEN = {
     ("lanes", "jobs"), ("lanes", "routing"), ("routing", "jobs"), ("jobs", "routing"),
     ("sparksim", "portal"), ("sparksim", "lanes"), ("sparksim", "jobs"), ("sparksim", "routing"),
+    # metrics reads lanes, jobs (transports, job counts) and routing (the request log); none reads it.
+    ("lanes", "metrics"), ("jobs", "metrics"), ("routing", "metrics"), ("sparksim", "metrics"),
 }
 # The demo's simulated cluster is the portal's one door into sparksim.
 SPARKSIM_USERS = {"portal.demo_cluster"}
