@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.test import Client, override_settings
@@ -11,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lanes.models import Lane, Node
 from metrics import views
+from metrics.exposition import render_metrics
 from metrics.models import Alert, ScrapeTarget, UsageHour
 from metrics.storage import samples_store, usage_rollup
 from routing.models import ApiKey, RequestLog
@@ -143,3 +147,13 @@ def test_only_admins_acknowledge_an_alert_from_the_page(role_clients, admin_user
     assert alert.acknowledged_by == admin_user
     header = role_clients["viewer"].get("/monitor/alerts/").content.decode()
     assert 'id="alert-badge" data-count="1"' in header
+
+
+def test_the_sample_grafana_dashboard_uses_only_metrics_the_portal_exports(lane_and_node, traffic):
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs/grafana/spark-lanes-portal.json").read_text())
+    used = {name for panel in dashboard["panels"] for target in panel["targets"]
+            for name in re.findall(r"spark_[a-z0-9_]+", target["expr"])}
+    exported = {sample.name for family in text_string_to_metric_families(render_metrics().decode())
+                for sample in family.samples}
+    exported |= {f.name for f in text_string_to_metric_families(render_metrics().decode())}
+    assert used and used <= exported, used - exported
