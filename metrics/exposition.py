@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from jobs.models import Job
 from lanes.models import Lane, LaneState, Node, NodeState
 from metrics.models import LATENCY_BUCKETS_MS, Alert, AlertState, ScrapeTarget, UsageHour
+from metrics.selectors import latency_histograms
 
 # Lane and node figures exported as their own gauges: (series, metric name, help).
 FIGURE_GAUGES = {
@@ -68,17 +69,10 @@ class PortalCollector(Collector):
         latency = HistogramMetricFamily(
             "spark_gateway_request_duration_seconds", "Gateway request latency.", labels=["lane"]
         )
-        sums: dict[str, list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS_MS) + 2))
-        for lane, count, total, buckets in UsageHour.objects.values_list("lane", "requests", "latency_ms_sum",
-                                                                         "latency_buckets"):
-            acc = sums[lane]
-            for index, value in enumerate(buckets or []):
-                acc[index] += value
-            acc[-2] += count
-            acc[-1] += total
-        for lane, acc in sorted(sums.items()):
-            buckets = [(str(bound / 1000), acc[i]) for i, bound in enumerate(LATENCY_BUCKETS_MS)]
-            latency.add_metric([lane], [*buckets, ("+Inf", acc[-2])], sum_value=acc[-1] / 1000)
+        for row in latency_histograms(UsageHour.objects.all(), "lane"):
+            buckets = [(str(bound / 1000), row["buckets"][i]) for i, bound in enumerate(LATENCY_BUCKETS_MS)]
+            latency.add_metric([row["lane"]], [*buckets, ("+Inf", float(row["requests"]))],
+                               sum_value=row["latency_ms_sum"] / 1000)
         yield latency
 
     def _states(self) -> Iterator[Metric]:

@@ -36,6 +36,10 @@ class SampleBase(models.Model):
 class Sample(SampleBase):
     """Raw: one row per target per scrape."""
 
+    class Meta:
+        # The dashboard's sparklines read every target of a kind over the last minutes.
+        indexes = [models.Index(fields=["kind", "ts"], name="metrics_sample_kind_ts")]
+
 
 class SampleMinute(SampleBase):
     """Mean per minute; `peaks` holds each series' maximum (a spike stays visible)."""

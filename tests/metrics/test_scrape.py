@@ -7,12 +7,15 @@ import time
 
 import httpx
 import pytest
+from django.core.cache import cache
 from django.test import override_settings
 
 from lanes.models import Node
 from metrics.models import Sample, ScrapeTarget
 from metrics.nodeprobe import node_figures, parse_probe_output
 from metrics.services import scrape_tick
+from metrics.tasks import TICK_LOCK
+from metrics.tasks import scrape_tick as scrape_tick_task
 from tests.conftest import free_port
 from tests.metrics.conftest import QWEN, make_lane_for
 
@@ -105,3 +108,15 @@ def test_the_probe_output_parse_and_roce_counter_rates():
     assert figures["cpu_pct"] == pytest.approx(25.0)
     assert figures["roce_tx_Bps"] == pytest.approx(1000 * 4 / 2)  # 4-octet words
     assert figures["roce_rx_Bps"] == pytest.approx(100 * 4 / 2)
+
+
+def test_a_tick_skips_while_another_one_runs(qwen_engine):
+    make_lane_for("qwen", "127.0.0.1", qwen_engine.port)
+    cache.add(TICK_LOCK, True, timeout=30)
+    try:
+        assert scrape_tick_task() == {"skipped": True}
+        assert not ScrapeTarget.objects.exists()
+    finally:
+        cache.delete(TICK_LOCK)
+    assert scrape_tick_task()["targets"] == 2  # the lane and the node it runs on
+    assert ScrapeTarget.objects.get(kind="lane", target="qwen").ok
