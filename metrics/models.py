@@ -104,6 +104,26 @@ class UsageHour(models.Model):
         return f"{self.hour:%Y-%m-%d %H}h {self.key_name or '-'} {self.lane}"
 
 
+class UsageDay(models.Model):
+    """Usage per day, API key and lane (from UsageHour): the usage table over a month or a
+    year reads a few thousand rows."""
+
+    day = models.DateField()
+    key_id = models.BigIntegerField(null=True, blank=True)
+    key_name = models.CharField(max_length=100, blank=True, default="")
+    lane = models.CharField(max_length=63, blank=True, default="")
+    requests = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["day"], name="metrics_usageday_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.key_name or '-'} {self.lane}"
+
+
 class AlertState(models.TextChoices):
     PENDING = "pending"  # condition true, not yet for the rule's duration
     OPEN = "open"

@@ -24,6 +24,7 @@ from metrics.models import (
     SampleHour,
     SampleMinute,
     ScrapeTarget,
+    UsageDay,
     UsageHour,
 )
 from metrics.parsing import histogram_quantile
@@ -234,15 +235,15 @@ def usage_table(*, period: str, group: str, since: datetime) -> list[dict[str, A
     trunc = USAGE_PERIODS[period]
     column = USAGE_GROUPS[group]
     rows = (
-        UsageHour.objects.filter(hour__gte=since)
-        .annotate(period=trunc("hour"), who=F(column))
+        UsageDay.objects.filter(day__gte=since.date())
+        .annotate(period=trunc("day"), who=F(column))
         .values("period", "who")
         .annotate(requests=Sum("requests"), errors=Sum("errors"), prompt_tokens=Sum("prompt_tokens"),
                   completion_tokens=Sum("completion_tokens"))
         .order_by("-period", "who")
     )
     return [
-        {"period": row["period"].date().isoformat(), group: row["who"] or "-", "requests": row["requests"],
+        {"period": row["period"].isoformat(), group: row["who"] or "-", "requests": row["requests"],
          "errors": row["errors"], "prompt_tokens": row["prompt_tokens"], "completion_tokens": row["completion_tokens"]}
         for row in rows
     ]

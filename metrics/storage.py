@@ -7,14 +7,15 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncDate
 
-from metrics.models import LATENCY_BUCKETS_MS, Sample, SampleHour, SampleMinute, TargetKind, UsageHour
+from metrics.models import LATENCY_BUCKETS_MS, Sample, SampleHour, SampleMinute, TargetKind, UsageDay, UsageHour
 from metrics.partitions import drop_partitions_before, ensure_partitions, partitioned
 from routing.models import RequestLog
 
@@ -108,6 +109,28 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
     with transaction.atomic():
         UsageHour.objects.filter(hour__gte=start).delete()
         UsageHour.objects.bulk_create(rows)
+        usage_day_rollup(first=start.date(), last=now.date())
+    return len(rows)
+
+
+def usage_day_rollup(*, first: date, last: date) -> int:
+    """Recompute the days first..last from the hourly rollup (idempotent)."""
+    grouped = (
+        UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last)
+        .annotate(day=TruncDate("hour"))
+        .order_by()
+        .values("day", "key_id", "key_name", "lane")
+        .annotate(n=Sum("requests"), errors=Sum("errors"), prompt=Sum("prompt_tokens"),
+                  completion=Sum("completion_tokens"))
+    )
+    rows = [
+        UsageDay(day=g["day"], key_id=g["key_id"], key_name=g["key_name"], lane=g["lane"], requests=g["n"],
+                 errors=g["errors"], prompt_tokens=g["prompt"], completion_tokens=g["completion"])
+        for g in grouped
+    ]
+    with transaction.atomic():
+        UsageDay.objects.filter(day__gte=first, day__lte=last).delete()
+        UsageDay.objects.bulk_create(rows)
     return len(rows)
 
 
@@ -142,5 +165,6 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
     hour_cutoff = now - timedelta(days=settings.METRICS_HOUR_RETENTION_DAYS)
     report["deleted"]["SampleHour"] = SampleHour.objects.filter(ts__lt=hour_cutoff).delete()[0]
     report["deleted"]["UsageHour"] = UsageHour.objects.filter(hour__lt=hour_cutoff).delete()[0]
+    report["deleted"]["UsageDay"] = UsageDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
     report["seconds"]["delete"] = time.perf_counter() - started
     return report
