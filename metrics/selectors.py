@@ -86,7 +86,7 @@ def chart_series(kind: str, target: str, range_key: str, *, now: datetime | None
     return {"range": range_key, "points": [{"t": ts.isoformat(), "v": values} for ts, values in rows]}
 
 
-def sparklines(kind: str, *, minutes: int = 15, now: datetime | None = None) -> dict[str, list[list[Any]]]:
+def sparklines(kind: str, *, minutes: int = 5, now: datetime | None = None) -> dict[str, list[list[Any]]]:
     """The sparkline series of every target of a kind: one query reading one JSON key."""
     now = now or timezone.now()
     series = SPARKLINE_SERIES[kind]
