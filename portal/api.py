@@ -13,7 +13,8 @@ from ninja import NinjaAPI, Router, Schema
 from ninja.errors import AuthenticationError
 from ninja.security import SessionAuth
 
-from portal.roles import Capability, require
+from portal.api_docs import OfflineSwagger
+from portal.roles import Capability, require, role_required
 
 
 class RoleAuth(SessionAuth):
@@ -73,7 +74,10 @@ def me(request: HttpRequest) -> dict[str, Any]:
 
 def build_api(routers: Sequence[Router]) -> NinjaAPI:
     """The /api/ NinjaAPI: every role reads by default, routers tighten per operation."""
-    api = NinjaAPI(title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api")
+    api = NinjaAPI(
+        title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api",
+        docs=OfflineSwagger(), docs_decorator=role_required(Capability.VIEW),
+    )
 
     @api.exception_handler(PermissionDenied)
     def on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
