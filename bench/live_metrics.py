@@ -5,7 +5,7 @@ tick to 100 open dashboards.
 
     export DATABASE_URL=postgres://postgres@127.0.0.1:5432/metrics_bench REDIS_URL=redis://127.0.0.1:6379/5
     createdb -h 127.0.0.1 -U postgres metrics_bench; .venv/bin/python manage.py migrate -v0
-    .venv/bin/python -m bench.metrics [--part scrape|history|retention|fanout|all] [--request-days 1]
+    .venv/bin/python -m bench.live_metrics [--part scrape|history|retention|fanout|all] [--request-days 1]
 
 Goals (issue 13): a tick ≤ 1 s and a small share of one core; chart and usage queries p95 ≤ 100 ms
 over 30 days; retention a partition drop, well under a second.
