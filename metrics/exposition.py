@@ -69,10 +69,10 @@ class PortalCollector(Collector):
         latency = HistogramMetricFamily(
             "spark_gateway_request_duration_seconds", "Gateway request latency.", labels=["lane"]
         )
-        for row in latency_histograms(UsageHour.objects.all(), "lane"):
-            buckets = [(str(bound / 1000), row["buckets"][i]) for i, bound in enumerate(LATENCY_BUCKETS_MS)]
-            latency.add_metric([row["lane"]], [*buckets, ("+Inf", float(row["requests"]))],
-                               sum_value=row["latency_ms_sum"] / 1000)
+        for per_lane_latency in latency_histograms(UsageHour.objects.all(), "lane"):
+            buckets = [(str(bound / 1000), per_lane_latency["buckets"][i]) for i, bound in enumerate(LATENCY_BUCKETS_MS)]
+            latency.add_metric([per_lane_latency["lane"]], [*buckets, ("+Inf", float(per_lane_latency["requests"]))],
+                               sum_value=per_lane_latency["latency_ms_sum"] / 1000)
         yield latency
 
     def _states(self) -> Iterator[Metric]:
