@@ -461,7 +461,11 @@ def bench_fanout(dashboards: int, rounds: int) -> None:
         server_cpu = proc_cpu(server.pid) - (cpu_before or 0.0)
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # uvicorn waits for the sockets' graceful close
+            server.kill()
+            server.wait(timeout=10)
     p50, p95, worst = quantiles(latencies)
     print(f"fan-out of one tick ({size / 1024:.1f} KiB: {LANES} lanes + {NODES} nodes) to {dashboards} dashboards, "
           f"{rounds} rounds:")
