@@ -21,6 +21,7 @@ from routing.gateway.directory import KeyCache, LaneCache
 from routing.gateway.limits import ADMIT_LUA
 from routing.gateway.logwriter import RequestLogWriter
 from routing.gateway.upstream import upstream_client, upstream_transport
+from routing.router.route import RouterRuntime
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class GatewayRuntime:
         self.lanes = LaneCache()
         self.breakers: dict[str, CircuitBreaker] = {}
         self.log_writer = RequestLogWriter()
+        self.router = RouterRuntime(self.redis)
         self.background: set[asyncio.Task[Any]] = set()
         self._listener = asyncio.create_task(self._listen())
 
@@ -112,6 +114,7 @@ class GatewayRuntime:
         self._listener.cancel()
         with contextlib.suppress(BaseException):
             await self._listener
+        self.router.close()
         await self.client.aclose()
         await self.redis.aclose()
 
