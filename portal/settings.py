@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "jobs",
     "routing",
     "benchmarks",
+    "metrics",
 ]
 
 MIDDLEWARE = [
@@ -158,7 +159,7 @@ CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_PREFIX}-default"
 PERIODIC_QUEUE = f"{REDIS_PREFIX}-periodic"
 PERIODIC_TASKS: list[str] = []
 WORKER_CONCURRENCY = env_int("PORTAL_WORKER_CONCURRENCY", 4, minimum=1, maximum=256)
-PERIODIC_WORKER_CONCURRENCY = env_int("PORTAL_PERIODIC_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
+PERIODIC_WORKER_CONCURRENCY = env_int("PORTAL_PERIODIC_WORKER_CONCURRENCY", 3, minimum=1, maximum=64)
 # The longest a job may run (its time_limit_s parameter); Celery's hard limit adds 90 s.
 JOBS_MAX_TIME_LIMIT_S = env_float("PORTAL_JOBS_MAX_TIME_LIMIT_S", 86_400.0, minimum=60, maximum=7 * 86_400)
 # Redis redelivers an unacknowledged task after the visibility timeout: below the longest job's
@@ -292,3 +293,36 @@ ROUTER_AFFINITY_MESSAGES = env_int("PORTAL_ROUTER_AFFINITY_MESSAGES", 2, minimum
 ROUTER_AFFINITY_TTL_S = env_int("PORTAL_ROUTER_AFFINITY_TTL_S", 3600, minimum=1)
 # Shadow evaluation: the share of routed requests on which the shadow draft also decides.
 ROUTER_SHADOW_SHARE = env_float("PORTAL_ROUTER_SHADOW_SHARE", 0.1, minimum=0, maximum=1)
+# --- metrics --- (scrapes, samples, charts, alerts, the portal's own /metrics)
+# Scrape interval of every serving lane's /metrics and every node (s), and each target's time budget.
+METRICS_SCRAPE_INTERVAL_S = env_float("PORTAL_METRICS_SCRAPE_INTERVAL_S", 5.0, minimum=0.5, maximum=3600)
+METRICS_SCRAPE_TIMEOUT_S = env_float("PORTAL_METRICS_SCRAPE_TIMEOUT_S", 2.0, minimum=0.1, maximum=60)
+# Retention: raw samples (days), 1-minute (days) and 1-hour (days) downsamples.
+METRICS_RAW_RETENTION_DAYS = env_int("PORTAL_METRICS_RAW_RETENTION_DAYS", 2, minimum=1, maximum=366)
+METRICS_MINUTE_RETENTION_DAYS = env_int("PORTAL_METRICS_MINUTE_RETENTION_DAYS", 30, minimum=1, maximum=3660)
+METRICS_HOUR_RETENTION_DAYS = env_int("PORTAL_METRICS_HOUR_RETENTION_DAYS", 400, minimum=1, maximum=36600)
+# PostgreSQL: daily partitions created this many days ahead.
+METRICS_PARTITIONS_AHEAD_DAYS = env_int("PORTAL_METRICS_PARTITIONS_AHEAD_DAYS", 3, minimum=1, maximum=60)
+# Bearer token of GET /metrics (Prometheus format); empty = the endpoint answers 404.
+METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN", "")
+# Alert rules (a rule with an empty threshold is off).
+METRICS_ALERT_KV_PCT = env_float("PORTAL_METRICS_ALERT_KV_PCT", 95.0, minimum=0, maximum=100)
+METRICS_ALERT_KV_FOR_S = env_float("PORTAL_METRICS_ALERT_KV_FOR_S", 300.0, minimum=0)
+METRICS_ALERT_TTFT_P95_MS = env_float("PORTAL_METRICS_ALERT_TTFT_P95_MS", 5000.0, minimum=0)
+METRICS_ALERT_NODE_MEM_GIB = env_float("PORTAL_METRICS_ALERT_NODE_MEM_GIB", 4.0, minimum=0)
+METRICS_ALERT_SWAP_GIB = env_float("PORTAL_METRICS_ALERT_SWAP_GIB", 0.0, minimum=0)
+METRICS_ALERT_SCRAPE_FAILURES = env_int("PORTAL_METRICS_ALERT_SCRAPE_FAILURES", 3, minimum=1)
+# Optional webhook: alert changes POSTed as JSON, retried with exponential backoff.
+METRICS_ALERT_WEBHOOK_URL = env_str("PORTAL_METRICS_ALERT_WEBHOOK_URL", "")
+METRICS_WEBHOOK_TIMEOUT_S = env_float("PORTAL_METRICS_WEBHOOK_TIMEOUT_S", 5.0, minimum=0.1, maximum=120)
+METRICS_WEBHOOK_MAX_ATTEMPTS = env_int("PORTAL_METRICS_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1, maximum=50)
+METRICS_WEBHOOK_BACKOFF_S = env_float("PORTAL_METRICS_WEBHOOK_BACKOFF_S", 5.0, minimum=0.1, maximum=3600)
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "metrics-scrape": {"task": "metrics.tasks.scrape_tick", "schedule": METRICS_SCRAPE_INTERVAL_S,
+                           "options": {"expires": METRICS_SCRAPE_INTERVAL_S}},
+        "metrics-downsample": {"task": "metrics.tasks.downsample", "schedule": 60.0},
+        "metrics-webhooks": {"task": "metrics.tasks.deliver_webhooks", "schedule": 5.0},
+        "metrics-maintain-storage": {"task": "metrics.tasks.maintain_storage", "schedule": crontab(minute="23")},
+    }
+)

@@ -24,4 +24,5 @@ urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("routing.urls")),
     path("", include("benchmarks.urls")),
+    path("", include("metrics.urls")),
 ]

@@ -214,10 +214,11 @@ class Stepper:
     def busy(self) -> bool:
         return bool(self.current or self.decoding)
 
-    def add_prefill(self, key: Hashable, uncached_tokens: int, cached_tokens: int) -> None:
+    def add_prefill(self, key: Hashable, uncached_tokens: int, cached_tokens: int, slowdown: float = 1.0) -> None:
         """Queues a prompt. On an engine with no prefill under way it starts at once, alone,
-        so the next arrivals form the following batch."""
-        work = prefill_seconds(self.profile, uncached_tokens, cached_tokens)
+        so the next arrivals form the following batch. `slowdown` (≥ 1) stretches its prefill:
+        the fault switch for a struggling lane."""
+        work = prefill_seconds(self.profile, uncached_tokens, cached_tokens) * max(1.0, slowdown)
         self.waiting.append((key, uncached_tokens, work))
         if self.current is None:
             self._next_batch()

@@ -24,6 +24,7 @@ class FaultSwitches:
     die_after_requests: int | None = None
     die_mid_stream_after_tokens: int | None = None
     latency_s: float = 0.0  # real seconds before each request is handled
+    slow_prefill_factor: float = 1.0  # prefill and first-token time multiplied (a struggling lane: TTFT grows)
     exit_on_death: bool = False
 
 

@@ -142,7 +142,8 @@ class EngineCore:
             self.metrics.count("prefix_cache_hits", request.cached_tokens)
             queued = self._simulated(now - request.arrived_at)
             self.metrics.observe("request_queue_time_seconds", queued)
-            self.stepper.add_prefill(request, uncached, request.cached_tokens)
+            self.stepper.add_prefill(request, uncached, request.cached_tokens,
+                                     slowdown=float(config.faults.slow_prefill_factor))
             self.wake.set()
 
     def _prefill_done(self, request: ScheduledRequest) -> None:

@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("portal", "lanes", "jobs", "routing", "benchmarks", "sparksim")
-APPS = ("portal", "lanes", "jobs", "routing", "benchmarks")
+PACKAGES = ("portal", "lanes", "jobs", "routing", "benchmarks", "metrics", "sparksim")
+APPS = ("portal", "lanes", "jobs", "routing", "benchmarks", "metrics")
 # (importer, imported): the packages an app must never import.
 FORBIDDEN = {
     ("lanes", "jobs"), ("lanes", "routing"), ("routing", "jobs"), ("jobs", "routing"),
     ("sparksim", "portal"), ("sparksim", "lanes"), ("sparksim", "jobs"), ("sparksim", "routing"),
     ("sparksim", "benchmarks"), ("lanes", "benchmarks"), ("routing", "benchmarks"), ("portal", "benchmarks"),
+    # metrics reads lanes, jobs (transports, job counts) and routing (the request log); none reads it.
+    ("lanes", "metrics"), ("jobs", "metrics"), ("routing", "metrics"), ("sparksim", "metrics"),
+    ("portal", "metrics"),
 }
 # The demo's simulated cluster is the portal's one door into sparksim.
 SPARKSIM_USERS = {"portal.demo_cluster"}

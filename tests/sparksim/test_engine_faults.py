@@ -143,6 +143,25 @@ def test_loading_takes_the_profiles_start_up_time_scaled() -> None:
     assert run_on_virtual_clock(load()) == pytest.approx(1.5)
 
 
+def ttft_sum(engine: EngineHandle) -> float:
+    for family in text_string_to_metric_families(httpx.get(f"{engine.url}/metrics").text):
+        for sample in family.samples:
+            if sample.name == "vllm:time_to_first_token_seconds_sum":
+                return float(sample.value)
+    raise AssertionError("no TTFT histogram")
+
+
+def test_slow_prefill_multiplies_the_time_to_first_token(engine_factory: Callable[..., EngineHandle]) -> None:
+    engine = engine_factory(QWEN)
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT).status_code == 200
+    normal = ttft_sum(engine)
+    set_faults(engine, slow_prefill_factor=200)
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT).status_code == 200
+    slowed = ttft_sum(engine) - normal
+    assert slowed >= 200 * 0.05  # at least 200 × Qwen's fixed 0.05 s (simulated seconds)
+    assert set_faults(engine, clear=True)["slow_prefill_factor"] == 1.0
+
+
 def test_refuse_connections_by_control_endpoint_then_recover(
     engine_factory: Callable[..., EngineHandle],
 ) -> None:

@@ -1,0 +1,186 @@
+"""Samples (raw, 1-minute, 1-hour), scrape state, usage per key/lane, alerts and webhook
+deliveries.
+
+A sample row holds every series of one target at one instant (`values`), so a chart is
+one indexed range scan on (kind, target, ts) — the primary key. On PostgreSQL the raw and
+1-minute tables are partitioned by day (metrics/partitions.py) and retention drops whole
+partitions; on SQLite they are plain tables and retention deletes rows.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class TargetKind(models.TextChoices):
+    LANE = "lane"
+    NODE = "node"
+
+
+class SampleBase(models.Model):
+    pk = models.CompositePrimaryKey("kind", "target", "ts")
+    kind = models.CharField(max_length=4, choices=TargetKind.choices)
+    target = models.CharField(max_length=63)
+    ts = models.DateTimeField()
+    values = models.JSONField(default=dict)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.target} {self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class Sample(SampleBase):
+    """Raw: one row per target per scrape."""
+
+    class Meta:
+        # The dashboard's sparklines read every target of a kind over the last minutes.
+        indexes = [models.Index(fields=["kind", "ts"], name="metrics_sample_kind_ts")]
+
+
+class SampleMinute(SampleBase):
+    """Mean per minute; `peaks` holds each series' maximum (a spike stays visible)."""
+
+    peaks = models.JSONField(default=dict)
+
+
+class SampleHour(SampleBase):
+    peaks = models.JSONField(default=dict)
+
+
+class ScrapeTarget(models.Model):
+    """The last scrape of a target: health for pages, alerts and /metrics, and the previous
+    cumulative reading that the next scrape's rates are computed from."""
+
+    kind = models.CharField(max_length=4, choices=TargetKind.choices)
+    target = models.CharField(max_length=63)
+    ok = models.BooleanField(default=False)
+    error = models.CharField(max_length=500, blank=True, default="")
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_ok_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(default=0)
+    reading = models.JSONField(null=True, blank=True)
+    figures = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "target"], name="metrics_scrapetarget_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.target} {'ok' if self.ok else 'failing'}"
+
+
+# Bounds of the gateway's latency histogram (ms), for /metrics and long-range percentiles.
+LATENCY_BUCKETS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000)
+
+
+class UsageHour(models.Model):
+    """Gateway usage per hour, API key and lane, rolled up from the request log so that a
+    month of usage is a few hundred rows, not tens of millions."""
+
+    hour = models.DateTimeField()
+    key_id = models.BigIntegerField(null=True, blank=True)
+    key_name = models.CharField(max_length=100, blank=True, default="")
+    lane = models.CharField(max_length=63, blank=True, default="")
+    status = models.PositiveSmallIntegerField(default=200)
+    route = models.CharField(max_length=16, blank=True, default="")
+    requests = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    latency_ms_sum = models.FloatField(default=0)
+    ttft_ms_sum = models.FloatField(default=0)
+    ttft_count = models.BigIntegerField(default=0)
+    # Cumulative counts of requests at or under each bound of LATENCY_BUCKETS_MS (its order).
+    latency_buckets = models.JSONField(default=list)
+
+    class Meta:
+        indexes = [models.Index(fields=["hour"], name="metrics_usagehour_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.key_name or '-'} {self.lane}"
+
+
+class UsageDay(models.Model):
+    """Usage per day, API key and lane (from UsageHour): the usage table over a month or a
+    year reads a few thousand rows."""
+
+    day = models.DateField()
+    key_id = models.BigIntegerField(null=True, blank=True)
+    key_name = models.CharField(max_length=100, blank=True, default="")
+    lane = models.CharField(max_length=63, blank=True, default="")
+    requests = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["day"], name="metrics_usageday_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.key_name or '-'} {self.lane}"
+
+
+class AlertState(models.TextChoices):
+    PENDING = "pending"  # condition true, not yet for the rule's duration
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class Alert(models.Model):
+    rule = models.CharField(max_length=32)
+    kind = models.CharField(max_length=4, choices=TargetKind.choices)
+    target = models.CharField(max_length=63)
+    state = models.CharField(max_length=10, choices=AlertState.choices, default=AlertState.PENDING)
+    message = models.CharField(max_length=300)
+    value = models.FloatField(null=True, blank=True)
+    since = models.DateTimeField(default=timezone.now)  # condition first seen
+    opened_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            # One live alert per rule and target; history keeps the resolved ones.
+            models.UniqueConstraint(
+                fields=["rule", "kind", "target"],
+                condition=~models.Q(state="resolved"),
+                name="metrics_alert_one_live",
+            )
+        ]
+        indexes = [models.Index(fields=["state"], name="metrics_alert_state")]
+
+    def __str__(self) -> str:
+        return f"{self.rule} {self.kind}:{self.target} {self.state}"
+
+
+class WebhookState(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # gave up after the last attempt
+
+
+class WebhookDelivery(models.Model):
+    """An alert change to POST. Beat sends what is due; a failure waits backoff·2^n."""
+
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=16)
+    payload = models.JSONField()
+    state = models.CharField(max_length=10, choices=WebhookState.choices, default=WebhookState.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.CharField(max_length=300, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="metrics_webhook_due")]
+
+    def __str__(self) -> str:
+        return f"{self.event} alert #{self.alert_id} {self.state}"

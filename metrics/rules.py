@@ -1,0 +1,81 @@
+"""Alert rules (pure): from what the last scrape saw, which conditions hold now. The alert
+service turns that into pending/open/resolved rows; thresholds come from settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    kv_pct: float
+    kv_for_s: float
+    ttft_p95_ms: float
+    node_mem_gib: float
+    swap_gib: float
+    scrape_failures: int
+
+
+@dataclass(frozen=True)
+class TargetView:
+    kind: str  # lane | node
+    name: str
+    figures: Mapping[str, float]
+    consecutive_failures: int
+    error: str = ""
+    lane_state: str = ""  # lanes: observed state
+    lane_desired: str = ""
+
+
+@dataclass(frozen=True)
+class Firing:
+    rule: str
+    kind: str
+    target: str
+    message: str
+    value: float | None
+    for_s: float = 0.0  # the condition must hold this long before the alert opens
+
+
+RULE_LABELS = {
+    "lane_down": "Lane down",
+    "kv_high": "KV cache nearly full",
+    "ttft_high": "Slow first token",
+    "node_memory_low": "Node memory low",
+    "swap_in_use": "Swap in use",
+    "scrape_failing": "Scrape failing",
+}
+
+
+def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:
+    firing: list[Firing] = []
+    for target in targets:
+        f = target.figures
+        if target.consecutive_failures >= t.scrape_failures:
+            firing.append(Firing("scrape_failing", target.kind, target.name,
+                                 f"{target.kind} {target.name}: {target.consecutive_failures} scrapes failed ({target.error})",
+                                 float(target.consecutive_failures)))
+        if target.kind == "lane":
+            if target.lane_desired == "serving" and target.lane_state in ("failed", "stopped"):
+                firing.append(Firing("lane_down", "lane", target.name,
+                                     f"lane {target.name} should serve but is {target.lane_state}", None))
+            kv = f.get("kv_pct")
+            if kv is not None and kv > t.kv_pct:
+                firing.append(Firing("kv_high", "lane", target.name,
+                                     f"lane {target.name}: KV cache {kv:.0f}% (above {t.kv_pct:g}%)", kv, t.kv_for_s))
+            ttft = f.get("ttft_p95_ms")
+            if ttft is not None and ttft > t.ttft_p95_ms:
+                firing.append(Firing("ttft_high", "lane", target.name,
+                                     f"lane {target.name}: TTFT p95 {ttft:.0f} ms (above {t.ttft_p95_ms:g} ms)", ttft))
+        else:
+            mem = f.get("mem_avail_gib")
+            if mem is not None and mem < t.node_mem_gib:
+                firing.append(Firing("node_memory_low", "node", target.name,
+                                     f"node {target.name}: {mem:.1f} GiB available (below {t.node_mem_gib:g} GiB)", mem))
+            swap = f.get("swap_used_gib")
+            if swap is not None and swap > t.swap_gib:
+                # A Spark that swaps is about to freeze (GPU memory is OS memory).
+                firing.append(Firing("swap_in_use", "node", target.name,
+                                     f"node {target.name}: {swap:.2f} GiB of swap in use", swap))
+    return firing

@@ -1,0 +1,279 @@
+"""Read side: chart series (the right tier for the range, one indexed query), dashboard
+cards and sparklines, gateway figures, usage per key and lane, the request log."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, F, FloatField, Max, Q, QuerySet, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, TruncDay, TruncMinute, TruncMonth, TruncWeek
+from django.utils import timezone
+
+from lanes.models import Lane, Node
+from metrics.alerts import alert_payload
+from metrics.models import (
+    LATENCY_BUCKETS_MS,
+    Alert,
+    AlertState,
+    Sample,
+    SampleHour,
+    SampleMinute,
+    ScrapeTarget,
+    UsageDay,
+    UsageHour,
+)
+from metrics.parsing import histogram_quantile
+from routing.models import RequestLog
+
+
+@dataclass(frozen=True)
+class ChartRange:
+    key: str
+    label: str
+    span: timedelta
+    model: type[Sample | SampleMinute | SampleHour]
+
+
+CHART_RANGES = {
+    r.key: r
+    for r in (
+        ChartRange("15m", "15 min", timedelta(minutes=15), Sample),
+        ChartRange("6h", "6 h", timedelta(hours=6), SampleMinute),
+        ChartRange("7d", "7 days", timedelta(days=7), SampleHour),
+    )
+}
+
+LANE_CHARTS = (
+    ("Tokens/s", ("gen_tps", "prompt_tps")),
+    ("Requests", ("running", "waiting")),
+    ("KV cache and prefix hits (%)", ("kv_pct", "prefix_hit_pct")),
+    ("TTFT (ms)", ("ttft_p50_ms", "ttft_p95_ms")),
+    ("Inter-token latency (ms)", ("itl_p50_ms", "itl_p95_ms")),
+    ("Speculative decoding", ("spec_accept_pct", "spec_accept_len")),
+)
+NODE_CHARTS = (
+    ("Memory (GiB)", ("mem_avail_gib", "swap_used_gib")),
+    ("CPU and GPU (%)", ("cpu_pct", "gpu_util_pct")),
+    ("GPU power (W) and temperature (°C)", ("gpu_power_w", "gpu_temp_c")),
+    ("RoCE (bytes/s)", ("roce_tx_Bps", "roce_rx_Bps")),
+)
+SERIES_LABELS = {
+    "gen_tps": "generation tok/s", "prompt_tps": "prompt tok/s", "running": "running", "waiting": "waiting",
+    "kv_pct": "KV cache %", "prefix_hit_pct": "prefix hit %", "ttft_p50_ms": "TTFT p50", "ttft_p95_ms": "TTFT p95",
+    "itl_p50_ms": "ITL p50", "itl_p95_ms": "ITL p95", "spec_accept_pct": "acceptance %",
+    "spec_accept_len": "mean acceptance length", "mem_avail_gib": "MemAvailable", "swap_used_gib": "swap used",
+    "cpu_pct": "CPU %", "gpu_util_pct": "GPU %", "gpu_power_w": "power W", "gpu_temp_c": "temperature °C",
+    "roce_tx_Bps": "RoCE sent", "roce_rx_Bps": "RoCE received",
+}
+# The one series each dashboard card's sparkline draws.
+SPARKLINE_SERIES = {"lane": "gen_tps", "node": "mem_avail_gib"}
+
+
+def chart_series(kind: str, target: str, range_key: str, *, now: datetime | None = None) -> dict[str, Any]:
+    """Every series of one target over the range: one range scan on the primary key."""
+    chart_range = CHART_RANGES[range_key]
+    now = now or timezone.now()
+    rows = (
+        chart_range.model._default_manager.filter(kind=kind, target=target, ts__gte=now - chart_range.span)
+        .order_by("ts")
+        .values_list("ts", "values")
+    )
+    return {"range": range_key, "points": [{"t": ts.isoformat(), "v": values} for ts, values in rows]}
+
+
+def sparklines(kind: str, *, minutes: int = 5, now: datetime | None = None) -> dict[str, list[list[Any]]]:
+    """The sparkline series of every target of a kind: one query reading one JSON key."""
+    now = now or timezone.now()
+    series = SPARKLINE_SERIES[kind]
+    rows = (
+        Sample.objects.filter(kind=kind, ts__gte=now - timedelta(minutes=minutes))
+        .order_by("target", "ts")
+        .values_list("target", "ts", f"values__{series}")
+    )
+    points: dict[str, list[list[Any]]] = defaultdict(list)
+    for target, ts, value in rows:
+        if value is not None:
+            points[target].append([ts.isoformat(), value])
+    return dict(points)
+
+
+def dashboard_cards() -> dict[str, Any]:
+    states = {(t.kind, t.target): t for t in ScrapeTarget.objects.all()}
+
+    def card(kind: str, name: str, state: str) -> dict[str, Any]:
+        scrape = states.get((kind, name))
+        return {"name": name, "state": state, "ok": scrape.ok if scrape else None,
+                "error": scrape.error if scrape else "", "figures": scrape.figures if scrape and scrape.ok else {}}
+
+    return {
+        "lanes": [card("lane", n, s) for n, s in Lane.objects.order_by("name").values_list("name", "observed_state")],
+        "nodes": [card("node", n, s) for n, s in Node.objects.order_by("name").values_list("name", "state")],
+        "sparklines": {"lane": sparklines("lane"), "node": sparklines("node")},
+        "alerts": [alert_payload(a) for a in open_alerts()],
+    }
+
+
+def open_alerts() -> QuerySet[Alert]:
+    return Alert.objects.filter(state=AlertState.OPEN).select_related("acknowledged_by").order_by("-opened_at")
+
+
+
+
+# --- gateway figures, from the request log (recent minutes) and the hourly rollup ---
+
+GATEWAY_RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def gateway_live(*, minutes: int = 5, now: datetime | None = None) -> dict[str, Any]:
+    """The last few minutes from the request log itself (one indexed range on created_at):
+    what the dashboard and the gateway page show live."""
+    now = now or timezone.now()
+    rows = list(
+        RequestLog.objects.filter(created_at__gte=now - timedelta(minutes=minutes))
+        .order_by()
+        .values_list("status", "latency_ms", "ttft_ms", "lane")
+    )
+    total = len(rows)
+    errors = sum(1 for status, *_ in rows if status >= 400)
+    latencies = [latency for _, latency, _, _ in rows]
+    ttfts = [ttft for _, _, ttft, _ in rows if ttft is not None]
+    share: dict[str, int] = defaultdict(int)
+    for *_, lane in rows:
+        share[lane or "-"] += 1
+    return {
+        "minutes": minutes, "rpm": total / minutes, "requests": total,
+        "error_pct": 100.0 * errors / total if total else 0.0,
+        "latency_p50_ms": _percentile(latencies, 0.5), "latency_p95_ms": _percentile(latencies, 0.95),
+        "ttft_p50_ms": _percentile(ttfts, 0.5), "ttft_p95_ms": _percentile(ttfts, 0.95),
+        "share": {lane: 100.0 * n / total for lane, n in sorted(share.items())} if total else {},
+    }
+
+
+def gateway_traffic(*, minutes: int = 60, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Requests, errors and the slowest request per minute: one aggregate in the database."""
+    now = now or timezone.now()
+    rows = (
+        RequestLog.objects.filter(created_at__gte=now - timedelta(minutes=minutes))
+        .annotate(minute=TruncMinute("created_at"))
+        .order_by()
+        .values("minute")
+        .annotate(requests=Count("id"), errors=Count("id", filter=Q(status__gte=400)), slowest=Max("latency_ms"))
+        .order_by("minute")
+    )
+    return [{"t": row["minute"].isoformat(), "requests": row["requests"], "errors": row["errors"],
+             "max_latency_ms": row["slowest"]} for row in rows]
+
+
+def latency_histograms(rows: QuerySet[UsageHour], *group: str) -> list[dict[str, Any]]:
+    """Per group: requests, latency sum (ms) and each latency bucket's count, summed in the
+    database (one pass, whatever the number of hours)."""
+    buckets = {
+        f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in range(len(LATENCY_BUCKETS_MS))
+    }
+    result: list[dict[str, Any]]
+    if group:
+        result = list(rows.order_by().values(*group).annotate(n=Sum("requests"), latency=Sum("latency_ms_sum"),
+                                                               **buckets))
+    else:
+        result = [rows.aggregate(n=Sum("requests"), latency=Sum("latency_ms_sum"), **buckets)]
+    return [
+        {**{name: row[name] for name in group}, "requests": row["n"] or 0, "latency_ms_sum": row["latency"] or 0.0,
+         "buckets": [row[f"le{i}"] or 0.0 for i in range(len(LATENCY_BUCKETS_MS))]}
+        for row in result
+    ]
+
+
+def gateway_summary(range_key: str, *, now: datetime | None = None) -> dict[str, Any]:
+    """Figures over hours to a month from the hourly rollup: requests, error rate by code,
+    tokens, share per lane, latency percentiles from the latency histogram."""
+    now = now or timezone.now()
+    rows = UsageHour.objects.filter(hour__gte=now - GATEWAY_RANGES[range_key])
+    by_status: dict[int, int] = defaultdict(int)
+    by_lane: dict[str, int] = defaultdict(int)
+    for row in rows.order_by().values("lane", "status").annotate(n=Sum("requests")):
+        by_status[row["status"]] += row["n"]
+        by_lane[row["lane"] or "-"] += row["n"]
+    total = sum(by_status.values())
+    sums = rows.aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), ttft=Sum("ttft_ms_sum"),
+                          ttft_n=Sum("ttft_count"))
+    (latency,) = latency_histograms(rows)
+    histogram = {bound / 1000: latency["buckets"][i] for i, bound in enumerate(LATENCY_BUCKETS_MS)}
+    histogram[math.inf] = float(total)
+    p50 = histogram_quantile(0.5, histogram)
+    p95 = histogram_quantile(0.95, histogram)
+    errors = sum(n for status, n in by_status.items() if status >= 400)
+    return {
+        "range": range_key, "requests": total, "prompt_tokens": sums["prompt"] or 0,
+        "completion_tokens": sums["completion"] or 0,
+        "errors_by_status": {str(status): n for status, n in sorted(by_status.items()) if status >= 400},
+        "error_pct": 100.0 * errors / total if total else 0.0,
+        "share": {lane: 100.0 * n / total for lane, n in sorted(by_lane.items())} if total else {},
+        "latency_p50_ms": p50 * 1000 if p50 is not None else None,
+        "latency_p95_ms": p95 * 1000 if p95 is not None else None,
+        "ttft_mean_ms": sums["ttft"] / sums["ttft_n"] if sums["ttft_n"] else None,
+    }
+
+
+USAGE_PERIODS = {"day": TruncDay, "week": TruncWeek, "month": TruncMonth}
+USAGE_GROUPS = {"key": "key_name", "lane": "lane"}
+
+
+def usage_table(*, period: str, group: str, since: datetime) -> list[dict[str, Any]]:
+    """Requests and tokens per period and per key (or lane), newest period first."""
+    trunc = USAGE_PERIODS[period]
+    column = USAGE_GROUPS[group]
+    rows = (
+        UsageDay.objects.filter(day__gte=since.date())
+        .annotate(period=trunc("day"), who=F(column))
+        .values("period", "who")
+        .annotate(requests=Sum("requests"), errors=Sum("errors"), prompt_tokens=Sum("prompt_tokens"),
+                  completion_tokens=Sum("completion_tokens"))
+        .order_by("-period", "who")
+    )
+    return [
+        {"period": row["period"].isoformat(), group: row["who"] or "-", "requests": row["requests"],
+         "errors": row["errors"], "prompt_tokens": row["prompt_tokens"], "completion_tokens": row["completion_tokens"]}
+        for row in rows
+    ]
+
+
+# --- the request log ---
+
+@dataclass(frozen=True)
+class RequestFilters:
+    key: int | None = None
+    lane: str = ""
+    status: int | None = None
+    route: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def request_log(filters: RequestFilters) -> QuerySet[RequestLog]:
+    rows = RequestLog.objects.select_related("key").order_by("-created_at", "-id")
+    if filters.key is not None:
+        rows = rows.filter(key_id=filters.key)
+    if filters.lane:
+        rows = rows.filter(lane=filters.lane)
+    if filters.status is not None:
+        rows = rows.filter(status=filters.status)
+    if filters.route:
+        rows = rows.filter(route_reason=filters.route)
+    if filters.since is not None:
+        rows = rows.filter(created_at__gte=filters.since)
+    if filters.until is not None:
+        rows = rows.filter(created_at__lt=filters.until)
+    return rows
+

@@ -1,0 +1,170 @@
+"""Samples in, downsamples and retention (services). Raw rows come from each scrape; a
+1-minute and a 1-hour tier keep long history small; retention drops whole daily
+partitions on PostgreSQL and deletes rows on SQLite."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import date, datetime, timedelta
+from typing import Any, cast
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncDate
+
+from metrics.models import LATENCY_BUCKETS_MS, Sample, SampleHour, SampleMinute, TargetKind, UsageDay, UsageHour
+from metrics.partitions import drop_partitions_before, ensure_partitions, partitioned
+from routing.models import RequestLog
+
+PARTITIONED_TABLES = ("metrics_sample", "metrics_sampleminute", "routing_requestlog")
+Figures = Mapping[str, float]
+
+
+def _rounded(figures: Figures) -> dict[str, float]:
+    return {name: round(value, 4) for name, value in figures.items()}
+
+
+def samples_store(*, at: datetime, lanes: Mapping[str, Figures], nodes: Mapping[str, Figures]) -> int:
+    rows = [Sample(kind=TargetKind.LANE, target=name, ts=at, values=_rounded(f)) for name, f in lanes.items() if f]
+    rows += [Sample(kind=TargetKind.NODE, target=name, ts=at, values=_rounded(f)) for name, f in nodes.items() if f]
+    Sample.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def floor_to(moment: datetime, seconds: int) -> datetime:
+    epoch = int(moment.timestamp())
+    return moment - timedelta(seconds=epoch % seconds, microseconds=moment.microsecond)
+
+
+def aggregate(rows: Iterable[tuple[str, str, datetime, Mapping[str, float]]], seconds: int) -> list[dict[str, Any]]:
+    """Group rows into buckets of `seconds`: each series' mean and maximum (pure)."""
+    sums: dict[tuple[str, str, datetime], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for kind, target, ts, values in rows:
+        bucket = sums[(kind, target, floor_to(ts, seconds))]
+        for name, value in values.items():
+            bucket[name].append(float(value))
+    return [
+        {
+            "kind": kind, "target": target, "ts": ts,
+            "values": {name: round(sum(v) / len(v), 4) for name, v in series.items()},
+            "peaks": {name: round(max(v), 4) for name, v in series.items()},
+        }
+        for (kind, target, ts), series in sums.items()
+    ]
+
+
+def _write_rollup(model: type[SampleMinute | SampleHour], buckets: list[dict[str, Any]]) -> None:
+    model._default_manager.bulk_create(
+        [model(**bucket) for bucket in buckets],  # type: ignore[misc]
+        update_conflicts=True, unique_fields=["kind", "target", "ts"], update_fields=["values", "peaks"],
+    )
+
+
+def samples_downsample(*, now: datetime, minutes_back: int = 3) -> tuple[int, int]:
+    """Recompute the last complete minutes from raw and the current and previous hours from
+    minutes. Idempotent: a missed run is covered by the next one."""
+    end = floor_to(now, 60)
+    start = end - timedelta(minutes=minutes_back)
+    raw = Sample.objects.filter(ts__gte=start, ts__lt=end).values_list("kind", "target", "ts", "values")
+    minutes = aggregate(raw, 60)
+    _write_rollup(SampleMinute, minutes)
+    hour_start = floor_to(now, 3600) - timedelta(hours=1)
+    by_minute = SampleMinute.objects.filter(ts__gte=hour_start).values_list("kind", "target", "ts", "values")
+    hours = aggregate(by_minute, 3600)
+    _write_rollup(SampleHour, hours)
+    return len(minutes), len(hours)
+
+
+def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
+    """Usage per hour, key and lane from the request log: the current and previous hours
+    recomputed (idempotent)."""
+    start = floor_to(now, 3600) - timedelta(hours=hours_back)
+    rows: list[UsageHour] = []
+    hour = start
+    while hour <= now:
+        grouped = (
+            RequestLog.objects.filter(created_at__gte=hour, created_at__lt=hour + timedelta(hours=1))
+            .values("key_id", "key__name", "lane", "status", "route_reason")
+            .annotate(
+                n=Count("id"), errors=Count("id", filter=Q(status__gte=400)),
+                prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), latency=Sum("latency_ms"),
+                ttft=Sum("ttft_ms"), ttft_n=Count("ttft_ms"),
+                **{f"le{bound}": Count("id", filter=Q(latency_ms__lte=bound)) for bound in LATENCY_BUCKETS_MS},
+            )
+        )
+        rows += [
+            UsageHour(
+                hour=hour, key_id=g["key_id"], key_name=g["key__name"] or "", lane=g["lane"], status=g["status"],
+                route=g["route_reason"], requests=g["n"], errors=g["errors"], prompt_tokens=g["prompt"] or 0,
+                completion_tokens=g["completion"] or 0, latency_ms_sum=g["latency"] or 0.0,
+                ttft_ms_sum=g["ttft"] or 0.0, ttft_count=g["ttft_n"],
+                latency_buckets=[g[f"le{bound}"] for bound in LATENCY_BUCKETS_MS],
+            )
+            for g in cast(list[dict[str, Any]], list(grouped))
+        ]
+        hour += timedelta(hours=1)
+    with transaction.atomic():
+        UsageHour.objects.filter(hour__gte=start).delete()
+        UsageHour.objects.bulk_create(rows)
+        usage_day_rollup(first=start.date(), last=now.date())
+    return len(rows)
+
+
+def usage_day_rollup(*, first: date, last: date) -> int:
+    """Recompute the days first..last from the hourly rollup (idempotent)."""
+    grouped = (
+        UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last)
+        .annotate(day=TruncDate("hour"))
+        .order_by()
+        .values("day", "key_id", "key_name", "lane")
+        .annotate(n=Sum("requests"), errors=Sum("errors"), prompt=Sum("prompt_tokens"),
+                  completion=Sum("completion_tokens"))
+    )
+    rows = [
+        UsageDay(day=g["day"], key_id=g["key_id"], key_name=g["key_name"], lane=g["lane"], requests=g["n"],
+                 errors=g["errors"], prompt_tokens=g["prompt"], completion_tokens=g["completion"])
+        for g in grouped
+    ]
+    with transaction.atomic():
+        UsageDay.objects.filter(day__gte=first, day__lte=last).delete()
+        UsageDay.objects.bulk_create(rows)
+    return len(rows)
+
+
+def storage_maintain(*, now: datetime) -> dict[str, Any]:
+    """Create partitions ahead and enforce retention. Returns what was done and how long
+    each step took (the bench reads it)."""
+    today = now.date()
+    report: dict[str, Any] = {"created": [], "dropped": [], "deleted": {}, "seconds": {}}
+    started = time.perf_counter()
+    for table in PARTITIONED_TABLES:
+        report["created"] += ensure_partitions(
+            table, first=today, last=today + timedelta(days=settings.METRICS_PARTITIONS_AHEAD_DAYS)
+        )
+    report["seconds"]["create"] = time.perf_counter() - started
+    raw_cutoff = now - timedelta(days=settings.METRICS_RAW_RETENTION_DAYS)
+    minute_cutoff = now - timedelta(days=settings.METRICS_MINUTE_RETENTION_DAYS)
+    started = time.perf_counter()
+    if partitioned():
+        # A partition holds one day: it goes once the whole day is past the cutoff.
+        for table, column, cutoff in (
+            ("metrics_sample", "ts", raw_cutoff),
+            ("metrics_sampleminute", "ts", minute_cutoff),
+            ("routing_requestlog", "created_at", now - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS)),
+        ):
+            report["dropped"] += drop_partitions_before(table, cutoff.date(), column=column)
+    else:
+        # SQLite: routing's own purge (batched DELETEs) keeps the request log's retention.
+        report["deleted"]["Sample"] = Sample.objects.filter(ts__lt=raw_cutoff).delete()[0]
+        report["deleted"]["SampleMinute"] = SampleMinute.objects.filter(ts__lt=minute_cutoff).delete()[0]
+    report["seconds"]["drop"] = time.perf_counter() - started
+    started = time.perf_counter()
+    hour_cutoff = now - timedelta(days=settings.METRICS_HOUR_RETENTION_DAYS)
+    report["deleted"]["SampleHour"] = SampleHour.objects.filter(ts__lt=hour_cutoff).delete()[0]
+    report["deleted"]["UsageHour"] = UsageHour.objects.filter(hour__lt=hour_cutoff).delete()[0]
+    report["deleted"]["UsageDay"] = UsageDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
+    report["seconds"]["delete"] = time.perf_counter() - started
+    return report

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from metrics.selectors import dashboard_cards, gateway_live, open_alerts
+from portal.roles import Capability, user_can
+
+register = template.Library()
+
+
+@register.inclusion_tag("metrics/_dashboard_cards.html", takes_context=True)
+def metrics_dashboard(context: template.Context) -> dict[str, Any]:
+    request = context["request"]
+    return {"cards": dashboard_cards(), "gateway": gateway_live(), "request": request,
+            "can_operate": user_can(request.user, Capability.OPERATE), "csrf_token": context.get("csrf_token")}
+
+
+@register.inclusion_tag("metrics/_alert_badge.html", takes_context=True)
+def open_alerts_badge(context: template.Context) -> dict[str, Any]:
+    request = context.get("request")
+    if request is None or not user_can(request.user, Capability.VIEW):
+        return {"show": False}
+    return {"show": True, "count": open_alerts().count()}

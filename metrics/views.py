@@ -1,0 +1,175 @@
+"""Metrics pages and endpoints. Charts load their history once as JSON, then follow the
+dashboard socket's metrics.tick events (no polling)."""
+
+from __future__ import annotations
+
+import csv
+import hmac
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from lanes.models import Lane, Node
+from metrics.alerts import alert_acknowledge
+from metrics.exposition import render_metrics
+from metrics.forms import RequestLogFilterForm, UsageForm
+from metrics.models import Alert, AlertState, TargetKind
+from metrics.rules import RULE_LABELS
+from metrics.selectors import (
+    CHART_RANGES,
+    GATEWAY_RANGES,
+    LANE_CHARTS,
+    NODE_CHARTS,
+    SERIES_LABELS,
+    RequestFilters,
+    chart_series,
+    gateway_live,
+    gateway_summary,
+    gateway_traffic,
+    request_log,
+    usage_table,
+)
+from portal.roles import Capability, role_required, user_can
+from routing.models import ApiKey, RequestLog
+
+PAGE_SIZE = 50
+
+
+@never_cache
+def prometheus_metrics(request: HttpRequest) -> HttpResponse:
+    """For Prometheus: `Authorization: Bearer <PORTAL_METRICS_TOKEN>`; off (404) without a token."""
+    token = settings.METRICS_TOKEN
+    if not token:
+        raise Http404("PORTAL_METRICS_TOKEN is not set: /metrics is off.")
+    sent = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+        response = HttpResponse("A valid bearer token is required.\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(render_metrics(), content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _chart_context(kind: str, name: str, charts: Any) -> dict[str, Any]:
+    return {
+        "kind": kind, "name": name, "charts": [{"title": t, "series": list(s)} for t, s in charts],
+        "ranges": [{"key": r.key, "label": r.label} for r in CHART_RANGES.values()],
+        "series_labels": SERIES_LABELS,
+    }
+
+
+@role_required(Capability.VIEW)
+def lane_charts(request: HttpRequest, name: str) -> HttpResponse:
+    lane = get_object_or_404(Lane, name=name)
+    return render(request, "metrics/charts.html", {**_chart_context(TargetKind.LANE, lane.name, LANE_CHARTS),
+                                                   "state": lane.observed_state, "back": f"/lanes/{lane.name}/"})
+
+
+@role_required(Capability.VIEW)
+def node_charts(request: HttpRequest, name: str) -> HttpResponse:
+    node = get_object_or_404(Node, name=name)
+    return render(request, "metrics/charts.html", {**_chart_context(TargetKind.NODE, node.name, NODE_CHARTS),
+                                                   "state": node.state, "back": f"/nodes/{node.name}/"})
+
+
+@never_cache
+def series_json(request: HttpRequest, kind: str, name: str) -> JsonResponse:
+    if not request.user.is_authenticated:
+        return JsonResponse({"detail": "Log in first."}, status=401)
+    if not user_can(request.user, Capability.VIEW):
+        return JsonResponse({"detail": "Your role may not read dashboards."}, status=403)
+    range_key = request.GET.get("range", "15m")
+    if range_key not in CHART_RANGES:
+        return JsonResponse({"detail": [{"loc": ["query", "range"], "msg": f"must be one of {', '.join(CHART_RANGES)}"}]},
+                            status=400)
+    if kind not in TargetKind.values:
+        raise Http404("no such kind")
+    return JsonResponse(chart_series(kind, name, range_key))
+
+
+@role_required(Capability.OPERATE)
+def gateway_page(request: HttpRequest) -> HttpResponse:
+    range_key = request.GET.get("range", "24h")
+    if range_key not in GATEWAY_RANGES:
+        range_key = "24h"
+    return render(request, "metrics/gateway.html", {
+        "live": gateway_live(), "summary": gateway_summary(range_key), "traffic": gateway_traffic(),
+        "ranges": list(GATEWAY_RANGES), "range": range_key,
+    })
+
+
+@role_required(Capability.OPERATE)
+def usage_page(request: HttpRequest, fmt: str = "html") -> HttpResponse:
+    form = UsageForm(request.GET or None)
+    if request.GET and not form.is_valid():
+        return render(request, "metrics/usage.html", {"form": form, "rows": []}, status=400)
+    data = form.cleaned_data if request.GET else {}
+    period, by, days = data.get("period") or "day", data.get("by") or "key", data.get("days") or 30
+    rows = usage_table(period=period, group=by, since=timezone.now() - timedelta(days=days))
+    if fmt == "csv":
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="usage-by-{by}-per-{period}.csv"'
+        writer = csv.writer(response)
+        columns = ["period", by, "requests", "errors", "prompt_tokens", "completion_tokens"]
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([row[c] for c in columns])
+        return response
+    return render(request, "metrics/usage.html", {"form": form, "rows": rows, "period": period, "by": by,
+                                                  "days": days})
+
+
+@role_required(Capability.OPERATE)
+def requests_page(request: HttpRequest) -> HttpResponse:
+    form = RequestLogFilterForm(request.GET or None)
+    context: dict[str, Any] = {"form": form, "keys": ApiKey.objects.order_by("name"), "rows": [], "next_before": None}
+    if request.GET and not form.is_valid():
+        return render(request, "metrics/requests.html", context, status=400)
+    data = form.cleaned_data if request.GET else {}
+    rows_qs = request_log(RequestFilters(
+        key=data.get("key"), lane=data.get("lane") or "", status=data.get("status"), route=data.get("route") or "",
+        since=data.get("since"), until=data.get("until"),
+    ))
+    if data.get("before"):
+        rows_qs = rows_qs.filter(id__lt=data["before"])
+    # Keyset pagination: no COUNT over a table of tens of millions of rows.
+    rows = list(rows_qs.order_by("-id")[: PAGE_SIZE + 1])
+    context["rows"] = rows[:PAGE_SIZE]
+    if len(rows) > PAGE_SIZE:
+        query = request.GET.copy()
+        query["before"] = str(rows[PAGE_SIZE - 1].id)
+        context["next_before"] = query.urlencode()
+    return render(request, "metrics/requests.html", context)
+
+
+@role_required(Capability.OPERATE)
+def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    row = get_object_or_404(RequestLog.objects.select_related("key"), pk=pk)
+    return render(request, "metrics/request_detail.html", {"row": row})
+
+
+@role_required(Capability.VIEW)
+def alerts_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "metrics/alerts.html", {
+        "open": Alert.objects.filter(state=AlertState.OPEN).select_related("acknowledged_by").order_by("-opened_at"),
+        "history": Alert.objects.filter(state=AlertState.RESOLVED).select_related("acknowledged_by")
+        .order_by("-resolved_at")[:200],
+        "rule_labels": RULE_LABELS,
+    })
+
+
+@require_POST
+@role_required(Capability.VIEW)
+def alert_ack(request: HttpRequest, pk: int) -> HttpResponse:
+    alert = get_object_or_404(Alert, pk=pk)
+    if not user_can(request.user, Capability.OPERATE):
+        raise PermissionDenied("Only an admin may acknowledge alerts.")
+    alert_acknowledge(alert=alert, actor=request.user)
+    back = str(request.POST.get("next") or "")
+    return redirect(back if back.startswith("/") and not back.startswith("//") else "/monitor/alerts/")

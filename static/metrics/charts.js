@@ -1,0 +1,49 @@
+// Lane and node charts: history from /monitor/series/ for the chosen range, then every
+// metrics.tick appended in place (the chart is updated, the page never redrawn).
+(function () {
+  const box = document.getElementById("charts");
+  const kind = box.dataset.kind, name = box.dataset.name;
+  const labels = JSON.parse(document.getElementById("series-labels").textContent);
+  const MAX_POINTS = { "15m": 180, "6h": 360 + 72, "7d": 168 + 720 };
+  let range = "15m";
+  const charts = Array.from(box.querySelectorAll("canvas")).map(function (canvas) {
+    const series = canvas.dataset.series.split(",");
+    return { series: series, chart: SparkMetrics.lineChart(canvas, series, labels) };
+  });
+  function label(iso) { return range === "7d" ? String(iso).slice(5, 16).replace("T", " ") : SparkMetrics.clock(iso); }
+  function load() {
+    fetch(`/monitor/series/${kind}/${encodeURIComponent(name)}?range=${range}`, { credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(function (body) {
+        charts.forEach(function (c) {
+          c.chart.data.labels = body.points.map(function (p) { return label(p.t); });
+          c.chart.data.datasets.forEach(function (ds, i) {
+            ds.data = body.points.map(function (p) { const v = p.v[c.series[i]]; return v === undefined ? null : v; });
+          });
+          c.chart.update("none");
+        });
+        box.dataset.loaded = range;
+      });
+  }
+  document.querySelectorAll("#ranges button").forEach(function (button) {
+    button.addEventListener("click", function () {
+      document.querySelectorAll("#ranges button").forEach(function (b) { b.classList.toggle("active", b === button); });
+      range = button.dataset.range; load();
+    });
+  });
+  load();
+  PortalLive.connect("/ws/dashboard/", function (msg) {
+    if (msg.event !== "metrics.tick") { return; }
+    const entry = (msg.data[kind + "s"] || {})[name];
+    if (!entry) { return; }
+    document.getElementById("last-tick").textContent = PortalLive.formatTime(msg.data.at);
+    const badge = document.getElementById("target-state");
+    badge.textContent = entry.state; badge.className = "badge state state-" + entry.state;
+    document.getElementById("scrape-error").textContent = entry.scraped && entry.ok === false ? "scrape failed: " + entry.error : "";
+    if (!entry.scraped || !entry.ok) { return; }
+    charts.forEach(function (c) {
+      SparkMetrics.push(c.chart, label(msg.data.at), c.series.map(function (s) { return entry.figures[s]; }), MAX_POINTS[range]);
+    });
+    box.dataset.ticks = String(Number(box.dataset.ticks || 0) + 1);
+  });
+})();

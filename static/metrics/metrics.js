@@ -1,0 +1,70 @@
+// Live metrics on every page that shows them: cards, sparklines and charts follow the
+// dashboard socket's metrics.tick and alert.changed events (Chart.js, served by the portal).
+window.SparkMetrics = (function () {
+  const UNITS = {
+    gen_tps: [1, " tok/s"], prompt_tps: [0, " tok/s"], running: [0, ""], waiting: [0, ""], kv_pct: [0, "%"],
+    prefix_hit_pct: [0, "%"], ttft_p50_ms: [0, " ms"], ttft_p95_ms: [0, " ms"], itl_p50_ms: [1, " ms"],
+    itl_p95_ms: [1, " ms"], spec_accept_pct: [0, "%"], spec_accept_len: [2, ""], mem_avail_gib: [1, " GiB"],
+    swap_used_gib: [2, " GiB"], cpu_pct: [0, "%"], gpu_util_pct: [0, "%"], gpu_power_w: [1, " W"],
+    gpu_temp_c: [0, " °C"], rpm: [1, "/min"], error_pct: [1, "%"], latency_p50_ms: [0, " ms"],
+    latency_p95_ms: [0, " ms"],
+  };
+  function bytesPerSecond(v) {
+    const units = ["B/s", "KB/s", "MB/s", "GB/s"];
+    let i = 0;
+    while (v >= 1000 && i < units.length - 1) { v /= 1000; i++; }
+    return v.toFixed(i ? 1 : 0) + " " + units[i];
+  }
+  function format(series, value) {
+    if (value === null || value === undefined) { return "—"; }
+    if (series.startsWith("roce_")) { return bytesPerSecond(value); }
+    const unit = UNITS[series] || [1, ""];
+    return Number(value).toFixed(unit[0]) + unit[1];
+  }
+  function clock(iso) { return String(iso).slice(11, 19); }
+  const COLORS = ["#0d6efd", "#dc3545", "#198754", "#fd7e14"];
+
+  function sparkline(canvas, points) {
+    return new Chart(canvas, {
+      type: "line",
+      data: { labels: points.map(function (p) { return clock(p[0]); }),
+              datasets: [{ data: points.map(function (p) { return p[1]; }), borderColor: "#0d6efd", borderWidth: 1.5,
+                           pointRadius: 0, fill: false, tension: 0.2 }] },
+      options: { animation: false, responsive: false, plugins: { legend: { display: false }, tooltip: { enabled: false } },
+                 scales: { x: { display: false }, y: { display: false } } },
+    });
+  }
+  function push(chart, label, values, maxPoints) {
+    chart.data.labels.push(label);
+    chart.data.datasets.forEach(function (ds, i) { ds.data.push(values[i] === undefined ? null : values[i]); });
+    while (chart.data.labels.length > maxPoints) {
+      chart.data.labels.shift();
+      chart.data.datasets.forEach(function (ds) { ds.data.shift(); });
+    }
+    chart.update("none");
+  }
+  function lineChart(canvas, series, labels) {
+    return new Chart(canvas, {
+      type: "line",
+      data: { labels: [], datasets: series.map(function (s, i) {
+        return { label: labels[s] || s, data: [], borderColor: COLORS[i % COLORS.length], borderWidth: 1.5,
+                 pointRadius: 0, fill: false, spanGaps: true };
+      }) },
+      options: { animation: false, maintainAspectRatio: false, interaction: { mode: "index", intersect: false },
+                 scales: { x: { ticks: { maxTicksLimit: 8 } } } },
+    });
+  }
+  // Cards: every [data-figure] element inside a card shows one series of that target.
+  function updateCard(card, entry) {
+    if (!card || !entry) { return; }
+    const figures = entry.figures || {};
+    card.querySelectorAll("[data-figure]").forEach(function (el) {
+      el.textContent = format(el.dataset.figure, figures[el.dataset.figure]);
+    });
+    const badge = card.querySelector(".state");
+    if (badge && entry.state) { badge.textContent = entry.state; badge.className = "badge state state-" + entry.state; }
+    const problem = card.querySelector(".scrape-error");
+    if (problem) { problem.textContent = entry.scraped && entry.ok === false ? "scrape failed: " + entry.error : ""; }
+  }
+  return { format: format, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart, updateCard: updateCard };
+})();

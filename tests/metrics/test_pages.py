@@ -1,0 +1,159 @@
+"""Pages, JSON and the token-protected /metrics: who may see what, bad input, CSV export."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.test import Client, override_settings
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from lanes.models import Lane, Node
+from metrics import views
+from metrics.exposition import render_metrics
+from metrics.models import Alert, ScrapeTarget, UsageHour
+from metrics.storage import samples_store, usage_rollup
+from routing.models import ApiKey, RequestLog
+
+pytestmark = pytest.mark.django_db
+TOKEN = "prom-secret-token-0123456789"
+
+
+@pytest.fixture
+def lane_and_node(db: None) -> None:
+    node = Node.objects.create(name="spark1", address="127.0.0.11", transport="local", state="online")
+    lane = Lane.objects.create(name="qwen", model_id="org/qwen", image="x@sha256:" + "0" * 64, max_model_len=4096,
+                               observed_state="serving")
+    lane.members.create(node=node, rank=0)
+    ScrapeTarget.objects.create(kind="lane", target="qwen", ok=True, figures={"gen_tps": 42.5, "kv_pct": 12.0})
+    ScrapeTarget.objects.create(kind="node", target="spark1", ok=False, error="refused", consecutive_failures=4)
+
+
+@pytest.fixture
+def traffic(db: None) -> ApiKey:
+    key = ApiKey.objects.create(name="agents", prefix="sk-spark-ab", secret_hash="y" * 64)
+    now = timezone.now()
+    for i, (status, latency) in enumerate([(200, 80.0), (200, 400.0), (502, 1200.0)]):
+        RequestLog.objects.create(created_at=now - timedelta(seconds=10 + i), request_id=f"req-{i}", key=key,
+                                  endpoint="chat.completions", lane="qwen", route_reason="explicit", status=status,
+                                  prompt_tokens=10, completion_tokens=20, ttft_ms=50.0, latency_ms=latency)
+    usage_rollup(now=now)
+    return key
+
+
+def test_prometheus_metrics_need_the_bearer_token(client: Client, lane_and_node, traffic):
+    with override_settings(METRICS_TOKEN=TOKEN):
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+        response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+    requests = {(s.labels["lane"], s.labels["status"]): s.value for s in families["spark_gateway_requests"].samples
+                if s.name == "spark_gateway_requests_total"}
+    assert requests == {("qwen", "200"): 2.0, ("qwen", "502"): 1.0}
+    buckets = {s.labels["le"]: s.value for s in families["spark_gateway_request_duration_seconds"].samples
+               if s.name.endswith("_bucket")}
+    assert buckets["0.1"] == 1.0 and buckets["0.5"] == 2.0 and buckets["+Inf"] == 3.0
+    lane_state = {s.labels["state"]: s.value for s in families["spark_lane_state"].samples}
+    assert lane_state["serving"] == 1.0 and lane_state["stopped"] == 0.0
+    up = {s.labels["target"]: s.value for s in families["spark_scrape_up"].samples}
+    assert up == {"qwen": 1.0, "spark1": 0.0}
+    assert families["spark_lane_generation_tokens_per_second"].samples[0].value == 42.5
+
+
+def test_prometheus_metrics_are_off_without_a_token(client: Client):
+    with override_settings(METRICS_TOKEN=""):
+        assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 404
+
+
+@pytest.mark.parametrize("path", ["/monitor/lanes/qwen/", "/monitor/nodes/spark1/", "/monitor/alerts/"])
+def test_viewers_read_charts_and_alerts_outsiders_are_refused(role_clients, lane_and_node, path):
+    assert role_clients["viewer"].get(path).status_code == 200
+    assert role_clients["outsider"].get(path).status_code == 403
+    assert role_clients["anonymous"].get(path).status_code == 302
+
+
+@pytest.mark.parametrize("path", ["/monitor/gateway/", "/monitor/usage/", "/monitor/usage.csv", "/monitor/requests/"])
+def test_gateway_figures_are_for_admins(role_clients, traffic, path):
+    assert role_clients["admin"].get(path).status_code == 200
+    assert role_clients["viewer"].get(path).status_code == 403
+    assert role_clients["outsider"].get(path).status_code == 403
+
+
+def test_chart_series_json_and_its_denied_and_bad_range_cases(role_clients, lane_and_node):
+    samples_store(at=timezone.now() - timedelta(seconds=5), lanes={"qwen": {"gen_tps": 12.0}}, nodes={})
+    body = role_clients["viewer"].get("/monitor/series/lane/qwen?range=15m").json()
+    assert body["points"][0]["v"] == {"gen_tps": 12.0}
+    bad = role_clients["viewer"].get("/monitor/series/lane/qwen?range=1y")
+    assert bad.status_code == 400 and bad.json()["detail"][0]["loc"] == ["query", "range"]
+    assert role_clients["outsider"].get("/monitor/series/lane/qwen").status_code == 403
+    assert role_clients["anonymous"].get("/monitor/series/lane/qwen").status_code == 401
+
+
+def test_the_dashboard_shows_lane_and_node_cards(role_clients, lane_and_node):
+    page = role_clients["viewer"].get("/").content.decode()
+    assert 'data-lane="qwen"' in page and 'data-node="spark1"' in page
+    assert "scrape failed: refused" in page
+    assert '"gen_tps": 42.5' in page  # the initial figures the cards start from
+
+
+def test_usage_csv_export(role_clients, traffic):
+    response = role_clients["admin"].get("/monitor/usage.csv?by=lane&period=day&days=7")
+    lines = response.content.decode().strip().splitlines()
+    assert lines[0] == "period,lane,requests,errors,prompt_tokens,completion_tokens"
+    assert lines[1].endswith(",qwen,3,1,30,60")
+    assert response["Content-Disposition"] == 'attachment; filename="usage-by-lane-per-day.csv"'
+    by_key = role_clients["admin"].get("/monitor/usage.csv?by=key").content.decode()
+    assert ",agents,3,1,30,60" in by_key
+    assert UsageHour.objects.count() == 2  # 200 and 502
+
+
+def test_usage_bad_input_names_the_field(role_clients, traffic):
+    response = role_clients["admin"].get("/monitor/usage/?days=0")
+    assert response.status_code == 400 and "days:" in response.content.decode()
+
+
+def test_request_log_filters_paginates_and_details(role_clients, traffic, monkeypatch):
+    admin = role_clients["admin"]
+    page = admin.get("/monitor/requests/?status=502").content.decode()
+    assert "req-2" in page and "req-0" not in page
+    assert "req-1" in admin.get(f"/monitor/requests/?key={traffic.pk}&lane=qwen&route=explicit").content.decode()
+    bad = admin.get("/monitor/requests/?status=abc&since=yesterday")
+    assert bad.status_code == 400
+    text = bad.content.decode()
+    assert "status:" in text and "since:" in text
+    row = RequestLog.objects.get(request_id="req-2")
+    detail = admin.get(f"/monitor/requests/{row.pk}/").content.decode()
+    assert "502" in detail and "agents" in detail
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)  # newest ids first, two a page
+    first = admin.get("/monitor/requests/").content.decode()
+    assert "req-2" in first and "req-1" in first and "req-0" not in first and 'id="older"' in first
+    second = admin.get(f"/monitor/requests/?before={RequestLog.objects.get(request_id='req-1').pk}").content.decode()
+    assert "req-0" in second and "req-1" not in second and 'id="older"' not in second
+
+
+def test_only_admins_acknowledge_an_alert_from_the_page(role_clients, admin_user):
+    alert = Alert.objects.create(rule="ttft_high", kind="lane", target="qwen", state="open", message="slow",
+                                 opened_at=datetime(2026, 11, 30, tzinfo=UTC))
+    assert role_clients["viewer"].post(f"/monitor/alerts/{alert.pk}/ack").status_code == 403
+    assert role_clients["outsider"].post(f"/monitor/alerts/{alert.pk}/ack").status_code == 403
+    assert role_clients["admin"].post(f"/monitor/alerts/{alert.pk}/ack").status_code == 302
+    alert.refresh_from_db()
+    assert alert.acknowledged_by == admin_user
+    header = role_clients["viewer"].get("/monitor/alerts/").content.decode()
+    assert 'id="alert-badge" data-count="1"' in header
+
+
+def test_the_sample_grafana_dashboard_uses_only_metrics_the_portal_exports(lane_and_node, traffic):
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs/grafana/spark-lanes-portal.json").read_text())
+    used = {name for panel in dashboard["panels"] for target in panel["targets"]
+            for name in re.findall(r"spark_[a-z0-9_]+", target["expr"])}
+    exported = {sample.name for family in text_string_to_metric_families(render_metrics().decode())
+                for sample in family.samples}
+    exported |= {f.name for f in text_string_to_metric_families(render_metrics().decode())}
+    assert used and used <= exported, used - exported

@@ -1,0 +1,111 @@
+"""vLLM /metrics text to figures: counters with _total, histograms with buckets, labels
+summed over engines, _created samples ignored, a restarted engine's counter reset."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from metrics.parsing import (
+    TTFT,
+    EngineReading,
+    counter_delta,
+    histogram_delta,
+    histogram_quantile,
+    lane_figures,
+    parse_vllm_metrics,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+def read(name: str, at: float) -> EngineReading:
+    return parse_vllm_metrics((DATA / name).read_text(), at=at)
+
+
+def test_it_reads_counters_by_their_total_names_and_sums_engines():
+    reading = read("vllm_two_engines.txt", at=0)
+    assert reading.counters["vllm:prompt_tokens_total"] == 1500.0
+    assert reading.counters["vllm:generation_tokens_total"] == 200.0
+    assert reading.counters["vllm:request_success_total"] == 10.0  # every finished_reason
+    assert not any("created" in name for name in [*reading.counters, *reading.gauges])
+    assert "python_gc_objects_collected_total" not in reading.counters
+
+
+def test_it_reads_gauges_summed_over_engines():
+    reading = read("vllm_two_engines.txt", at=0)
+    assert reading.gauges["vllm:num_requests_running"] == 5.0
+    assert reading.gauges["vllm:num_requests_waiting"] == 1.0
+
+
+def test_it_reads_histogram_buckets_as_cumulative_counts_with_inf():
+    reading = read("vllm_two_engines.txt", at=0)
+    assert reading.histograms[TTFT] == {0.1: 2.0, 0.5: 6.0, 1.0: 8.0, math.inf: 10.0}
+
+
+def test_it_parses_the_full_engine_text_including_spec_decode(tmp_path):
+    reading = read("vllm_metrics.txt", at=0)  # captured from a sparksim engine (vLLM's names and format)
+    assert reading.counters["vllm:prompt_tokens_total"] == 486.0
+    assert reading.counters["vllm:spec_decode_num_accepted_tokens_total"] == 102.0
+    assert "vllm:cache_config_info" not in reading.gauges
+    assert sum(1 for _ in reading.histograms[TTFT]) == 23  # 22 bounds and +Inf
+
+
+def test_histogram_quantile_interpolates_inside_the_bucket():
+    buckets = {0.1: 2.0, 0.5: 6.0, 1.0: 8.0, math.inf: 10.0}
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1 + 0.4 * (5 - 2) / 4)
+    assert histogram_quantile(0.8, buckets) == pytest.approx(1.0)
+    assert histogram_quantile(0.95, buckets) == pytest.approx(1.0)  # beyond the last finite bound
+    assert histogram_quantile(0.5, {0.1: 0.0, math.inf: 0.0}) is None
+
+
+def test_counter_reset_after_a_restart_counts_the_new_value():
+    assert counter_delta(100.0, 130.0) == 30.0
+    assert counter_delta(100.0, 12.0) == 12.0
+    assert counter_delta(None, 12.0) == 0.0
+    before = {0.1: 5.0, 1.0: 9.0, math.inf: 10.0}
+    assert histogram_delta(before, {0.1: 1.0, 1.0: 2.0, math.inf: 2.0}) == {0.1: 1.0, 1.0: 2.0, math.inf: 2.0}
+
+
+def test_lane_figures_rates_and_percentiles_from_two_readings():
+    first = read("vllm_two_engines.txt", at=100.0)
+    second = EngineReading.from_json(first.to_json())  # survives the JSON round trip (+Inf included)
+    second.at = 110.0
+    second.counters["vllm:prompt_tokens_total"] += 2000.0
+    second.counters["vllm:generation_tokens_total"] += 500.0
+    second.histograms[TTFT] = {0.1: 2.0, 0.5: 6.0, 1.0: 18.0, math.inf: 20.0}  # ten new, all in (0.5, 1]
+    figures = lane_figures(first, second)
+    assert figures["prompt_tps"] == pytest.approx(200.0)
+    assert figures["gen_tps"] == pytest.approx(50.0)
+    assert figures["running"] == 5.0 and figures["kv_pct"] == pytest.approx(50.0)
+    assert 500.0 < figures["ttft_p50_ms"] <= 1000.0
+    assert figures["ttft_p95_ms"] == pytest.approx(975.0)
+
+
+def test_lane_figures_after_an_engine_restart_are_not_negative():
+    first = read("vllm_metrics.txt", at=0.0)
+    restarted = EngineReading.from_json(first.to_json())
+    restarted.at = 5.0
+    restarted.counters = {name: 10.0 for name in first.counters}
+    restarted.histograms = {name: {bound: 1.0 for bound in b} for name, b in first.histograms.items()}
+    figures = lane_figures(first, restarted)
+    assert figures["gen_tps"] == pytest.approx(2.0)
+    assert figures["ttft_p95_ms"] > 0
+
+
+def test_spec_decode_acceptance_rate_and_length():
+    first = read("vllm_metrics.txt", at=0.0)
+    second = EngineReading.from_json(first.to_json())
+    second.at = 1.0
+    for name, grow in (("drafts", 10), ("draft_tokens", 30), ("accepted_tokens", 21)):
+        second.counters[f"vllm:spec_decode_num_{name}_total"] += grow
+    figures = lane_figures(first, second)
+    assert figures["spec_accept_pct"] == pytest.approx(70.0)
+    assert figures["spec_accept_len"] == pytest.approx(3.1)
+
+
+def test_a_malformed_text_raises_value_error():
+    with pytest.raises(ValueError):
+        parse_vllm_metrics("vllm:num_requests_running{engine=0 1\n", at=0)

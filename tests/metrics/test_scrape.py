@@ -1,0 +1,122 @@
+"""The scrape tick against real sparksim engines over HTTP and simulated Sparks over the
+local transport: figures, samples, a dead and a hung lane marked without stalling."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from django.core.cache import cache
+from django.test import override_settings
+
+from lanes.models import Node
+from metrics.models import Sample, ScrapeTarget
+from metrics.nodeprobe import node_figures, parse_probe_output
+from metrics.services import scrape_tick
+from metrics.tasks import TICK_LOCK
+from metrics.tasks import scrape_tick as scrape_tick_task
+from tests.conftest import free_port
+from tests.metrics.conftest import QWEN, make_lane_for
+
+pytestmark = pytest.mark.django_db
+
+
+def traffic(url: str, n: int = 3) -> None:
+    for _ in range(n):
+        response = httpx.post(f"{url}/v1/completions", timeout=30,
+                              json={"model": QWEN, "prompt": "tell me about sparks " * 30, "max_tokens": 24})
+        assert response.status_code == 200
+
+
+def test_a_serving_lane_gets_rates_and_latency_percentiles(qwen_engine):
+    make_lane_for("qwen", "127.0.0.1", qwen_engine.port)
+    scrape_tick()
+    first = ScrapeTarget.objects.get(kind="lane", target="qwen")
+    assert first.ok and "gen_tps" not in first.figures and first.figures["running"] == 0.0
+    traffic(qwen_engine.url)
+    time.sleep(0.05)
+    scrape_tick()
+    state = ScrapeTarget.objects.get(kind="lane", target="qwen")
+    assert state.ok and state.consecutive_failures == 0
+    assert state.figures["gen_tps"] > 0 and state.figures["prompt_tps"] > 0
+    assert state.figures["ttft_p95_ms"] > 0 and state.figures["itl_p50_ms"] > 0
+    assert 0 <= state.figures["prefix_hit_pct"] <= 100
+    assert Sample.objects.filter(kind="lane", target="qwen").count() == 2
+
+
+@override_settings(METRICS_SCRAPE_TIMEOUT_S=0.5)
+def test_a_dead_and_a_hung_lane_are_marked_and_the_tick_still_finishes(qwen_engine, silent_port):
+    make_lane_for("qwen", "127.0.0.1", qwen_engine.port)
+    make_lane_for("dead", "127.0.0.1", free_port())
+    make_lane_for("hung", "127.0.0.1", silent_port)
+    started = time.monotonic()
+    report = scrape_tick()
+    elapsed = time.monotonic() - started
+    assert report["failed"] == 2
+    assert elapsed < 5  # bounded by the per-target timeout, not by the hung peer
+    dead = ScrapeTarget.objects.get(kind="lane", target="dead")
+    hung = ScrapeTarget.objects.get(kind="lane", target="hung")
+    assert not dead.ok and "dead" not in dead.error and "127.0.0.1" in dead.error
+    assert not hung.ok and "within 0.5s" in hung.error
+    assert ScrapeTarget.objects.get(kind="lane", target="qwen").ok
+    scrape_tick()
+    assert ScrapeTarget.objects.get(kind="lane", target="dead").consecutive_failures == 2
+
+
+def test_stopped_lanes_are_not_scraped(qwen_engine):
+    make_lane_for("qwen", "127.0.0.1", qwen_engine.port, state="stopped")
+    scrape_tick()
+    assert not ScrapeTarget.objects.filter(kind="lane").exists()
+
+
+def test_a_simulated_spark_is_read_over_its_transport(sim_nodes):
+    for info in sim_nodes:
+        Node.objects.create(name=info.name, address=info.address, transport="local", sim_dir=info.sim_dir)
+    Node.objects.create(name="gone", address="127.0.0.250", transport="ssh", ssh_port=free_port(), state="online")
+    scrape_tick()
+    time.sleep(0.05)
+    with override_settings(JOBS_SSH_CONNECT_TIMEOUT_S=1.0):
+        scrape_tick()
+    spark1 = ScrapeTarget.objects.get(kind="node", target="spark1")
+    assert spark1.ok, spark1.error
+    f = spark1.figures
+    assert 100 < f["mem_avail_gib"] <= 128  # the simulated Spark's 128 GiB less the OS
+    assert f["swap_used_gib"] == 0.0
+    assert f["gpu_temp_c"] == 38.0 and f["gpu_util_pct"] == 0.0 and f["gpu_power_w"] == pytest.approx(11.02)
+    assert 0.0 <= f["cpu_pct"] <= 100.0
+    assert f["roce_tx_Bps"] == 0.0 and "roce_rx_Bps:rocep1s0f0" in f
+    gone = ScrapeTarget.objects.get(kind="node", target="gone")
+    assert not gone.ok and gone.consecutive_failures == 2 and gone.error
+
+
+def test_the_probe_output_parse_and_roce_counter_rates():
+    lines = [
+        "@meminfo", "MemTotal:       134217728 kB", "MemAvailable:    8388608 kB", "SwapTotal:  16777216 kB",
+        "SwapFree:   15728640 kB", "@stat", "cpu  100 0 100 700 100 0 0 0 0 0", "@gpu", "96, 42.37, 61",
+        "@roce", "/s/class/infiniband/rocep1s0f0/ports/1/counters/port_xmit_data 1000",
+        "/s/class/infiniband/rocep1s0f0/ports/1/counters/port_rcv_data 500",
+    ]
+    before = parse_probe_output(lines, at=0.0)
+    after_lines = [line.replace("cpu  100 0 100 700", "cpu  200 0 200 1300").replace(" 1000", " 2000")
+                   .replace(" 500", " 100") for line in lines]  # rcv went down: the counter was reset
+    after = parse_probe_output(after_lines, at=2.0)
+    figures = node_figures(before, after)
+    assert figures["mem_avail_gib"] == pytest.approx(8.0)
+    assert figures["swap_used_gib"] == pytest.approx(1.0)
+    assert figures["gpu_util_pct"] == 96 and figures["gpu_temp_c"] == 61
+    assert figures["cpu_pct"] == pytest.approx(25.0)
+    assert figures["roce_tx_Bps"] == pytest.approx(1000 * 4 / 2)  # 4-octet words
+    assert figures["roce_rx_Bps"] == pytest.approx(100 * 4 / 2)
+
+
+def test_a_tick_skips_while_another_one_runs(qwen_engine):
+    make_lane_for("qwen", "127.0.0.1", qwen_engine.port)
+    cache.add(TICK_LOCK, True, timeout=30)
+    try:
+        assert scrape_tick_task() == {"skipped": True}
+        assert not ScrapeTarget.objects.exists()
+    finally:
+        cache.delete(TICK_LOCK)
+    assert scrape_tick_task()["targets"] == 2  # the lane and the node it runs on
+    assert ScrapeTarget.objects.get(kind="lane", target="qwen").ok

@@ -1,0 +1,104 @@
+"""Downsampling (1 min, 1 h) and retention: on PostgreSQL whole daily partitions are
+created ahead and dropped, never DELETEd."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from metrics.models import Sample, SampleHour, SampleMinute, UsageHour
+from metrics.partitions import partition_days
+from metrics.storage import samples_downsample, samples_store, storage_maintain, usage_rollup
+from routing.models import ApiKey, RequestLog
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
+
+
+def test_raw_samples_roll_up_to_minute_means_and_peaks_then_hours():
+    for second, kv in ((0, 10.0), (5, 20.0), (10, 60.0)):
+        samples_store(at=datetime(2026, 11, 30, 11, 58, second, tzinfo=UTC), lanes={"qwen": {"kv_pct": kv}}, nodes={})
+    samples_store(at=datetime(2026, 11, 30, 11, 59, 0, tzinfo=UTC), lanes={"qwen": {"kv_pct": 90.0}},
+                  nodes={"spark1": {"mem_avail_gib": 100.0}})
+    minutes, hours = samples_downsample(now=NOW)
+    assert minutes == 3
+    row = SampleMinute.objects.get(kind="lane", target="qwen", ts=datetime(2026, 11, 30, 11, 58, tzinfo=UTC))
+    assert row.values["kv_pct"] == pytest.approx(30.0) and row.peaks["kv_pct"] == 60.0
+    hour = SampleHour.objects.get(kind="lane", target="qwen", ts=datetime(2026, 11, 30, 11, 0, tzinfo=UTC))
+    assert hour.values["kv_pct"] == pytest.approx(60.0)  # mean of the minute means 30 and 90
+    assert hour.peaks["kv_pct"] == 90.0
+    samples_downsample(now=NOW)  # idempotent
+    assert SampleMinute.objects.filter(kind="lane", target="qwen").count() == 2
+
+
+def test_the_usage_rollup_counts_requests_tokens_and_errors_per_key_and_lane():
+    LATER = datetime(2026, 11, 30, 12, 20, 30, tzinfo=UTC)
+    key = ApiKey.objects.create(name="agents", prefix="sk-spark-ab", secret_hash="x" * 64)
+    base = dict(request_id="r", endpoint="chat.completions", latency_ms=100.0)
+    RequestLog.objects.create(created_at=LATER - timedelta(minutes=1), key=key, lane="qwen", status=200,
+                              prompt_tokens=10, completion_tokens=5, **base)
+    RequestLog.objects.create(created_at=LATER - timedelta(minutes=2), key=key, lane="qwen", status=429, **base)
+    RequestLog.objects.create(created_at=LATER - timedelta(minutes=70), key=key, lane="deepseek", status=200,
+                              prompt_tokens=7, completion_tokens=3, **base)
+    assert usage_rollup(now=LATER) == 3
+    qwen = UsageHour.objects.get(lane="qwen", status=200)
+    assert (qwen.requests, qwen.errors, qwen.prompt_tokens, qwen.completion_tokens, qwen.key_name) == (1, 0, 10, 5, "agents")
+    assert qwen.latency_buckets[:3] == [0, 1, 1]  # 100 ms: within the 100 ms bound and above
+    assert UsageHour.objects.get(lane="qwen", status=429).errors == 1
+    assert UsageHour.objects.get(lane="deepseek").hour == datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
+    usage_rollup(now=LATER)
+    assert UsageHour.objects.count() == 3
+
+
+@override_settings(METRICS_RAW_RETENTION_DAYS=2, METRICS_MINUTE_RETENTION_DAYS=3, METRICS_HOUR_RETENTION_DAYS=10)
+def test_retention_drops_whole_day_partitions_and_creates_days_ahead():
+    now = datetime.now(UTC)
+    old = now - timedelta(days=5)
+    storage_maintain(now=old)  # partitions for the old days exist, as they did back then
+    for day in range(6):
+        at = now - timedelta(days=day)
+        samples_store(at=at, lanes={"qwen": {"kv_pct": float(day)}}, nodes={})
+        SampleMinute.objects.create(kind="lane", target="qwen", ts=at, values={"kv_pct": 1.0})
+        SampleHour.objects.create(kind="lane", target="qwen", ts=at - timedelta(days=8), values={"kv_pct": 1.0})
+    report = storage_maintain(now=now)
+    if connection.vendor == "postgresql":
+        raw_days = sorted(partition_days("metrics_sample"))
+        assert raw_days[0] == (now - timedelta(days=2)).date()
+        assert raw_days[-1] >= (now + timedelta(days=3)).date()
+        assert "metrics_sample_p" + f"{old:%Y%m%d}" in report["dropped"]
+        assert "Sample" not in report["deleted"]  # no row was DELETEd: partitions went whole
+        assert partition_days("routing_requestlog")  # the request log gets its days ahead too
+    else:
+        assert report["deleted"]["Sample"] == 3
+    assert Sample.objects.count() == 3  # today, yesterday, the day before
+    assert SampleMinute.objects.count() == 4
+    assert SampleHour.objects.count() == 3  # 8–10 days old: within the 10 days
+    assert report["deleted"]["SampleHour"] == 3
+
+
+# Committed rows, as in production: a DROP cannot run while deferred foreign-key checks of
+# rows inserted in the same transaction are pending.
+@pytest.mark.django_db(transaction=True)
+def test_the_request_log_is_partitioned_by_day_and_old_days_are_dropped():
+    """Migration 0003 made routing's request log a partitioned table on PostgreSQL: the
+    gateway's inserts land in day partitions, retention drops whole days."""
+    assert connection.vendor == "postgresql"  # the suite's database; SQLite keeps routing's purge
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relkind FROM pg_class WHERE relname = 'routing_requestlog'")
+        assert cursor.fetchone()[0] == "p"
+    now = datetime.now(UTC)
+    with override_settings(METRICS_PARTITIONS_AHEAD_DAYS=10):
+        storage_maintain(now=now - timedelta(days=40))
+    base = dict(request_id="r", endpoint="chat.completions", latency_ms=1.0, status=200)
+    old = RequestLog.objects.create(created_at=now - timedelta(days=35), **base)
+    stray = RequestLog.objects.create(created_at=now - timedelta(days=60), **base)  # no day partition: the default
+    fresh = RequestLog.objects.bulk_create([RequestLog(created_at=now, **base)])[0]
+    assert fresh.id > old.id > 0 and stray.id
+    with override_settings(GATEWAY_LOG_RETENTION_DAYS=30):
+        report = storage_maintain(now=now)
+    assert f"routing_requestlog_p{now - timedelta(days=35):%Y%m%d}" in report["dropped"]
+    assert list(RequestLog.objects.values_list("id", flat=True)) == [fresh.id]
