@@ -77,6 +77,9 @@ class RequestLog(models.Model):
     error_code = models.CharField(max_length=64, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Who counted the tokens: "" the lane itself; "tokenize" the gateway, exactly, with the
+    # lane's /tokenize; "estimate" the gateway, about 4 characters a token (no /tokenize).
+    usage_source = models.CharField(max_length=8, blank=True, default="", db_default="")
     ttft_ms = models.FloatField(null=True, blank=True)
     latency_ms = models.FloatField()
     upstream_ms = models.FloatField(null=True, blank=True)

@@ -90,8 +90,8 @@ def test_an_unknown_model_is_404_model_not_found(gateway: Gateway) -> None:
 
 
 def test_bad_bodies_are_400_naming_the_field(gateway: Gateway) -> None:
-    assert assert_error(post(gateway, {"messages": MESSAGES}), 400, "invalid_value")["param"] == "model"
-    assert assert_error(post(gateway, {"model": "qwen"}), 400, "invalid_value")["param"] == "messages"
+    assert assert_error(post(gateway, {"messages": MESSAGES}), 400, "missing_required_parameter")["param"] == "model"
+    assert assert_error(post(gateway, {"model": "qwen"}), 400, "missing_required_parameter")["param"] == "messages"
     bad_json = httpx.post(f"{gateway.base_url}/chat/completions", content=b"{nope", headers=gateway.headers())
     assert_error(bad_json, 400, "invalid_json")
     assert assert_error(post(gateway, {"model": "qwen", "messages": MESSAGES, "max_tokens": -1}), 400,
