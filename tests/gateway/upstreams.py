@@ -15,7 +15,10 @@ from aiohttp import web
 
 from tests.conftest import free_port
 
-MODES = {"ok", "reset", "hang", "500", "die_mid_stream", "usage_on_choices", "slow"}
+MODES = {"ok", "reset", "hang", "500", "traceback_500", "die_mid_stream", "usage_on_choices", "slow"}
+# What llama.cpp's server answered to a body it could not handle (paths included).
+TRACEBACK = ('Traceback (most recent call last):\n  File "/srv/llama/server/handlers.py", line 212, in chat\n'
+             '    temperature = float(body["temperature"])\nValueError: could not convert string to float: \'hot\'')
 
 
 class CountingUpstream:
@@ -27,6 +30,9 @@ class CountingUpstream:
         self.counts: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
         self.tokenize_count: int | None = None  # None = words + 4 per message
+        self.sends_usage = True  # False: like llama.cpp, never any usage (include_usage ignored)
+        self.has_tokenize = True  # False: /tokenize answers 404, like an engine without it
+        self.tokenize_bodies: list[dict[str, Any]] = []
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -65,9 +71,14 @@ class CountingUpstream:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         self.counts["/tokenize"] += 1
+        if not self.has_tokenize:
+            raise web.HTTPNotFound()
         body = await request.json()
+        self.tokenize_bodies.append(body)
         if self.tokenize_count is not None:
             count = self.tokenize_count
+        elif isinstance(body.get("prompt"), str) and "messages" not in body:
+            count = len(body["prompt"].split())
         else:
             text = " ".join(str(m.get("content", "")) for m in body.get("messages", [])) or str(body.get("prompt", ""))
             count = len(text.split()) + 4 * len(body.get("messages", []))
@@ -84,14 +95,25 @@ class CountingUpstream:
             await asyncio.sleep(1)
             return web.Response(status=500)
         if mode == "hang":
-            await asyncio.sleep(self.hang_s)
+            deadline = time.monotonic() + self.hang_s
+            while time.monotonic() < deadline:
+                if request.transport is None or request.transport.is_closing():
+                    self.counts["disconnected"] += 1  # the gateway closed the connection: abort
+                    return web.Response(status=499)
+                await asyncio.sleep(0.02)
+        if mode == "traceback_500":
+            return web.json_response({"error": {"code": 500, "message": TRACEBACK, "type": "server_error"}},
+                                     status=500)
         if mode == "500":
             return web.json_response({"error": {"message": "engine exploded", "type": "InternalServerError",
                                                 "code": 500}}, status=500)
         chat = request.path.endswith("chat/completions")
         if body.get("stream"):
             return await self._stream(request, body, chat, mode)
-        return web.json_response(self._whole(body, chat))
+        whole = self._whole(body, chat)
+        if not self.sends_usage:
+            del whole["usage"]
+        return web.json_response(whole)
 
     def _choice_text(self, index: int) -> str:
         return f"Hello from {self.model} choice {index}."
@@ -117,7 +139,7 @@ class CountingUpstream:
     async def _stream(self, request: web.Request, body: dict[str, Any], chat: bool, mode: str) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        include_usage = self.sends_usage and bool((body.get("stream_options") or {}).get("include_usage"))
         n = int(body.get("n") or 1)
         base = {"id": "chatcmpl-1", "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": body["model"]}
