@@ -39,7 +39,7 @@ from routing.gateway.http import (
 )
 from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
 from routing.gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
-from routing.gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
+from routing.gateway.request import ParsedRequest, parse_request, prompt_text, sized_call, upstream_body
 from routing.gateway.runtime import GatewayRuntime, runtime
 from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
 from routing.gateway.upstream import provably_not_received, upstream_send
@@ -64,15 +64,8 @@ def fallback_chain(first: LaneInfo, lanes: dict[str, LaneInfo] | Any, key: KeyIn
     return chain
 
 
-# Bodies above this are parsed and re-serialised in a worker thread, so a large prompt
-# does not hold every other request of the process while it is walked.
-INLINE_BODY_MAX = 256 * 1024
-
-
 async def parse_body(raw: bytes, endpoint: str) -> ParsedRequest:
-    if len(raw) <= INLINE_BODY_MAX:
-        return parse_request(raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
-    return await asyncio.to_thread(parse_request, raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
+    return await sized_call(len(raw), parse_request, raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
 
 
 async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpoint: str, path_lane: str | None) -> None:
@@ -117,7 +110,7 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
             finish(rt, key, request, endpoint, outcome)
 
 
-def idempotency_of(scope: Scope, raw: bytes) -> tuple[str, str, str]:
+async def idempotency_of(scope: Scope, raw: bytes) -> tuple[str, str, str]:
     """(record key, mode, the body's fingerprint). An explicit `Idempotency-Key` header is
     honoured as such, and bound to the body it first came with. The official Python SDK
     does not send one, but it marks its retries with `x-stainless-retry-count`; so every
@@ -128,7 +121,7 @@ def idempotency_of(scope: Scope, raw: bytes) -> tuple[str, str, str]:
     retry = header(scope, b"x-stainless-retry-count")
     if not explicit and retry is None:  # not an SDK that retries on its own: nothing to recognise later
         return "", limits.IDEM_NONE, ""
-    digest = hashlib.sha256(raw).hexdigest()
+    digest = await sized_call(len(raw), lambda: hashlib.sha256(raw).hexdigest())
     fingerprint = digest[:limits.FINGERPRINT_CHARS]
     if explicit:
         return explicit.decode("latin-1"), limits.IDEM_EXPLICIT, fingerprint
@@ -139,7 +132,7 @@ async def admit_and_send(
     rt: GatewayRuntime, scope: Scope, receive: Receive, send: Send, key: KeyInfo, request: ParsedRequest,
     raw: bytes, decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
 ) -> None:
-    idem_key, idem_mode, fingerprint = idempotency_of(scope, raw)
+    idem_key, idem_mode, fingerprint = await idempotency_of(scope, raw)
     names = limits.key_names(settings.REDIS_PREFIX, limits.key_namespace(key.secret_hash), idem_key)
     # While in flight, the idempotency record and the in-flight slot outlive the longest
     # possible upstream call, so a crashed process cannot hold them forever.
@@ -155,34 +148,29 @@ async def admit_and_send(
     explicit = idem_mode == limits.IDEM_EXPLICIT
     outcome.shadow = shadow_enabled() and random.random() < settings.GATEWAY_SHADOW_SHARE
     outcome.keep_answer = explicit or outcome.shadow
-    watcher = asyncio.create_task(watch_disconnect(receive, outcome))
-    sender = asyncio.create_task(send_once(rt, send, key, request, raw, decision, lanes, endpoint, outcome))
     # A client that left is not waited for: closing the upstream connection makes vLLM abort
     # the request, and the in-flight slot is freed now, not when the lane would have
     # answered. Except when the client said it will retry (an Idempotency-Key, or an SDK
     # that marks its retries) and the answer is a whole one: then the lane finishes, and
     # the retry gets that answer instead of a second run (never twice).
     cancel_on_leave = idem_mode == limits.IDEM_NONE or request.stream
+    this_task = asyncio.current_task()
+    watcher = asyncio.create_task(watch_disconnect(receive, outcome, this_task if cancel_on_leave else None))
     try:
-        await asyncio.wait((sender, watcher), return_when=asyncio.FIRST_COMPLETED)
-        if not sender.done() and not cancel_on_leave:
-            await asyncio.wait((sender,))
-        if not sender.done():
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sender
-            if not request.stream or not outcome.status:
-                outcome.status = 499  # nginx's "client closed request"
-            outcome.error_code = "client_disconnected"
-        else:
-            sender.result()
+        await send_once(rt, send, key, request, raw, decision, lanes, endpoint, outcome)
+    except asyncio.CancelledError:
+        if not (cancel_on_leave and outcome.gone.is_set()) or this_task is None:
+            raise  # the server is stopping: not the client leaving
+        this_task.uncancel()
+        if not request.stream or not outcome.status:
+            outcome.status = 499  # nginx's "client closed request"
+        outcome.error_code = "client_disconnected"
     finally:
-        sender.cancel()
         watcher.cancel()
         tokens = (outcome.usage.prompt_tokens or 0) + (outcome.usage.completion_tokens or 0)
         # Keep the answer for a retry when the client asked for it (explicit key), or when
         # the client left before it had the answer (its SDK will retry); else forget.
-        keep = outcome.sent_upstream and (explicit or outcome.gone.is_set())
+        keep = outcome.sent_upstream and idem_mode != limits.IDEM_NONE and (explicit or outcome.gone.is_set())
         record = outcome.record or b""
         if keep and (not record or len(record) > settings.GATEWAY_IDEMPOTENCY_MAX_BYTES or outcome.gone.is_set()
                      and (request.stream or outcome.status == 499)):
@@ -255,10 +243,7 @@ async def send_once(
         if not breaker.allows():
             unavailable.append(f"{lane.name}'s circuit is open")
             continue
-        if len(raw) <= INLINE_BODY_MAX:
-            body = upstream_body(request, upstream_model=lane.public_model_name)
-        else:
-            body = await asyncio.to_thread(upstream_body, request, upstream_model=lane.public_model_name)
+        body = await sized_call(len(raw), upstream_body, request, upstream_model=lane.public_model_name)
         sent_at = time.perf_counter()
         try:
             response = await upstream_send(rt.transport, f"{lane.base_url}{UPSTREAM_PATHS[endpoint]}", body)

@@ -4,6 +4,7 @@ the request again."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -181,13 +182,15 @@ async def counted_usage_tail(rt: GatewayRuntime, lane: LaneInfo, request: Parsed
     return head + SSE_DONE
 
 
-async def watch_disconnect(receive: Receive, outcome: Outcome) -> None:
-    """Set `outcome.gone` when the client leaves before its whole answer was sent (the
-    server also reports a disconnect once the response is complete: that one is not a
-    client leaving)."""
+async def watch_disconnect(receive: Receive, outcome: Outcome, cancel: asyncio.Task[Any] | None) -> None:
+    """Set `outcome.gone` (and cancel the request's task, if given) when the client leaves
+    before its whole answer was sent; the server also reports a disconnect once the
+    response is complete, which is not a client leaving."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             if not outcome.answered:
                 outcome.gone.set()
+                if cancel is not None:
+                    cancel.cancel()
             return

@@ -3,13 +3,26 @@ then patched for the lane. Pure functions, no I/O."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from routing.gateway.validation import validate_body
 from routing.gateway.wire import GatewayError
+
+T = TypeVar("T")
+# Work on a body above this size (parsing, serialising, hashing) runs in a worker thread,
+# so one large prompt does not hold every other request of the process while it is walked.
+INLINE_BODY_MAX = 256 * 1024
+
+
+async def sized_call(size: int, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    if size <= INLINE_BODY_MAX:
+        return function(*args, **kwargs)
+    return await asyncio.to_thread(function, *args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -20,6 +33,7 @@ class ParsedRequest:
     client_wants_usage: bool
     max_tokens: int  # the client's cap (max_completion_tokens, else max_tokens), 0 = none
     validated: bool  # every field was checked here (no engine-only extras)
+    size: int  # bytes of the raw body
 
 
 def parse_request(raw: bytes, *, endpoint: str, max_n: int) -> ParsedRequest:
@@ -35,7 +49,7 @@ def parse_request(raw: bytes, *, endpoint: str, max_n: int) -> ParsedRequest:
     wants_usage = bool(stream and isinstance(options, dict) and options.get("include_usage") is True)
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 0
     return ParsedRequest(body=body, model=body["model"], stream=stream, client_wants_usage=wants_usage,
-                         max_tokens=max_tokens, validated=validated)
+                         max_tokens=max_tokens, validated=validated, size=len(raw))
 
 
 def upstream_body(request: ParsedRequest, *, upstream_model: str) -> bytes:

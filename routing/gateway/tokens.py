@@ -17,7 +17,7 @@ import httpx
 import orjson
 
 from routing.gateway.directory import LaneInfo
-from routing.gateway.request import ParsedRequest, prompt_text
+from routing.gateway.request import ParsedRequest, prompt_text, sized_call
 from routing.gateway.runtime import GatewayRuntime
 from routing.gateway.wire import Usage
 
@@ -53,11 +53,12 @@ def lane_has_tokenize(rt: GatewayRuntime, lane: LaneInfo) -> bool:
     return False
 
 
-async def tokenize(rt: GatewayRuntime, lane: LaneInfo, body: dict[str, Any]) -> int | None:
-    """The lane's exact count for `body` (messages/tools or prompt), None if it cannot say."""
-    if not lane_has_tokenize(rt, lane):
+async def tokenize(rt: GatewayRuntime, lane: LaneInfo, body: dict[str, Any], size: int) -> int | None:
+    """The lane's exact count for `body` (messages/tools or prompt; `size` bounds its
+    bytes), None if it cannot say."""
+    if not lane_has_tokenize(rt, lane) or size > tokenize_cap(lane):
         return None
-    content = orjson.dumps({"model": lane.public_model_name, **body})
+    content = await sized_call(size, orjson.dumps, {"model": lane.public_model_name, **body})
     if len(content) > tokenize_cap(lane):
         return None
     try:
@@ -83,7 +84,7 @@ def prompt_fields(request: ParsedRequest) -> dict[str, Any]:
 
 async def count_prompt(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> tuple[int, bool]:
     """(prompt tokens, estimated?)."""
-    exact = await tokenize(rt, lane, prompt_fields(request))
+    exact = await tokenize(rt, lane, prompt_fields(request), request.size)
     if exact is not None:
         return exact, False
     messages = request.body.get("messages")
@@ -103,7 +104,7 @@ async def count_usage(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest
 
     async def completion() -> None:
         nonlocal estimated
-        counted = await tokenize(rt, lane, {"prompt": answer, "add_special_tokens": False})
+        counted = await tokenize(rt, lane, {"prompt": answer, "add_special_tokens": False}, len(answer) * 4)
         if counted is None:
             counted, estimated = estimate_tokens(answer), True
         usage.completion_tokens = counted
