@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema, Status
 
 from jobs.models import Job, JobKind
-from jobs.schemas import ErrorOut, JobDetailOut, JobOut, JobParamsIn, LogPageOut
+from jobs.schemas import JobDetailOut, JobOut, JobParamsIn, LogPageOut
 from jobs.selectors import job_get, job_list, job_log_window
 from jobs.services import JobConflict, job_cancel, lane_job_create, node_network_check_create
 from lanes.models import Lane, Node
-from portal.api import can_operate
+from portal.api import ErrorOut, can_operate
 
 router = Router(tags=["jobs"])
 
@@ -42,8 +42,6 @@ def _job(job_id: int) -> Job:
     try:
         return job_get(job_id=job_id)
     except Job.DoesNotExist:
-        from django.http import Http404
-
         raise Http404(f"No job #{job_id}.") from None
 
 

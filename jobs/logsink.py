@@ -3,12 +3,10 @@ published to the job's group (save first, broadcast second)."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -17,19 +15,6 @@ from django.utils import timezone
 from jobs.logtext import clean_line, redact
 from jobs.models import Job, JobLogLine
 from portal.broadcast import broadcast
-
-
-def publish(group: str, event: str, data: Any) -> None:
-    """portal.broadcast.broadcast, also from a thread that runs an event loop (an async
-    caller, or Playwright's sync API in tests), where async_to_sync refuses to work."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        broadcast(group, event, data)
-        return
-    sender = threading.Thread(target=broadcast, args=(group, event, data))
-    sender.start()
-    sender.join()
 
 
 def job_group(job_id: int) -> str:
@@ -110,6 +95,6 @@ class LogSink:
                 chunk = batch[start : start + size]
                 _insert_lines(self.job_id, chunk)
                 Job.objects.filter(pk=self.job_id).update(last_seq=chunk[-1].seq)
-                publish(job_group(self.job_id), "job.log",
-                        {"job": self.job_id, "lines": [line_payload(p) for p in chunk]})
+                broadcast(job_group(self.job_id), "job.log",
+                          {"job": self.job_id, "lines": [line_payload(p) for p in chunk]})
             return len(batch)

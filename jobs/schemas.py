@@ -88,7 +88,3 @@ class LogPageOut(Schema):
 
 class JobParamsIn(Schema):
     params: dict[str, Any] = {}
-
-
-class ErrorOut(Schema):
-    detail: str | list[dict[str, Any]]

@@ -13,12 +13,16 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs.lanes_link import lane_set_desired
+from jobs.kinds import KINDS
 from jobs.models import ACTIVE_STATES, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
 from jobs.params import validate_params
+from jobs.runner import job_execute
 from jobs.states import publish_job_state
 from lanes.models import DesiredState, Lane, LaneRevision, Node
+from lanes.selectors import current_revision
+from lanes.services import lane_set_desired_state
 from portal.audit import audit_record
+from portal.celery import app as celery_app
 from portal.roles import UserLike
 
 logger = logging.getLogger(__name__)
@@ -28,13 +32,17 @@ class JobConflict(Exception):
     """A second mutating job on a busy node: the message names the running job."""
 
 
+# jobs.tasks.run_job calls job_run below; queueing it by its registered name keeps this
+# module free of an import of the tasks module, which imports this one.
+RUN_JOB_TASK = "jobs.tasks.run_job"
+
+
 def dispatch_job(job_id: int, time_limit_s: float) -> None:
     """Queue the Celery task (called on commit). The runner's own deadline fires first;
     Celery's soft and hard limits are the safety net (a hard kill ends as `lost`)."""
-    from jobs.tasks import run_job
-
     try:
-        run_job.apply_async(args=(job_id,), soft_time_limit=int(time_limit_s) + 30, time_limit=int(time_limit_s) + 90)
+        celery_app.send_task(RUN_JOB_TASK, args=(job_id,), soft_time_limit=int(time_limit_s) + 30,
+                             time_limit=int(time_limit_s) + 90)
     except Exception as exc:  # broker down: say so on the job instead of leaving it queued forever
         logger.exception("job %s could not be queued", job_id)
         if Job.objects.filter(pk=job_id, state=JobState.QUEUED).update(
@@ -80,7 +88,7 @@ def job_create(
 
 
 def lane_current_revision(lane: Lane) -> LaneRevision:
-    revision = LaneRevision.objects.filter(lane=lane).order_by("-number").first()
+    revision = current_revision(lane)
     if revision is None:
         raise ValidationError({"lane": f"lane {lane.name} has no saved revision yet: save its configuration first"})
     return revision
@@ -106,7 +114,7 @@ def lane_job_create(*, lane: Lane, kind: str, user: UserLike | None, params: dic
     job = job_create(kind=kind, user=user, nodes=nodes, lane=lane, revision=revision, params=params)
     if kind in (JobKind.LAUNCH, JobKind.RESTART, JobKind.STOP):
         desired = DesiredState.STOPPED if kind == JobKind.STOP else DesiredState.SERVING
-        lane_set_desired(lane=lane, state=desired, actor=user)
+        lane_set_desired_state(lane=lane, state=desired, actor=user)
         audit_record(actor=user, action=_LANE_KIND_ACTIONS[kind], obj=lane,
                      after={"job": job.pk, "revision": revision.number, "nodes": job.params["nodes"]})
     return job
@@ -143,9 +151,6 @@ def job_cancel(*, job: Job, user: UserLike | None) -> Job:
 
 def job_run(*, job_id: int) -> str | None:
     """The task's body: the one runner with every kind."""
-    from jobs.kinds import KINDS
-    from jobs.runner import job_execute
-
     return job_execute(job_id=job_id, kinds=KINDS)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.logsink import job_group, publish
+from jobs.logsink import job_group
 from jobs.models import Job, JobStep
-from portal.broadcast import DASHBOARD_GROUP
+from portal.broadcast import DASHBOARD_GROUP, broadcast
 
 
 def _iso(value: Any) -> str | None:
@@ -52,9 +52,9 @@ def step_payload(step: JobStep) -> dict[str, Any]:
 
 def publish_job_state(job: Job) -> None:
     data = job_payload(job)
-    publish(DASHBOARD_GROUP, "job.state", data)
-    publish(job_group(job.pk), "job.state", data)
+    broadcast(DASHBOARD_GROUP, "job.state", data)
+    broadcast(job_group(job.pk), "job.state", data)
 
 
 def publish_step(step: JobStep) -> None:
-    publish(job_group(step.job_id), "job.step", step_payload(step))
+    broadcast(job_group(step.job_id), "job.step", step_payload(step))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from jobs.services import job_reap_lost, job_run
+from jobs.services import RUN_JOB_TASK, job_reap_lost, job_run
 
 
-@shared_task(name="jobs.tasks.run_job", ignore_result=True, acks_late=True)
+@shared_task(name=RUN_JOB_TASK, ignore_result=True, acks_late=True)
 def run_job(job_id: int) -> None:
     job_run(job_id=job_id)
 

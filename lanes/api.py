@@ -14,8 +14,18 @@ from ninja import Router, Status
 from lanes import schemas
 from lanes.crypto import host_key_fingerprint
 from lanes.models import Lane, Node
-from lanes.rules import parse_memory_bytes
-from lanes.selectors import lane_check, lane_get, lane_list, lane_plan, lane_revisions, node_get, node_list
+from lanes.rules import LaneCheck, parse_memory_bytes
+from lanes.selectors import (
+    lane_check,
+    lane_checks,
+    lane_get,
+    lane_list,
+    lane_plan,
+    lane_revisions,
+    node_get,
+    node_lane_names,
+    node_list,
+)
 from lanes.services import (
     lane_create,
     lane_delete,
@@ -37,12 +47,12 @@ def node_out(node: Node) -> dict[str, Any]:
         "network_report", "network_checked_at")}
     data["has_private_key"] = bool(node.ssh_private_key_encrypted)
     data["ssh_host_key_fingerprint"] = host_key_fingerprint(node.ssh_host_key)
-    data["lanes"] = sorted(set(node.memberships.values_list("lane__name", flat=True)))
+    data["lanes"] = node_lane_names(node)
     return data
 
 
-def lane_out(lane: Lane) -> dict[str, Any]:
-    check = lane_check(lane)
+def lane_out(lane: Lane, check: LaneCheck | None = None) -> dict[str, Any]:
+    check = check or lane_check(lane)
     data = {key: getattr(lane, key) for key in schemas.LaneOut.model_fields if hasattr(lane, key)}
     ranked = lane.ranked_nodes()
     data.update(
@@ -61,13 +71,19 @@ def lane_out(lane: Lane) -> dict[str, Any]:
     return data
 
 
-def _lane_data(payload: dict[str, Any]) -> dict[str, Any]:
+def _node_data(payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """A node payload → (the node's fields, its private key): the key is never a field."""
+    return payload, payload.pop("ssh_private_key", None)
+
+
+def _lane_data(payload: dict[str, Any]) -> tuple[dict[str, Any], list[str] | None]:
+    """A lane payload → (the lane's fields, its ranked node names); sizes such as "11G" in bytes."""
     if "kv_cache_memory_bytes" in payload:
         try:
             payload["kv_cache_memory_bytes"] = parse_memory_bytes(payload["kv_cache_memory_bytes"])
         except ValueError as exc:
             raise ValidationError({"kv_cache_memory_bytes": [str(exc)]}) from None
-    return payload
+    return payload, payload.pop("nodes", None)
 
 
 # ---------------------------------------------------------------- nodes
@@ -80,8 +96,7 @@ def list_nodes(request: HttpRequest) -> list[dict[str, Any]]:
 
 @router.post("/nodes", response={201: schemas.NodeOut}, auth=can_operate)
 def create_node(request: HttpRequest, payload: schemas.NodeIn) -> Status[dict[str, Any]]:
-    data = payload.dict()
-    private_key = data.pop("ssh_private_key")
+    data, private_key = _node_data(payload.dict())
     node = node_create(actor=request.user, data=data, private_key=private_key)
     return Status(201, node_out(node))
 
@@ -93,12 +108,11 @@ def get_node(request: HttpRequest, name: str) -> dict[str, Any]:
 
 @router.patch("/nodes/{name}", response=schemas.NodeOut, auth=can_operate)
 def update_node(request: HttpRequest, name: str, payload: schemas.NodePatch) -> dict[str, Any]:
-    data = payload.dict(exclude_unset=True)
-    private_key = data.pop("ssh_private_key", None)
+    data, private_key = _node_data(payload.dict(exclude_unset=True))
     clear = data.pop("clear_private_key", False)
     node = node_update(node=node_get(name), actor=request.user, data=data, private_key=private_key,
                        clear_private_key=clear)
-    return node_out(node)
+    return node_out(node_get(node.name))
 
 
 @router.delete("/nodes/{name}", response={204: None}, auth=can_operate)
@@ -110,7 +124,7 @@ def delete_node(request: HttpRequest, name: str) -> HttpResponse:
 @router.post("/nodes/{name}/host-key", response=schemas.NodeOut, auth=can_operate)
 def pin_host_key(request: HttpRequest, name: str, payload: schemas.HostKeyIn) -> dict[str, Any]:
     node = node_pin_host_key(node=node_get(name), host_key_line=payload.host_key_line, actor=request.user)
-    return node_out(node)
+    return node_out(node_get(node.name))
 
 
 # ---------------------------------------------------------------- lanes
@@ -118,14 +132,13 @@ def pin_host_key(request: HttpRequest, name: str, payload: schemas.HostKeyIn) ->
 
 @router.get("/lanes", response=list[schemas.LaneOut])
 def list_lanes(request: HttpRequest) -> list[dict[str, Any]]:
-    return [lane_out(lane) for lane in lane_list()]
+    return [lane_out(lane, check) for lane, check in lane_checks(list(lane_list()))]
 
 
 @router.post("/lanes", response={201: schemas.LaneOut}, auth=can_operate)
 def create_lane(request: HttpRequest, payload: schemas.LaneIn) -> Status[dict[str, Any]]:
-    data = _lane_data(payload.dict())
-    nodes = data.pop("nodes")
-    lane = lane_create(actor=request.user, data=data, nodes=nodes)
+    data, nodes = _lane_data(payload.dict())
+    lane = lane_create(actor=request.user, data=data, nodes=nodes or [])
     return Status(201, lane_out(lane))
 
 
@@ -136,8 +149,7 @@ def get_lane(request: HttpRequest, name: str) -> dict[str, Any]:
 
 @router.patch("/lanes/{name}", response=schemas.LaneOut, auth=can_operate)
 def update_lane(request: HttpRequest, name: str, payload: schemas.LanePatch) -> dict[str, Any]:
-    data = _lane_data(payload.dict(exclude_unset=True))
-    nodes = data.pop("nodes", None)
+    data, nodes = _lane_data(payload.dict(exclude_unset=True))
     lane = lane_update(lane=lane_get(name), actor=request.user, data=data, nodes=nodes)
     return lane_out(lane)
 

@@ -4,29 +4,21 @@ qwen on spark3 — if the database has no nodes yet."""
 
 from __future__ import annotations
 
-from typing import TextIO
+from io import TextIOBase
 
 from django.conf import settings
 
 from lanes.models import Node, Transport
 from lanes.services import lane_create, node_create
+from portal.demo_cluster import demo_cluster_up
 
 GIB = 1024**3
-DEMO_NODES = ["spark1", "spark2", "spark3"]
-DEMO_BASE_ADDRESS = "127.0.0.11"
 # sparksim answers `docker image inspect` for any reference; a real cluster pins its own digest.
 DEMO_IMAGE = "ghcr.io/eugr/spark-vllm-b12x@sha256:" + "5d" * 32
 
 
-def _cluster_up() -> list[tuple[str, str, str]]:
-    from sparksim.cluster import cluster_up  # lazily: sparksim is a separate package, used by the demo only
-
-    infos = cluster_up(settings.SIM_ROOT, DEMO_NODES, DEMO_BASE_ADDRESS, settings.SIM_TIME_SCALE)
-    return [(info.name, info.address, info.sim_dir) for info in infos]
-
-
-def seed_demo(out: TextIO) -> None:
-    nodes = _cluster_up()  # idempotent: re-creates missing node directories, keeps faults
+def seed_demo(out: TextIOBase) -> None:
+    nodes = demo_cluster_up(settings.SIM_ROOT, settings.SIM_TIME_SCALE)
     if Node.objects.exists():
         out.write(f"lanes: simulated cluster ready at {settings.SIM_ROOT}; nodes already registered\n")
         return

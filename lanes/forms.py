@@ -12,7 +12,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from lanes.models import Executor, Lane, NodeState, Transport
+from lanes.plan_shell import human_bytes
 from lanes.rules import parse_memory_bytes
+from lanes.selectors import lane_config
 
 TRI_STATE = [("", "vLLM default"), ("true", "on"), ("false", "off")]
 
@@ -181,8 +183,6 @@ class LaneForm(forms.Form):
 
     @staticmethod
     def initial_for(lane: Lane) -> dict[str, Any]:
-        from lanes.selectors import lane_config
-
         config = lane_config(lane)
         initial = dict(config)
         initial["nodes"] = ", ".join(config["nodes"])
@@ -199,7 +199,5 @@ class LaneForm(forms.Form):
 def _bytes_text(value: int | None) -> str:
     if not value:
         return ""
-    from lanes.plan_shell import human_bytes
-
     return human_bytes(int(value))
 

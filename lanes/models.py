@@ -124,7 +124,11 @@ class Lane(models.Model):
         return self.served_model_name or self.name
 
     def ranked_nodes(self, replica: int = 0) -> list[Node]:
-        members = self.members.filter(replica=replica).select_related("node").order_by("rank")
+        # A list of lanes loads members__node once (selectors); a single lane asks for its own.
+        if "members" in getattr(self, "_prefetched_objects_cache", {}):
+            members = sorted((m for m in self.members.all() if m.replica == replica), key=lambda m: m.rank)
+        else:
+            members = list(self.members.filter(replica=replica).select_related("node").order_by("rank"))
         return [member.node for member in members]
 
     def base_url(self, replica: int = 0) -> str:

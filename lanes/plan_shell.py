@@ -9,17 +9,28 @@ import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from lanes.plans import NodeTarget
+from lanes.rules import lane_footprint_gib
 
 GIB = 1024**3
 RAY_OBJECT_STORE_BYTES = GIB  # dashaun's RAY_OBJECT_STORE_BYTES
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 SYSFS = '"${SPARK_SYSFS:-/sys}"'  # sparksim points these at a node's fake tree (runtime contract)
 PROCFS = '"${SPARK_PROCFS:-/proc}"'
+
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """What a plan knows about one node of the lane, in rank order (rank 0 = head)."""
+
+    name: str
+    address: str  # management address (SSH / API endpoint host)
+    runtime: str = "docker"  # the node's container runtime command, split with shlex
+    report: Mapping[str, Any] = field(default_factory=dict)  # last network report (jobs' network check)
+    memory_gib: float = 128.0  # for the MemAvailable preflight
 
 
 def q(value: object) -> str:
@@ -181,8 +192,6 @@ class LaneView:
     def min_free_gib(self, target: Target) -> float:
         """What this lane takes on one node (weights/TP + KV + overhead): MemAvailable must
         cover it before launch (a warning, as in start.sh)."""
-        from lanes.rules import lane_footprint_gib
-
         return round(lane_footprint_gib(self.config, node_memory_gib=target.node.memory_gib), 1)
 
     # --- container env and vLLM arguments

@@ -3,8 +3,7 @@ network reports to the exact ordered commands per node (DESIGN.md §7.3,
 reference/spark-ops.md). No I/O here: the jobs app runs the steps, the lane page shows
 them as a dry run, and golden tests pin them.
 
-INTERFACE (agreed between lanes and jobs; implementation owned by the lanes app):
-the jobs runner executes `plan.steps` in order:
+The jobs runner executes `plan.steps` in order:
   - kind "shell": run `command` with bash on `node` (the transport quotes nothing more:
     every value inside `command` is already shlex-quoted); if `skip_if` is set, run it
     first and skip the step when it exits 0 (idempotence: work already done);
@@ -13,7 +12,6 @@ the jobs runner executes `plan.steps` in order:
     returns 200 and, if `models_url` is set, that URL lists `expect_model`; between polls
     run `alive_check` on `node` and fail fast when it exits non-zero (process died);
     give up after `timeout_s`.
-Added later (optional, with defaults, so the above is unchanged):
   - `collect`: a name under which the runner keeps the step's stdout. Steps collected as
     "image_id" (one per node) are compared with `check_image_ids` once they have all run;
     a mismatch fails the launch ("the same image Id on every node", spark-ops §1).
@@ -22,10 +20,11 @@ Added later (optional, with defaults, so the above is unchanged):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from lanes import plan_shell as sh
+from lanes.plan_shell import NodeTarget
 
 StepKind = Literal["shell", "wait_health"]
 Phase = Literal["preflight", "containers", "ray", "serve", "wait", "stop", "status"]
@@ -34,17 +33,6 @@ RAY_READY_TIMEOUT_S = 120  # start.sh: GPUs in `ray status` must equal TP within
 SERVE_WAIT_TIMEOUT_S = 2400.0  # dashaun's WAIT_TIMEOUT (healthy ~244 s after serve in the field)
 STOP_GRACE_S = 120  # stop.sh: SIGINT, wait 120 s, then SIGKILL
 ENGINE_LOG_TAIL_LINES = 40  # enough for a vLLM traceback's last frames and its error line
-
-
-@dataclass(frozen=True)
-class NodeTarget:
-    """What a plan knows about one node of the lane, in rank order (rank 0 = head)."""
-
-    name: str
-    address: str  # management address (SSH / API endpoint host)
-    runtime: str = "docker"  # the node's container runtime command, split with shlex
-    report: Mapping[str, Any] = field(default_factory=dict)  # last network report (jobs' network check)
-    memory_gib: float = 128.0  # optional addition: the node's memory, for the MemAvailable preflight
 
 
 @dataclass(frozen=True)
@@ -65,7 +53,6 @@ class PlanStep:
     alive_check: str = ""
     logs_on_failure: str = ""  # the engine's last lines, shown when it dies or never gets healthy
     poll_s: float = 5.0
-    # optional additions (see the module docstring)
     collect: str = ""
 
 

@@ -3,7 +3,7 @@ the other lanes on the same nodes, the targets a plan renders for, revision diff
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +27,25 @@ CONFIG_FIELDS = (
 
 
 def node_list() -> QuerySet[Node]:
-    return Node.objects.order_by("name")
+    return Node.objects.prefetch_related("memberships__lane").order_by("name")
 
 
 def node_get(name: str) -> Node:
-    return get_object_or_404(Node, name=name)
+    return get_object_or_404(Node.objects.prefetch_related("memberships__lane"), name=name)
+
+
+def node_lane_names(node: Node) -> list[str]:
+    return sorted({member.lane.name for member in node.memberships.all()})
 
 
 def lane_list() -> QuerySet[Lane]:
     return Lane.objects.select_related("fallback").prefetch_related("members__node").order_by("name")
+
+
+def lanes_on(nodes: Sequence[Node]) -> list[Lane]:
+    """Every lane with a member on one of these nodes, with its members, nodes and fallback:
+    a fixed number of queries however many lanes and nodes."""
+    return list(lane_list().filter(members__node__in=[node.pk for node in nodes]).distinct())
 
 
 def lane_get(name: str) -> Lane:
@@ -56,23 +66,37 @@ def node_facts(node: Node) -> NodeFacts:
     return NodeFacts(name=node.name, memory_gib=node.memory_gib, os_reserve_gib=node.os_reserve_gib)
 
 
-def other_lanes_on(nodes: Sequence[Node], *, exclude: Lane | None = None) -> dict[str, list[OtherLane]]:
+def _lanes_on_node(node: Node, lanes: Sequence[Lane]) -> list[Lane]:
+    return sorted((lane for lane in lanes if any(m.node_id == node.pk for m in lane.members.all())),
+                  key=lambda lane: lane.name)
+
+
+def other_lanes_on(
+    nodes: Sequence[Node], *, exclude: Lane | None = None, lanes: Sequence[Lane] | None = None
+) -> dict[str, list[OtherLane]]:
+    """The lanes sharing each node. `lanes`: already loaded with lanes_on (or lane_list)
+    and covering these nodes, so a list of checks costs no query per row."""
+    candidates = lanes if lanes is not None else lanes_on(nodes)
     found: dict[str, list[OtherLane]] = {}
     for node in nodes:
-        lanes = Lane.objects.filter(members__node=node).distinct().order_by("name")
-        if exclude is not None and exclude.pk:
-            lanes = lanes.exclude(pk=exclude.pk)
         found[node.name] = [
             OtherLane(other.name, lane_footprint_gib(lane_config(other), node_memory_gib=node.memory_gib),
                       other.api_port, other.master_port, other.container_name)
-            for other in lanes
+            for other in _lanes_on_node(node, candidates)
+            if exclude is None or not exclude.pk or other.pk != exclude.pk
         ]
     return found
 
 
-def lane_check(lane: Lane, nodes: Sequence[Node] | None = None) -> LaneCheck:
+def lane_check(lane: Lane, nodes: Sequence[Node] | None = None, *, lanes: Sequence[Lane] | None = None) -> LaneCheck:
     ranked = list(nodes) if nodes is not None else lane.ranked_nodes()
-    return check_lane(lane_config(lane, ranked), [node_facts(n) for n in ranked], other_lanes_on(ranked, exclude=lane))
+    return check_lane(lane_config(lane, ranked), [node_facts(n) for n in ranked],
+                      other_lanes_on(ranked, exclude=lane, lanes=lanes))
+
+
+def lane_checks(lanes: Sequence[Lane]) -> list[tuple[Lane, LaneCheck]]:
+    """Each lane of a list (from lane_list: every lane) with its rule check."""
+    return [(lane, lane_check(lane, lanes=lanes)) for lane in lanes]
 
 
 @dataclass(frozen=True)
@@ -82,37 +106,43 @@ class NodeMemoryUse:
     percent: float
 
 
-def node_memory_use(node: Node) -> list[NodeMemoryUse]:
+def node_memory_use(node: Node, *, lanes: Sequence[Lane] | None = None) -> list[NodeMemoryUse]:
     uses = []
-    for lane in Lane.objects.filter(members__node=node).distinct().order_by("name"):
+    for lane in _lanes_on_node(node, lanes if lanes is not None else lanes_on([node])):
         gib = lane_footprint_gib(lane_config(lane), node_memory_gib=node.memory_gib)
         uses.append(NodeMemoryUse(lane.name, round(gib, 1), round(100 * gib / node.memory_gib, 1)))
     return uses
 
 
 def current_revision(lane: Lane) -> LaneRevision | None:
-    return lane.revisions.filter(number=lane.revision).first()
+    """The revision a launch runs now: the newest one (each save adds one)."""
+    return LaneRevision.objects.filter(lane=lane).order_by("-number").first()
 
 
-def node_targets(names: Sequence[str]) -> list[NodeTarget]:
-    """Plan targets for the nodes named in a revision, in that (rank) order."""
+def plan_targets(names: Sequence[str]) -> list[NodeTarget]:
+    """Plan targets for the nodes named in a revision, in that (rank) order: the one place
+    both the dry run and the launch job get them, so the two cannot differ."""
     by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
     missing = [name for name in names if name not in by_name]
     if missing:
         raise ValueError(f"node(s) no longer registered: {', '.join(missing)}")
     return [
-        NodeTarget(name=node.name, address=node.address, runtime=node.runtime_command,
+        NodeTarget(name=node.name, address=node.address, runtime=node.runtime_command or "docker",
                    report=node.network_report or {}, memory_gib=node.memory_gib)
         for node in (by_name[name] for name in names)
     ]
+
+
+PLAN_RENDERERS: dict[str, Callable[[Mapping[str, Any], Sequence[NodeTarget]], Plan]] = {
+    "launch": render_launch_plan, "stop": render_stop_plan, "status": render_status_plan,
+}
 
 
 def lane_plan(lane: Lane, action: str = "launch", revision: LaneRevision | None = None) -> Plan:
     """The plan of a lane's current revision (what a launch would run now)."""
     revision = revision or current_revision(lane)
     config = dict(revision.config) if revision else lane_config(lane)
-    renderer = {"launch": render_launch_plan, "stop": render_stop_plan, "status": render_status_plan}[action]
-    return renderer(config, node_targets(config["nodes"]))
+    return PLAN_RENDERERS[action](config, plan_targets(config["nodes"]))
 
 
 @dataclass(frozen=True)

@@ -18,21 +18,13 @@ from django.utils import timezone
 from lanes.crypto import CredentialError, encrypt_private_key, host_key_fingerprint, normalize_host_key
 from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node, NodeState
 from lanes.rules import LaneCheck, check_lane, rule_max_model_len_pinned
-from lanes.selectors import lane_check, lane_config, node_facts, other_lanes_on
+from lanes.selectors import CONFIG_FIELDS, lane_check, lane_config, node_facts, other_lanes_on
 from portal.audit import audit_record
 from portal.broadcast import DASHBOARD_GROUP, broadcast
 from portal.roles import UserLike
 
 NODE_FIELDS = ("name", "address", "transport", "ssh_port", "ssh_user", "runtime_command", "sim_dir", "memory_gib",
                "os_reserve_gib", "labels", "state")
-LANE_FIELDS = (
-    "name", "model_id", "model_revision", "served_model_name", "image", "tensor_parallel_size", "executor",
-    "api_port", "master_port", "container_name", "max_model_len", "kv_cache_memory_bytes",
-    "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype",
-    "enable_prefix_caching", "enable_chunked_prefill", "speculative_config", "max_cudagraph_capture_size",
-    "extra_args", "container_env", "weights_gib", "kv_bytes_per_token", "runtime_overhead_gib",
-    "degraded_context_limit",
-)
 MAX_MODEL_LEN_MESSAGE = rule_max_model_len_pinned({"max_model_len": None}, [])[0].message
 RESERVED_NAMES = ("new",)  # /nodes/new/ and /lanes/new/
 ADDRESS = re.compile(r"^[A-Za-z0-9._:-]+$")
@@ -236,7 +228,7 @@ def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list
     for key, value in data.items():
         if key == "fallback":
             continue
-        if key not in LANE_FIELDS:
+        if key not in CONFIG_FIELDS:
             raise ValueError(f"unknown lane field {key!r}")
         if key == "max_model_len" and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
             _merge(errors, key, MAX_MODEL_LEN_MESSAGE)
@@ -266,6 +258,19 @@ def lane_validate(lane: Lane, nodes: Sequence[Node]) -> LaneCheck:
     return check
 
 
+def _raise_unless_valid(lane: Lane, ranked: Sequence[Node], errors: dict[str, list[str]]) -> None:
+    """Field checks, then (only when every field is well-formed) the lane rules; raises
+    one ValidationError naming each failing field."""
+    _full_clean(lane, errors, exclude=["fallback"])
+    if not errors:
+        try:
+            lane_validate(lane, ranked)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+
+
 def _save_revision(lane: Lane, actor: UserLike | None, nodes: Sequence[Node]) -> LaneRevision:
     lane.revision += 1
     lane.save(update_fields=["revision", "updated_at"])
@@ -285,14 +290,7 @@ def lane_create(*, actor: UserLike | None, data: Mapping[str, Any], nodes: Seque
     errors: dict[str, list[str]] = {}
     _apply_lane_data(lane, data, errors)
     ranked = _resolve_nodes(nodes, errors)
-    _full_clean(lane, errors, exclude=["fallback"])
-    if not errors:
-        try:
-            lane_validate(lane, ranked)
-        except ValidationError as exc:
-            errors.update(exc.message_dict)
-    if errors:
-        raise ValidationError(errors)
+    _raise_unless_valid(lane, ranked, errors)
     lane.save()
     _set_members(lane, ranked)
     revision = _save_revision(lane, actor, ranked)
@@ -309,14 +307,7 @@ def lane_update(
     errors: dict[str, list[str]] = {}
     _apply_lane_data(lane, data, errors)
     ranked = _resolve_nodes(nodes, errors) if nodes is not None else lane.ranked_nodes()
-    _full_clean(lane, errors, exclude=["fallback"])
-    if not errors:
-        try:
-            lane_validate(lane, ranked)
-        except ValidationError as exc:
-            errors.update(exc.message_dict)
-    if errors:
-        raise ValidationError(errors)
+    _raise_unless_valid(lane, ranked, errors)
     after = lane_config(lane, ranked)
     if {k: v for k, v in after.items() if k != "revision"} == {k: v for k, v in before.items() if k != "revision"}:
         return lane  # nothing in the configuration changed: no new revision
@@ -353,7 +344,6 @@ def lane_set_observed_state(*, lane: Lane, state: str, reason: str = "") -> Lane
     if reason:
         data["reason"] = reason
     broadcast(DASHBOARD_GROUP, "lane.state", data)
-    broadcast(f"lane-{lane.name}", "lane.state", data)
     return lane
 
 

@@ -18,10 +18,12 @@ from lanes.plan_shell import human_bytes
 from lanes.rules import LaneCheck, NodeBudget
 from lanes.selectors import (
     lane_check,
+    lane_checks,
     lane_get,
     lane_list,
     lane_plan,
     lane_revisions,
+    lanes_on,
     node_get,
     node_list,
     node_memory_use,
@@ -68,7 +70,9 @@ def _budget_row(budget: NodeBudget) -> dict[str, Any]:
 
 @role_required(Capability.VIEW)
 def node_list_page(request: HttpRequest) -> HttpResponse:
-    rows = [(node, node_memory_use(node)) for node in node_list()]
+    nodes = list(node_list())
+    lanes = lanes_on(nodes)
+    rows = [(node, node_memory_use(node, lanes=lanes)) for node in nodes]
     return render(request, "lanes/node_list.html", {"rows": rows})
 
 
@@ -158,7 +162,7 @@ def node_host_key_page(request: HttpRequest, name: str) -> HttpResponse:
 
 @role_required(Capability.VIEW)
 def lane_list_page(request: HttpRequest) -> HttpResponse:
-    rows = [(lane, lane_check(lane)) for lane in lane_list()]
+    rows = lane_checks(list(lane_list()))
     return render(request, "lanes/lane_list.html", {"rows": rows})
 
 

@@ -1,13 +1,15 @@
-"""The one NinjaAPI (/api/). Each app contributes a Router from its api.py; domain errors
-map to HTTP in one place here."""
+"""What every app's API shares: role-checked auth, the error shape, and the one NinjaAPI
+(/api/) built from the apps' routers by the project's URL module. Domain errors map to
+HTTP here, in one place. Apps import this module; it imports no app."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI, Schema
+from ninja import NinjaAPI, Router, Schema
 from ninja.errors import AuthenticationError
 from ninja.security import SessionAuth
 
@@ -34,35 +36,20 @@ can_view = RoleAuth(Capability.VIEW)
 can_edit_routing = RoleAuth(Capability.EDIT_ROUTING)
 can_operate = RoleAuth(Capability.OPERATE)
 
-api = NinjaAPI(title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api")
-
 
 class ErrorOut(Schema):
     detail: str | list[dict[str, Any]]
 
 
-@api.exception_handler(PermissionDenied)
-def on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
-    return api.create_response(request, {"detail": str(exc) or "Permission denied."}, status=403)
-
-
-@api.exception_handler(AuthenticationError)
-def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return api.create_response(request, {"detail": "Log in first (session cookie and CSRF token)."}, status=401)
-
-
-@api.exception_handler(ValidationError)
-def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    """Domain validation (lane rules, job parameters): 422 naming each field and rule."""
+def validation_details(exc: ValidationError) -> list[dict[str, Any]]:
+    """Domain validation (lane rules, job parameters): one entry per field and rule."""
     if hasattr(exc, "error_dict"):
-        errors = [
+        return [
             {"loc": ["body", field], "msg": message, "type": "value_error"}
             for field, messages in exc.message_dict.items()
             for message in messages
         ]
-    else:
-        errors = [{"loc": ["body"], "msg": message, "type": "value_error"} for message in exc.messages]
-    return api.create_response(request, {"detail": errors}, status=422)
+    return [{"loc": ["body"], "msg": message, "type": "value_error"} for message in exc.messages]
 
 
 class MeOut(Schema):
@@ -71,7 +58,10 @@ class MeOut(Schema):
     capabilities: list[str]
 
 
-@api.get("/me", response=MeOut, tags=["portal"])
+portal_router = Router(tags=["portal"])
+
+
+@portal_router.get("/me", response=MeOut)
 def me(request: HttpRequest) -> dict[str, Any]:
     user = request.auth  # type: ignore[attr-defined]
     return {
@@ -81,14 +71,23 @@ def me(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def _mount_app_routers() -> None:
-    from jobs.api import router as jobs_router
-    from lanes.api import router as lanes_router
-    from routing.api import router as routing_router
+def build_api(routers: Sequence[Router]) -> NinjaAPI:
+    """The /api/ NinjaAPI: every role reads by default, routers tighten per operation."""
+    api = NinjaAPI(title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api")
 
-    api.add_router("/", lanes_router)
-    api.add_router("/", jobs_router)
-    api.add_router("/", routing_router)
+    @api.exception_handler(PermissionDenied)
+    def on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+        return api.create_response(request, {"detail": str(exc) or "Permission denied."}, status=403)
 
+    @api.exception_handler(AuthenticationError)
+    def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+        return api.create_response(request, {"detail": "Log in first (session cookie and CSRF token)."}, status=401)
 
-_mount_app_routers()
+    @api.exception_handler(ValidationError)
+    def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+        return api.create_response(request, {"detail": validation_details(exc)}, status=422)
+
+    api.add_router("/", portal_router)
+    for router in routers:
+        api.add_router("/", router)
+    return api

@@ -14,7 +14,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from portal.ws_urls import websocket_urlpatterns  # noqa: E402
 from routing.gateway.asgi import with_gateway  # noqa: E402
 
-# Gateway (issue 6): /v1/... and /lanes/<lane>/v1/... go straight to the OpenAI-compatible
+# Gateway: /v1/... and /lanes/<lane>/v1/... go straight to the OpenAI-compatible
 # gateway, skipping Django's middleware stack (~1.4 ms a request; the gateway authenticates
 # by API key, not session). Everything else is unchanged. See routing/gateway/asgi.py.
 application = with_gateway(

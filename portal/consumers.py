@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from portal.broadcast import DASHBOARD_GROUP
@@ -34,8 +35,6 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         await self.on_accepted()
 
     async def user_allowed(self, user: Any) -> bool:
-        from channels.db import database_sync_to_async
-
         return bool(await database_sync_to_async(user_can)(user, self.capability))
 
     async def groups_for_connection(self) -> list[str]:

@@ -14,9 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from types import FrameType
+
+import httpx
+
+from portal.demo_cluster import demo_cluster_down
+from portal.http import http_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,10 +85,10 @@ class Launcher:
                 if proc.poll() is not None:
                     raise SystemExit(f"{name} exited with {proc.returncode}: see {self.logs}/{name}.log")
             try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
+                with http_client(timeout=2) as client:
+                    if client.get(url).status_code == 200:
                         return
-            except OSError:
+            except httpx.HTTPError:
                 pass
             time.sleep(0.3)
         raise SystemExit(f"the portal did not become healthy at {url}: see {self.logs}/web.log")
@@ -100,10 +104,7 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        sim_root = self.var / "sparksim"
-        if sim_root.exists():  # simulated engines run detached, like containers: stop them too
-            subprocess.run([sys.executable, "-m", "sparksim", "cluster", "down", "--root", str(sim_root)],
-                           cwd=ROOT, env=self.env, capture_output=True)
+        demo_cluster_down(self.var / "sparksim")
 
     # --- the run ---------------------------------------------------------------------
     def run(self) -> int:

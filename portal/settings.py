@@ -164,10 +164,10 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
-# Portal-wide knobs used by later apps.
+# Portal-wide knobs.
 HEALTHZ_TIMEOUT_S = env_float("PORTAL_HEALTHZ_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)
 
-# --- gateway --- (routing.gateway: the OpenAI-compatible /v1/ endpoint, issue 6)
+# --- gateway --- (routing.gateway: the OpenAI-compatible /v1/ endpoint)
 # Lane that model="auto" goes to until the semantic router decides (empty = the first serving lane).
 GATEWAY_DEFAULT_LANE = env_str("PORTAL_GATEWAY_DEFAULT_LANE", "")
 # Upstream (vLLM) timeouts, seconds. A timeout is never retried nor failed over: the lane may have the request.
@@ -209,7 +209,7 @@ CELERY_BEAT_SCHEDULE.update(
     {"gateway-request-log-purge": {"task": "routing.tasks.purge_request_logs", "schedule": crontab(minute="17")}}
 )
 
-# --- jobs --- (jobs: runner, transports, live logs; issue 5)
+# --- jobs --- (jobs: runner, transports, live logs)
 # Seconds between a running job's heartbeats, and how often it looks for a cancel request.
 JOBS_HEARTBEAT_S = env_float("PORTAL_JOBS_HEARTBEAT_S", 5.0, minimum=0.1, maximum=300)
 JOBS_CANCEL_POLL_S = env_float("PORTAL_JOBS_CANCEL_POLL_S", 0.5, minimum=0.05, maximum=30)
@@ -230,7 +230,7 @@ CELERY_BEAT_SCHEDULE.update(
     {"jobs-reap-lost": {"task": "jobs.tasks.reap_lost_jobs", "schedule": JOBS_REAPER_INTERVAL_S}}
 )
 
-# --- lanes --- (nodes, lanes, launch plans; issue 4)
+# --- lanes --- (nodes, lanes, launch plans)
 # The demo's simulated cluster (sparksim): where its node directories live, and real
 # seconds per simulated second (1.0 = the seeds' timings; smaller is faster).
 SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))

@@ -2,8 +2,13 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from jobs.api import router as jobs_router
+from lanes.api import router as lanes_router
 from portal import views
-from portal.api import api
+from portal.api import build_api
+from routing.api import router as routing_router
+
+api = build_api([lanes_router, jobs_router, routing_router])
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),

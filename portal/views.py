@@ -25,7 +25,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body, status=200 if body["status"] == "ok" else 503)
 
 
-# Sections of DESIGN.md that have no issue of their own yet: their pages say so plainly
+# Sections of DESIGN.md not built yet: their pages say so plainly
 # instead of a 404 or a page that pretends.
 PLANNED_SECTIONS = {
     "routing": {

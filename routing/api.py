@@ -8,6 +8,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Status
+from ninja.errors import HttpError
 
 from portal.api import can_operate
 from routing.models import ApiKey, RequestLog
@@ -62,7 +63,5 @@ def requests_list(
 @router.get("/gateway/totals/{by}", response=list[TotalsOut], auth=can_operate)
 def totals(request: HttpRequest, by: str, hours: int = Query(24, ge=1, le=24 * 90)) -> list[dict[str, Any]]:
     if by not in ("key", "lane"):
-        from ninja.errors import HttpError
-
         raise HttpError(404, "Totals are by `key` or by `lane`.")
     return request_totals(by=by, hours=hours)

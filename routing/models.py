@@ -54,7 +54,8 @@ class ApiKey(models.Model):
 
 
 class RouteReason(models.TextChoices):
-    ROUTER = "router"  # model="auto": the semantic router (or the configured default lane)
+    ROUTER = "router"  # model="auto": the semantic router chose
+    DEFAULT = "default"  # model="auto" with no router decision: the configured default (or first serving) lane
     KEY_DEFAULT = "key_default"  # model="auto" with a key pinned to a lane
     EXPLICIT = "explicit"  # a lane or served model name, or a per-lane URL
     FALLBACK = "fallback"  # the chosen lane provably could not take it: its fallback did

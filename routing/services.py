@@ -19,6 +19,7 @@ from portal.audit import audit_record
 from portal.roles import UserLike
 from routing.gateway.directory import hash_secret
 from routing.gateway.limits import key_names, key_namespace
+from routing.gateway.runtime import invalidation_channel
 from routing.models import ApiKey, RequestLog
 
 SECRET_PREFIX = "sk-spark-"
@@ -37,8 +38,6 @@ def _redis() -> redis.Redis:
 
 def gateway_invalidate(message: str) -> None:
     """Tell every gateway process to drop cached keys/lanes ("lanes", "key:<id>", "all")."""
-    from routing.gateway.runtime import invalidation_channel
-
     _redis().publish(invalidation_channel(), message)
 
 

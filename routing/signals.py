@@ -8,13 +8,15 @@ import logging
 from typing import Any
 
 from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+
+from lanes.models import Lane, LaneNode, Node
+from routing.services import gateway_invalidate
 
 log = logging.getLogger(__name__)
 
 
 def _publish_lanes_changed() -> None:
-    from routing.services import gateway_invalidate
-
     try:
         gateway_invalidate("lanes")
     except Exception:  # Redis down: the gateways' lane cache TTL still bounds staleness
@@ -26,10 +28,6 @@ def on_lane_change(sender: Any, **kwargs: Any) -> None:
 
 
 def connect() -> None:
-    from django.db.models.signals import post_delete, post_save
-
-    from lanes.models import Lane, LaneNode, Node
-
     for model in (Lane, LaneNode, Node):
         post_save.connect(on_lane_change, sender=model, dispatch_uid=f"gateway-{model.__name__}-save")
         post_delete.connect(on_lane_change, sender=model, dispatch_uid=f"gateway-{model.__name__}-delete")

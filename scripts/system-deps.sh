@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # System packages the test suite needs: an OpenSSH server (jobs over real SSH), Chromium
-# (browser tests) and docker-compose (offline validation of docker-compose.yml).
+# (browser tests), docker-compose (offline validation of docker-compose.yml) and the
+# PostgreSQL server binaries (a throwaway database when none answers, scripts/test-services.sh).
 set -euo pipefail
 missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v docker-compose >/dev/null || missing+=(docker-compose)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ]; then
   echo "Installing system packages: ${missing[*]}"

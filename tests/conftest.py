@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from portal.roles import Role, ensure_role_groups
+from sparksim.standalone import EngineHandle, start_engine
 
 # Threads (uvicorn, database_sync_to_async) must not keep connections open past a test.
 settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -177,6 +179,30 @@ def asgi_server(transactional_db: None) -> Iterator[AsgiServer]:
     server.stop()
 
 
+# sparksim engines: real processes over HTTP, shared by the simulator's own tests and the
+# gateway's. DeepSeek's weights do not fit one Spark: standalone engines get a fixed KV budget.
+SIM_DEEPSEEK = "deepseek-ai/DeepSeek-V4-Flash-0731"
+SIM_QWEN = "Qwen/Qwen3.8-27B-FP8"
+SIM_DEEPSEEK_FLAGS = ("--kv-cache-memory-bytes", "11G", "--max-model-len", "131072")
+
+
+@pytest.fixture
+def engine_factory(tmp_path: Path) -> Iterator[Callable[..., EngineHandle]]:
+    """start(model, *flags, **start_engine options) -> a healthy engine, stopped after the test."""
+    started: list[EngineHandle] = []
+
+    def start(model: str = SIM_DEEPSEEK, *extra: str, **options: Any) -> EngineHandle:
+        flags = SIM_DEEPSEEK_FLAGS if model == SIM_DEEPSEEK else ()
+        log_path = tmp_path / f"engine-{len(started)}.log"
+        handle = start_engine(model, log_path, *flags, *extra, **options)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
+
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -185,16 +211,14 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
-def browser() -> Iterator[Any]:
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Function-scoped on purpose: while Playwright's sync API is active it keeps an event
     loop running in this thread, which would break every async test that follows."""
-    import os
-
     from playwright.sync_api import sync_playwright
 
-    # Playwright's sync API keeps an event loop running in this thread; the test's own
-    # ORM calls are still synchronous and safe.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    # That loop makes Django treat the test's own (synchronous, safe) ORM calls as async
+    # unsafe; lift the guard for this test only, so async tests keep it.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as pw:
         instance = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield instance

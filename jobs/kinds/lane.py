@@ -7,19 +7,15 @@ from collections.abc import Callable
 from typing import Any
 
 from jobs.kinds.plan_exec import PlanRunner, StepFailed
-from jobs.lanes_link import lane_set_state
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
 from jobs.transports import TransportError
 from lanes.models import Lane, LaneState, Node
-from lanes.plans import NodeTarget, Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.plans import Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.selectors import plan_targets
+from lanes.services import lane_set_observed_state
 
 # Job parameters that may tune a launch (validated in jobs.params).
 CONFIG_OVERRIDES = ("wait_timeout_s", "wait_poll_s")
-
-
-def node_target(node: Node) -> NodeTarget:
-    return NodeTarget(name=node.name, address=node.address, runtime=node.runtime_command or "docker",
-                      report=node.network_report or {}, memory_gib=node.memory_gib)
 
 
 class LaneJob:
@@ -34,12 +30,12 @@ class LaneJob:
             if job.params.get(key) is not None:
                 self.config[key] = job.params[key]
         names = list(self.config.get("nodes") or [n.name for n in self.lane.ranked_nodes()])
+        try:
+            self.targets = plan_targets(names)
+        except ValueError as exc:
+            raise JobFailed(f"the lane's {exc}") from None
         by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
-        missing = [name for name in names if name not in by_name]
-        if missing:
-            raise JobFailed(f"lane nodes no longer exist: {', '.join(missing)}")
         self.nodes = [by_name[name] for name in names]
-        self.targets = [node_target(node) for node in self.nodes]
         ctx.sink.add_secrets(self.secret_values())
         self.runner = PlanRunner(ctx, self.nodes)
 
@@ -54,7 +50,7 @@ class LaneJob:
             raise JobFailed(f"the plan cannot be rendered: {exc}") from None
 
     def set_state(self, state: str, reason: str) -> None:
-        lane_set_state(lane=self.lane, state=state, reason=reason)
+        lane_set_observed_state(lane=self.lane, state=state, reason=reason)
         self.ctx.log(f"lane {self.lane.name}: {state}" + (f" ({reason})" if reason else ""))
 
     # --- kinds --------------------------------------------------------------------------

@@ -19,14 +19,12 @@ from jobs.kinds.netprobe import (
     ping_command,
     version_mismatches,
 )
-from jobs.lanes_link import node_capture_host_key, node_save_network_report
-from jobs.logsink import publish
 from jobs.models import StepState
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Node, NodeState
-from lanes.services import node_set_state
-from portal.broadcast import DASHBOARD_GROUP
+from lanes.services import node_record_captured_host_key, node_record_network_report, node_set_state
+from portal.broadcast import DASHBOARD_GROUP, broadcast
 
 
 def job_nodes(ctx: JobContext) -> list[Node]:
@@ -86,9 +84,9 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
             failures.append(str(exc))
             ctx.log(f"✗ {exc}", node=node.name)
             if isinstance(exc, TransportError) and exc.presented_host_key:
-                if node_capture_host_key(node=node, host_key_line=exc.presented_host_key):
-                    ctx.log("the presented host key is waiting for an admin's confirmation on the node page",
-                            node=node.name)
+                node_record_captured_host_key(node=node, host_key_line=exc.presented_host_key)
+                ctx.log("the presented host key is waiting for an admin's confirmation on the node page",
+                        node=node.name)
             elif isinstance(exc, TransportError):
                 node_set_state(node=node, state=NodeState.UNREACHABLE)
     pairs = pair_links(list(probes.values()))
@@ -129,10 +127,10 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
             ctx.step_warned(probe_steps[[n.name for n in nodes].index(name)], "; ".join(report["notes"]))
         warnings += [f"{name}: {reason}" for reason in link_warnings(links[name]) + report["notes"]]
         node = next(n for n in nodes if n.name == name)
-        node_save_network_report(node=node, report=report)
+        node_record_network_report(node=node, report=report)
         node_set_state(node=node, state=NodeState.ONLINE, last_seen=checked_at)
-        publish(DASHBOARD_GROUP, "node.network", {"name": name, "verdict": report["verdict"],
-                                                     "checked_at": report["checked_at"]})
+        broadcast(DASHBOARD_GROUP, "node.network", {"name": name, "verdict": report["verdict"],
+                                                       "checked_at": report["checked_at"]})
         ctx.log(f"report saved: verdict {report['verdict']}, eth_if {report['eth_if'] or '-'}, "
                 f"fabric_ip {report['fabric_ip'] or '-'}, ib_hca {','.join(report['ib_hca']) or '-'}, "
                 f"GID index {report['gid_index']}", node=name)

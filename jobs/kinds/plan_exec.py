@@ -4,6 +4,7 @@ on_failure, wait_health polling from the worker with a fail-fast alive check."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from jobs.runner import JobContext, JobFailed
 from jobs.transports import NodeEndpoint, TransportError
 from lanes.models import Node
 from lanes.plans import Plan, PlanStep, check_image_ids
+from portal.http import http_client
 
 
 class StepFailed(JobFailed):
@@ -22,22 +24,24 @@ class StepFailed(JobFailed):
         self.step = step
 
 
-def health_probe(url: str, models_url: str, expect_model: str, timeout_s: float = 5.0) -> tuple[bool, str]:
+HEALTH_POLL_TIMEOUT_S = 5.0
+
+
+def health_probe(client: httpx.Client, url: str, models_url: str, expect_model: str) -> tuple[bool, str]:
     """One poll: (healthy, what we saw)."""
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as client:
-            health = client.get(url)
-            if health.status_code != 200:
-                return False, f"/health answered {health.status_code}"
-            if not models_url:
-                return True, "/health 200"
-            models = client.get(models_url)
-            if models.status_code != 200:
-                return False, f"/v1/models answered {models.status_code}"
-            ids = [m.get("id") for m in models.json().get("data", []) if isinstance(m, dict)]
-            if expect_model and expect_model not in ids:
-                return False, f"/v1/models lists {ids}, not {expect_model!r} yet"
-            return True, f"/health 200, /v1/models lists {expect_model or ids}"
+        health = client.get(url)
+        if health.status_code != 200:
+            return False, f"/health answered {health.status_code}"
+        if not models_url:
+            return True, "/health 200"
+        models = client.get(models_url)
+        if models.status_code != 200:
+            return False, f"/v1/models answered {models.status_code}"
+        ids = [m.get("id") for m in models.json().get("data", []) if isinstance(m, dict)]
+        if expect_model and expect_model not in ids:
+            return False, f"/v1/models lists {ids}, not {expect_model!r} yet"
+        return True, f"/health 200, /v1/models lists {expect_model or ids}"
     except (httpx.HTTPError, ValueError, json.JSONDecodeError) as exc:
         return False, f"not answering yet ({type(exc).__name__})"
 
@@ -117,14 +121,16 @@ class PlanRunner:
             self.ctx.log(f"could not read the engine's log: {exc}", node=step.node, stream="stderr")
 
     def wait_health(self, step: PlanStep, endpoint: NodeEndpoint, row: JobStep) -> None:
-        import time
+        with http_client(timeout=HEALTH_POLL_TIMEOUT_S) as client:
+            self._poll_health(client, step, endpoint)
 
+    def _poll_health(self, client: httpx.Client, step: PlanStep, endpoint: NodeEndpoint) -> None:
         ctx = self.ctx
         deadline = time.monotonic() + step.timeout_s
         last = ""
         polls = 0
         while True:
-            ok, seen = health_probe(step.url, step.models_url, step.expect_model)
+            ok, seen = health_probe(client, step.url, step.models_url, step.expect_model)
             if ok:
                 ctx.log(f"healthy: {seen}", node=step.node, stream="stdout")
                 return

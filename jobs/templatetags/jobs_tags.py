@@ -7,10 +7,9 @@ from typing import Any
 
 from django import template
 
-from jobs.kinds.lane import node_target
 from jobs.models import Job
-from lanes.models import Lane, LaneRevision
-from lanes.plans import render_launch_plan, render_status_plan, render_stop_plan
+from lanes.models import Lane
+from lanes.selectors import current_revision, lane_plan
 
 register = template.Library()
 
@@ -18,17 +17,13 @@ register = template.Library()
 @register.simple_tag
 def lane_action_plans(lane: Lane) -> dict[str, str]:
     """action → the dry-run text (or why there is none)."""
-    revision = LaneRevision.objects.filter(lane=lane).order_by("-number").first()
+    revision = current_revision(lane)
     if revision is None:
         return dict.fromkeys(("launch", "stop", "restart", "status"), "This lane has no saved revision yet.")
-    names = list(revision.config.get("nodes") or [n.name for n in lane.ranked_nodes()])
-    nodes = {n.name: n for n in lane.nodes.all()}
-    targets = [node_target(nodes[name]) for name in names if name in nodes]
     plans: dict[str, str] = {}
-    for action, renderer in (("launch", render_launch_plan), ("stop", render_stop_plan),
-                             ("status", render_status_plan)):
+    for action in ("launch", "stop", "status"):
         try:
-            plans[action] = renderer(revision.config, targets).render()
+            plans[action] = lane_plan(lane, action, revision).render()
         except (ValueError, KeyError) as exc:
             plans[action] = f"The plan cannot be rendered: {exc}"
     plans["restart"] = plans["stop"] + "\n(then)\n\n" + plans["launch"]

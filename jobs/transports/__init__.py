@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from jobs.lanes_link import decrypt_private_key
 from jobs.transports.base import CommandResult, CommandTimeout, NodeEndpoint, Transport, TransportError
 from jobs.transports.local import LocalTransport
 from jobs.transports.ssh import SSHTransport
+from lanes.crypto import CredentialError, decrypt_private_key
 from lanes.models import Node
 
 __all__ = [
@@ -23,6 +23,17 @@ __all__ = [
 ]
 
 
+def _private_key(node: Node) -> str:
+    """An unreadable key gives "": the transport then says the node has no usable key
+    (never anything about the key itself)."""
+    if node.transport != "ssh" or not node.ssh_private_key_encrypted:
+        return ""
+    try:
+        return decrypt_private_key(node.ssh_private_key_encrypted)
+    except CredentialError:
+        return ""
+
+
 def endpoint_for(node: Node) -> NodeEndpoint:
     return NodeEndpoint(
         name=node.name,
@@ -30,7 +41,7 @@ def endpoint_for(node: Node) -> NodeEndpoint:
         transport=node.transport,
         ssh_port=node.ssh_port,
         ssh_user=node.ssh_user,
-        ssh_private_key=decrypt_private_key(node.ssh_private_key_encrypted) if node.transport == "ssh" else "",
+        ssh_private_key=_private_key(node),
         ssh_host_key=node.ssh_host_key,
         sim_dir=node.sim_dir,
     )

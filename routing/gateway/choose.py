@@ -1,5 +1,5 @@
-"""Which lane answers a request. The semantic router (a later issue) plugs in behind
-`route_request`; until then model="auto" goes to the configured default lane."""
+"""Which lane answers a request. The semantic router plugs in behind `route_request`;
+without one, model="auto" goes to the configured default lane (route reason `default`)."""
 
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ class RouteDecision:
 
 
 async def route_request(*, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo]) -> RouteDecision:
-    """model="auto": the router's choice. For now, PORTAL_GATEWAY_DEFAULT_LANE, or the
-    first serving lane when that is not set."""
+    """model="auto" with no router decision: PORTAL_GATEWAY_DEFAULT_LANE, or the first
+    serving lane when that is not set."""
     default = settings.GATEWAY_DEFAULT_LANE
     if default and default in lanes:
-        return RouteDecision(lane=default, reason=RouteReason.ROUTER, label="default")
+        return RouteDecision(lane=default, reason=RouteReason.DEFAULT)
     for lane in lanes.values():
         if lane.serving:
-            return RouteDecision(lane=lane.name, reason=RouteReason.ROUTER, label="default")
+            return RouteDecision(lane=lane.name, reason=RouteReason.DEFAULT)
     raise GatewayError(503, "No lane is serving.", code="no_lane_available", type_="server_error",
                        retry_after_s=5, retryable=True)
 

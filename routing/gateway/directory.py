@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from lanes.models import Lane
 from routing.gateway.db import db_call
+from routing.models import ApiKey
 
 SERVING_STATES = frozenset({"serving", "degraded"})
 
@@ -63,8 +65,6 @@ def hash_secret(secret: str) -> str:
 
 
 def _load_key(secret_hash: str) -> KeyInfo | None:
-    from routing.models import ApiKey
-
     key = ApiKey.objects.filter(secret_hash=secret_hash).select_related("default_lane").first()
     # The lookup is by hash; compare again in constant time so the check never leaks timing.
     if key is None or not hmac.compare_digest(key.secret_hash, secret_hash):
@@ -86,8 +86,6 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
 
 
 def load_lanes() -> dict[str, LaneInfo]:
-    from lanes.models import Lane
-
     lanes: dict[str, LaneInfo] = {}
     for lane in Lane.objects.select_related("fallback"):
         try:

@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from routing.gateway.db import db_call
+from routing.models import RequestLog
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +22,6 @@ MAX_QUEUED = 100_000
 
 
 def write_rows(rows: list[dict[str, Any]]) -> None:
-    from routing.models import RequestLog
-
     RequestLog.objects.bulk_create([RequestLog(**row) for row in rows], batch_size=1000)
 
 

@@ -18,6 +18,7 @@ from django.conf import settings
 
 from routing.gateway.db import db_call
 from routing.gateway.wire import completion_text, usage_from
+from routing.models import ShadowSample
 
 log = logging.getLogger(__name__)
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -61,8 +62,6 @@ def text_of_stream(sse: bytes) -> str:
 
 
 def _save(row: dict[str, Any]) -> None:
-    from routing.models import ShadowSample
-
     ShadowSample.objects.create(**row)
 
 

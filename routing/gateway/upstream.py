@@ -9,6 +9,8 @@ import httpx
 from django.conf import settings
 from httpx_aiohttp import AiohttpTransport
 
+from portal.http import async_http_client
+
 
 def upstream_timeouts() -> dict[str, float]:
     return {
@@ -33,7 +35,7 @@ def upstream_transport() -> AiohttpTransport:
 
 def upstream_client(transport: AiohttpTransport) -> httpx.AsyncClient:
     """The full client over the same pool, for the calls off the hot path (/tokenize, shadow)."""
-    return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(**upstream_timeouts()))
+    return async_http_client(transport=transport, timeout=httpx.Timeout(**upstream_timeouts()))
 
 
 async def upstream_send(transport: AiohttpTransport, url: str, body: bytes) -> httpx.Response:

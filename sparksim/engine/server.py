@@ -3,6 +3,7 @@
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -59,6 +60,9 @@ class EngineServer:
         self.faults = config.faults
         self.requests_served = 0
         self.tokens_streamed = 0
+        # The last requests to the model routes as they arrived (before any fault acts), so
+        # a test sees what a client really sent and how often.
+        self.received: deque[dict[str, Any]] = deque(maxlen=1000)
         self.on_death: Callable[[], None] = lambda: None
         self.set_listening: Callable[[bool], Awaitable[None]] | None = None
         body_limit = max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * config.max_model_len)
@@ -74,11 +78,13 @@ class EngineServer:
         self.app.router.add_get("/_sim/faults", self.get_faults)
         self.app.router.add_post("/_sim/faults", self.set_faults)
         self.app.router.add_get("/_sim/state", self.state)
+        self.app.router.add_get("/_sim/requests", self.requests)
 
     # --- fault gate -----------------------------------------------------------------------
 
     def guarded(self, handler: Handler) -> Handler:
         async def gate(request: web.Request) -> web.StreamResponse:
+            self.received.append({"path": request.path, "body": await _body_as_sent(request)})
             if self.faults.latency_s:
                 await asyncio.sleep(self.faults.latency_s)
             if self.faults.unavailable:
@@ -265,6 +271,11 @@ class EngineServer:
         for key, value in body.items():
             if key in self.faults.__dict__:
                 setattr(self.faults, key, value)
+        # "Die after N more": a count set now starts now.
+        if "die_after_requests" in body:
+            self.requests_served = 0
+        if "die_mid_stream_after_tokens" in body:
+            self.tokens_streamed = 0
         if body.get("die"):
             self.die("simulated death by control request")
         refuse = body.get("refuse_connections_s")
@@ -274,14 +285,20 @@ class EngineServer:
 
     def _start_refusing(self, seconds: float) -> None:
         assert self.set_listening is not None
-        asyncio.get_running_loop().create_task(self._refuse_for(seconds))
+        asyncio.get_running_loop().create_task(self.refuse_connections_for(seconds))
 
-    async def _refuse_for(self, seconds: float) -> None:
+    async def refuse_connections_for(self, seconds: float) -> None:
+        """Close the listener for `seconds` (real seconds, like a restart), then reopen it."""
         assert self.set_listening is not None
         await self.set_listening(False)
+        log("WARNING", "sparksim", f"refusing connections for {seconds}s")
         await asyncio.sleep(seconds)
         self.faults.refuse_connections_s = None
         await self.set_listening(True)
+        log("WARNING", "sparksim", "accepting connections again")
+
+    async def requests(self, request: web.Request) -> web.Response:
+        return web.json_response(list(self.received))
 
     async def state(self, request: web.Request) -> web.Response:
         core = self.core
@@ -296,6 +313,13 @@ class EngineServer:
             "profile": asdict(self.config.profile),
             "dead": core.dead,
         })
+
+
+async def _body_as_sent(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return await request.text()
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import pytest
 from jobs.models import Job
 from jobs.states import publish_job_state
 from tests.conftest import browser_login
+from tests.jobs.conftest import call_in_thread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -31,7 +32,7 @@ def test_the_cancel_button_disappears_live_when_the_job_ends(asgi_server: Any, p
     page.evaluate("window.__notReloaded = true")
     Job.objects.filter(pk=job.pk).update(state="succeeded")
     job.refresh_from_db()
-    publish_job_state(job)
+    call_in_thread(lambda: publish_job_state(job))  # the test thread runs Playwright's event loop
     page.wait_for_selector("#job-state .state-succeeded", timeout=15_000)
     page.wait_for_selector("#cancel-button", state="hidden", timeout=5_000)
     assert page.evaluate("window.__notReloaded") is True

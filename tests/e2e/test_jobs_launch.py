@@ -11,11 +11,9 @@ from django.db import connection
 
 from jobs.models import Job
 from jobs.services import job_run
-from lanes.models import Lane, LaneNode, LaneRevision
 from sparksim.cluster import cluster_down
 from tests.conftest import browser_login, free_port, wait_for
-from tests.jobs.conftest import _make_cluster
-from tests.lanes.seed_configs import base_config
+from tests.jobs.conftest import create_lane, make_sim_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -41,18 +39,12 @@ def worker_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
 
 
 def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_user, tmp_path: Path, worker_threads):
-    cluster = _make_cluster(tmp_path / "sim", ["spark3"], "local", tmp_path)
+    cluster = make_sim_cluster(tmp_path / "sim", ["spark3"], "local", tmp_path)
     try:
         node = cluster.node("spark3")
         port = free_port(node.address)
         # ~2 s to load, so the log visibly grows while the admin watches
-        config = base_config(name="qwen", nodes=["spark3"], api_port=port, served_model_name="qwen",
-                             model_id="Qwen/Qwen3.8-27B-FP8", gpu_memory_utilization=0.5, max_model_len=32768,
-                             extra_args=["--sim-startup-s", "20"], wait_poll_s=0.3, wait_timeout_s=60)
-        lane = Lane.objects.create(name="qwen", model_id=config["model_id"], image=config["image"], api_port=port,
-                                   max_model_len=32768, served_model_name="qwen", revision=1)
-        LaneNode.objects.create(lane=lane, node=node, rank=0)
-        LaneRevision.objects.create(lane=lane, number=1, config=config)
+        create_lane("qwen", [node], api_port=port, extra_args=["--sim-startup-s", "20"], wait_poll_s=0.3)
 
         browser_login(page, asgi_server.url, admin_user.username)
         lane_tab = page.context.new_page()

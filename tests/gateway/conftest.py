@@ -1,5 +1,6 @@
-"""Gateway fixtures: counting upstreams, lanes pointing at them, API keys, and the real
-ASGI app under uvicorn (tests.conftest.asgi_server) in front."""
+"""Gateway fixtures: sparksim engines for the happy paths, the hand-written counting upstream
+(tests/gateway/upstreams.py) for the faults sparksim cannot make, lanes pointing at them, API
+keys, and the real ASGI app under uvicorn (tests.conftest.asgi_server) in front."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 import redis
 from django.conf import settings
 from django.contrib.auth.models import User
+from prometheus_client.parser import text_string_to_metric_families
 
 from lanes.models import Lane, LaneNode, Node
 from routing.services import api_key_create
-from tests.conftest import AsgiServer, free_port
+from sparksim.standalone import EngineHandle
+from tests.conftest import SIM_QWEN, AsgiServer, free_port
 from tests.gateway.upstreams import CountingUpstream
 
 T = TypeVar("T")
@@ -119,9 +123,54 @@ def create_key(owner: User, **kwargs: Any) -> tuple[str, int]:
     return created.secret, created.key.pk
 
 
+SIM_SERVED = "qwen-test"
+
+
 @pytest.fixture
-def gateway(asgi_server: AsgiServer, key_owner: User, upstream: CountingUpstream, settings: Any) -> Gateway:
+def qwen_engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:
+    """A sparksim Qwen engine (a real process over HTTP) serving the lane's served name."""
+    return engine_factory(SIM_QWEN, "--served-model-name", SIM_SERVED, time_scale=0.001)
+
+
+def engine_completed(engine: EngineHandle) -> int:
+    """Generation requests the engine finished, from vLLM's request_success counter."""
+    text = httpx.get(f"{engine.url}/metrics").text
+    return int(sum(sample.value for family in text_string_to_metric_families(text)
+                   for sample in family.samples if sample.name == "vllm:request_success_total"))
+
+
+GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+def engine_received(engine: EngineHandle, paths: tuple[str, ...] = GENERATION_PATHS) -> list[Any]:
+    """The bodies of the requests that reached the engine on `paths`, oldest first, counted on
+    arrival (a request the engine then failed, delayed or cut counts too)."""
+    return [item["body"] for item in httpx.get(f"{engine.url}/_sim/requests").json() if item["path"] in paths]
+
+
+@pytest.fixture
+def gateway(asgi_server: AsgiServer, key_owner: User, qwen_engine: EngineHandle, settings: Any) -> Gateway:
+    """The gateway in front of a sparksim engine."""
+    settings.GATEWAY_DEFAULT_LANE = "qwen"
+    make_lane("qwen", qwen_engine.port, served=SIM_SERVED, max_model_len=32768)
+    secret, key_id = create_key(key_owner)
+    return Gateway(server=asgi_server, secret=secret, key_id=key_id)
+
+
+@pytest.fixture
+def fault_gateway(asgi_server: AsgiServer, key_owner: User, upstream: CountingUpstream, settings: Any) -> Gateway:
+    """The gateway in front of the hand-written upstream: the faults sparksim cannot make."""
     settings.GATEWAY_DEFAULT_LANE = "qwen"
     make_lane("qwen", upstream.port, served="qwen-test")
     secret, key_id = create_key(key_owner)
     return Gateway(server=asgi_server, secret=secret, key_id=key_id)
+
+
+def set_engine_faults(engine: EngineHandle, **faults: object) -> None:
+    httpx.post(f"{engine.url}/_sim/faults", json=faults).raise_for_status()
+
+
+@pytest.fixture
+def second_engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:
+    """Another sparksim engine, for a fallback lane."""
+    return engine_factory(SIM_QWEN, "--served-model-name", "deepseek-test", time_scale=0.001)

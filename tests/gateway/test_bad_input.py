@@ -1,6 +1,7 @@
 """No client can hurt other clients: bad bodies are refused at the gateway before any
-upstream call, an upstream's own failure on a body the gateway could not check does not
-switch the lane off, bodies are bounded, and the limits hold whatever the lane reports."""
+upstream call (counted by the sparksim engine on arrival), an upstream's own failure on a
+body the gateway could not check does not switch the lane off, bodies are bounded, a client
+that leaves frees its slot, and refused keys are counted."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ from django.contrib.auth.models import User
 from lanes.models import Lane
 from routing.models import RequestLog
 from routing.services import gateway_invalidate
+from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
-from tests.gateway.conftest import Gateway, create_key, make_lane
+from tests.gateway.conftest import (
+    Gateway,
+    create_key,
+    engine_received,
+    make_lane,
+    set_engine_faults,
+)
 from tests.gateway.upstreams import CountingUpstream
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -98,30 +106,30 @@ BAD_INPUT: list[tuple[str, Any, str, str, str | None]] = [
 
 @pytest.mark.parametrize("case, body, path, code, param", BAD_INPUT, ids=[case[0] for case in BAD_INPUT])
 def test_bad_input_is_refused_at_the_gateway_naming_the_field(
-    gateway: Gateway, upstream: CountingUpstream, case: str, body: Any, path: str, code: str, param: str | None
+    gateway: Gateway, qwen_engine: EngineHandle, case: str, body: Any, path: str, code: str, param: str | None
 ) -> None:
     response = post(gateway, body, path)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert (error["code"], error["param"], error["type"]) == (code, param, "invalid_request_error")
     assert error["message"]
-    assert upstream.completions == 0 and upstream.counts["/tokenize"] == 0
+    assert engine_received(qwen_engine, ("/v1/chat/completions", "/v1/completions", "/tokenize")) == []
 
 
 def test_unknown_fields_pass_through_and_max_completion_tokens_is_also_sent_as_max_tokens(
-    gateway: Gateway, upstream: CountingUpstream
+    gateway: Gateway, qwen_engine: EngineHandle
 ) -> None:
     extras = {"top_k": 5, "chat_template_kwargs": {"enable_thinking": False}, "x_vendor": [1, {"a": None}]}
     response = post(gateway, chat(max_completion_tokens=7, max_tokens=4000, temperature=0, top_p=1, n=2,
                                   seed=-1, stop=["\n"], **extras))
     assert response.status_code == 200, response.text
-    sent = upstream.bodies[-1]
+    sent = engine_received(qwen_engine)[-1]
     assert {name: sent[name] for name in extras} == extras
     assert sent["max_completion_tokens"] == 7 and sent["max_tokens"] == 7
 
 
 def test_an_oversized_body_is_413_from_its_content_length_and_while_reading(
-    gateway: Gateway, upstream: CountingUpstream, settings: Any
+    gateway: Gateway, qwen_engine: EngineHandle, settings: Any
 ) -> None:
     settings.GATEWAY_MAX_BODY_BYTES = 4096
     big = chat(messages=[{"role": "user", "content": "x" * 5000}])
@@ -137,10 +145,10 @@ def test_an_oversized_body_is_413_from_its_content_length_and_while_reading(
                           headers={**gateway.headers(), "content-type": "application/json"})
     assert streamed.status_code == 413 and streamed.json()["error"]["code"] == "request_too_large"
     assert post(gateway, chat()).status_code == 200
-    assert upstream.completions == 1
+    assert len(engine_received(qwen_engine)) == 1
 
 
-def test_an_idempotency_key_reused_with_another_body_is_422(gateway: Gateway, upstream: CountingUpstream) -> None:
+def test_an_idempotency_key_reused_with_another_body_is_422(gateway: Gateway, qwen_engine: EngineHandle) -> None:
     first = post(gateway, chat(), **{"idempotency-key": "job-17"})
     assert first.status_code == 200
     other = post(gateway, chat(messages=[{"role": "user", "content": "something else"}]), **{"idempotency-key": "job-17"})
@@ -149,16 +157,17 @@ def test_an_idempotency_key_reused_with_another_body_is_422(gateway: Gateway, up
     assert error["code"] == "idempotency_key_reused" and error["param"] == "Idempotency-Key"
     replay = post(gateway, chat(), **{"idempotency-key": "job-17"})
     assert replay.status_code == 200 and replay.headers["x-idempotent-replay"] == "true"
-    assert upstream.completions == 1
+    assert len(engine_received(qwen_engine)) == 1
 
 
 def test_five_failures_on_bodies_the_gateway_could_not_check_leave_the_lane_to_other_keys(
-    gateway: Gateway, upstream: CountingUpstream, key_owner: User, settings: Any
+    fault_gateway: Gateway, upstream: CountingUpstream, key_owner: User, settings: Any
 ) -> None:
     """llama.cpp answers a body it chokes on with a 500 and its traceback: that neither
     reaches the client nor opens the lane's breaker for everyone else."""
     settings.GATEWAY_BREAKER_FAILURES = 2
     upstream.mode = "traceback_500"
+    gateway = fault_gateway
     for _ in range(5):
         failed = post(gateway, chat(llama_grammar={"weird": True}))
         assert failed.status_code == 502
@@ -172,7 +181,7 @@ def test_five_failures_on_bodies_the_gateway_could_not_check_leave_the_lane_to_o
 
 
 def test_five_invalid_requests_from_one_key_leave_the_lane_answering_other_keys(
-    gateway: Gateway, upstream: CountingUpstream, key_owner: User, settings: Any
+    gateway: Gateway, qwen_engine: EngineHandle, key_owner: User, settings: Any
 ) -> None:
     settings.GATEWAY_BREAKER_FAILURES = 2
     for body in (chat(temperature="hot"), chat(n="two"), chat(messages=[1, 2]), chat(stream=1), chat(tools=True)):
@@ -180,50 +189,47 @@ def test_five_invalid_requests_from_one_key_leave_the_lane_answering_other_keys(
     other_secret, _ = create_key(key_owner, name="other-team")
     answer = post(gateway, chat(), secret=other_secret)
     assert answer.status_code == 200 and answer.headers["x-spark-lane"] == "qwen"
-    assert upstream.completions == 1
+    assert len(engine_received(qwen_engine)) == 1
 
 
-def test_a_dropped_connection_is_reported_as_such(gateway: Gateway, upstream: CountingUpstream) -> None:
+def test_a_dropped_connection_is_reported_as_such(fault_gateway: Gateway, upstream: CountingUpstream) -> None:
     upstream.mode = "reset"
-    response = post(gateway, chat())
+    response = post(fault_gateway, chat())
     assert response.status_code == 502
     message = response.json()["error"]["message"]
     assert "closed the connection" in message or "reset the connection" in message, message
     assert "ConnectTimeout" not in message
 
 
-def test_a_non_streaming_client_that_leaves_cancels_the_upstream_and_frees_its_slot(
-    gateway: Gateway, upstream: CountingUpstream, key_owner: User
+def test_a_non_streaming_client_that_leaves_frees_its_slot_at_once(
+    gateway: Gateway, qwen_engine: EngineHandle, key_owner: User
 ) -> None:
+    """The lane is slow (60 s): the client gives up after 1 s. The gateway stops waiting on
+    the lane and frees the key's only in-flight slot then, not 60 s later."""
     secret, _ = create_key(key_owner, name="one-at-a-time", max_parallel=1)
-    upstream.mode, upstream.hang_s = "hang", 60.0
+    set_engine_faults(qwen_engine, latency_s=60.0)
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{gateway.base_url}/chat/completions", json=chat(), headers=gateway.headers(secret), timeout=1.0)
-    wait_for(lambda: upstream.counts["disconnected"] == 1, what="the gateway to close the upstream request")
-    upstream.mode = "ok"
-    answer = wait_for(lambda: (r := post(gateway, chat(messages=[{"role": "user", "content": "next"}]),
-                                         secret=secret)).status_code == 200 and r,
-                      timeout=5, what="the in-flight slot to be freed")
-    assert answer.status_code == 200
     row = wait_for(lambda: RequestLog.objects.filter(error_code="client_disconnected").first(),
                    what="the abandoned request's log row")
     assert row.status == 499
+    set_engine_faults(qwen_engine, clear=True)
+    answer = post(gateway, chat(messages=[{"role": "user", "content": "next"}]), secret=secret)
+    assert answer.status_code == 200, answer.text
 
 
 def test_auto_chooses_only_among_the_keys_allowed_lanes(
-    gateway: Gateway, upstream: CountingUpstream, second_upstream: CountingUpstream, key_owner: User
+    gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle, key_owner: User
 ) -> None:
-    make_lane("deepseek", second_upstream.port, served="deepseek-test")
+    make_lane("deepseek", second_engine.port, served="deepseek-test")
     secret, _ = create_key(key_owner, name="deepseek-only", allowed_lanes=["deepseek"])
     answer = post(gateway, {"model": "auto", "messages": MESSAGES}, secret=secret)
     assert answer.status_code == 200 and answer.headers["x-spark-lane"] == "deepseek"
-    assert upstream.completions == 0
+    assert engine_received(qwen_engine) == []
 
 
-def test_models_lists_only_lanes_that_can_answer_now(
-    gateway: Gateway, second_upstream: CountingUpstream
-) -> None:
-    make_lane("deepseek", second_upstream.port, served="deepseek-test", state="stopped")
+def test_models_lists_only_lanes_that_can_answer_now(gateway: Gateway, second_engine: EngineHandle) -> None:
+    make_lane("deepseek", second_engine.port, served="deepseek-test", state="stopped")
     gateway_invalidate("lanes")
     listed = wait_for(lambda: httpx.get(f"{gateway.base_url}/models", headers=gateway.headers()).json(),
                       what="the models list")

@@ -1,4 +1,5 @@
-"""API keys at the gateway, and every error in OpenAI's shape with the right status."""
+"""API keys at the gateway, and every error in OpenAI's shape with the right status; the
+lanes are sparksim engines (real processes over HTTP)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from django.utils import timezone
 from lanes.models import Lane
 from routing.models import ApiKey
 from routing.services import api_key_revoke
+from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
-from tests.gateway.conftest import Gateway, create_key, make_lane
-from tests.gateway.upstreams import CountingUpstream
+from tests.gateway.conftest import SIM_SERVED, Gateway, create_key, engine_received, make_lane, set_engine_faults
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 ERROR_FIELDS = {"message", "type", "param", "code"}
+
+
+def sent(engine: EngineHandle, path: str = "/v1/chat/completions") -> int:
+    return len(engine_received(engine, (path,)))
 
 
 def post(gateway: Gateway, body: dict[str, Any], secret: str | None = None, path: str = "/v1/chat/completions",
@@ -43,11 +48,11 @@ def test_a_bad_or_missing_key_is_401(gateway: Gateway) -> None:
         openai.OpenAI(base_url=gateway.base_url, api_key="nope").models.list()
 
 
-def test_a_revoked_key_is_refused_at_once(gateway: Gateway, upstream: CountingUpstream, key_owner: User) -> None:
+def test_a_revoked_key_is_refused_at_once(gateway: Gateway, qwen_engine: EngineHandle, key_owner: User) -> None:
     assert post(gateway, {"model": "qwen", "messages": MESSAGES}).status_code == 200  # now cached in the gateway
     api_key_revoke(actor=key_owner, key=ApiKey.objects.get(pk=gateway.key_id))
     assert_error(post(gateway, {"model": "qwen", "messages": MESSAGES}), 401, "invalid_api_key")
-    assert upstream.completions == 1
+    assert sent(qwen_engine) == 1
 
 
 def test_an_expired_key_is_refused(gateway: Gateway, key_owner: User) -> None:
@@ -62,24 +67,25 @@ def test_an_expired_key_is_refused(gateway: Gateway, key_owner: User) -> None:
 
 
 def test_a_lane_outside_the_keys_allowed_lanes_is_403(
-    gateway: Gateway, key_owner: User, second_upstream: CountingUpstream
+    gateway: Gateway, key_owner: User, second_engine: EngineHandle
 ) -> None:
-    make_lane("deepseek", second_upstream.port)
+    make_lane("deepseek", second_engine.port, served="deepseek-test")
     secret, _ = create_key(key_owner, name="qwen-only", allowed_lanes=["qwen"])
     assert_error(post(gateway, {"model": "deepseek", "messages": MESSAGES}, secret=secret), 403, "lane_not_allowed")
     assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200
     listed = httpx.get(f"{gateway.base_url}/models", headers=gateway.headers(secret)).json()
-    assert [m["id"] for m in listed["data"]] == ["auto", "qwen-test"]
-    assert second_upstream.completions == 0
+    assert [m["id"] for m in listed["data"]] == ["auto", SIM_SERVED]
+    assert sent(second_engine) == 0
 
 
 def test_a_key_pinned_to_a_lane_sends_auto_there(
-    gateway: Gateway, key_owner: User, second_upstream: CountingUpstream
+    gateway: Gateway, key_owner: User, second_engine: EngineHandle
 ) -> None:
-    make_lane("deepseek", second_upstream.port)
+    make_lane("deepseek", second_engine.port, served="deepseek-test")
     secret, _ = create_key(key_owner, name="refactor-agent", default_route="deepseek")
     answer = post(gateway, {"model": "auto", "messages": MESSAGES}, secret=secret)
     assert answer.headers["x-spark-lane"] == "deepseek" and answer.headers["x-spark-route-reason"] == "key_default"
+    assert sent(second_engine) == 1
 
 
 def test_an_unknown_model_is_404_model_not_found(gateway: Gateway) -> None:
@@ -110,40 +116,41 @@ def test_requests_per_minute_are_limited_across_the_gateway_with_retry_after(gat
 
 def test_tokens_per_minute_are_limited(gateway: Gateway, key_owner: User) -> None:
     secret, _ = create_key(key_owner, name="token-hungry", tpm_limit=10)
-    assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200  # 18 tokens
+    assert post(gateway, {"model": "qwen", "max_tokens": 8, "messages": MESSAGES}, secret=secret).status_code == 200
     wait_for(lambda: post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 429,
              what="the tokens to be counted")
 
 
-def test_requests_in_flight_are_limited(gateway: Gateway, key_owner: User, upstream: CountingUpstream) -> None:
+def test_requests_in_flight_are_limited(gateway: Gateway, key_owner: User, qwen_engine: EngineHandle) -> None:
     import threading
 
     secret, _ = create_key(key_owner, name="one-at-a-time", max_parallel=1)
-    upstream.mode, upstream.hang_s = "hang", 1.0
+    set_engine_faults(qwen_engine, latency_s=1.0)
     thread = threading.Thread(target=post, args=(gateway, {"model": "qwen", "messages": MESSAGES}, secret))
     thread.start()
-    wait_for(lambda: upstream.completions == 1, what="the first request upstream")
+    wait_for(lambda: sent(qwen_engine) == 1, what="the first request upstream")
     refused = post(gateway, {"model": "qwen", "messages": [{"role": "user", "content": "other"}]}, secret=secret)
     assert_error(refused, 429, "rate_limit_exceeded")
     thread.join(10)
-    upstream.mode = "ok"
+    set_engine_faults(qwen_engine, clear=True)
     wait_for(lambda: post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200,
              what="the slot to be freed")
 
 
 def test_a_prompt_longer_than_the_lanes_current_limit_is_400_before_sending(
-    gateway: Gateway, upstream: CountingUpstream, second_upstream: CountingUpstream
+    gateway: Gateway, second_engine: EngineHandle
 ) -> None:
-    make_lane("deepseek", second_upstream.port, max_model_len=100_000, degraded_limit=1000, state="degraded")
+    make_lane("deepseek", second_engine.port, served="deepseek-test", max_model_len=100_000, degraded_limit=1000,
+              state="degraded")
     long_prompt = "word " * 900  # fits 100K, not the degraded 1000 with max_tokens 200
     error = assert_error(post(gateway, {"model": "deepseek", "max_tokens": 200,
                                         "messages": [{"role": "user", "content": long_prompt}]}),
                          400, "context_length_exceeded")
     assert "maximum context length is 1000 tokens" in error["message"]
-    assert second_upstream.counts["/tokenize"] == 1 and second_upstream.completions == 0
+    assert sent(second_engine, "/tokenize") == 1 and sent(second_engine) == 0
     short = post(gateway, {"model": "deepseek", "max_tokens": 10, "messages": MESSAGES})
     assert short.status_code == 200
-    assert second_upstream.counts["/tokenize"] == 1  # the cheap bound sufficed
+    assert sent(second_engine, "/tokenize") == 1  # the cheap bound sufficed
 
 
 def test_no_serving_lane_for_auto_is_503(gateway: Gateway, settings: Any) -> None:
@@ -164,7 +171,9 @@ def test_unknown_endpoints_and_methods_answer_in_openai_shape(gateway: Gateway) 
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
 
 
-def test_prompt_text_is_logged_only_for_keys_that_opt_in(gateway: Gateway, key_owner: User) -> None:
+def test_prompt_text_is_logged_only_for_keys_that_opt_in(
+    gateway: Gateway, key_owner: User, qwen_engine: EngineHandle
+) -> None:
     from routing.models import RequestLog
 
     secret, key_id = create_key(key_owner, name="audited", log_prompts=True)
@@ -176,20 +185,22 @@ def test_prompt_text_is_logged_only_for_keys_that_opt_in(gateway: Gateway, key_o
     assert by_key[key_id].prompt_text == "remember this"
     assert by_key[gateway.key_id].prompt_text == ""
     assert by_key[gateway.key_id].lane == "qwen" and by_key[gateway.key_id].route_reason == "explicit"
-    assert by_key[gateway.key_id].prompt_tokens == 11 and by_key[gateway.key_id].status == 200
+    counted = httpx.post(f"{qwen_engine.url}/tokenize",
+                         json={"model": SIM_SERVED, "messages": [{"role": "user", "content": "forget this"}]})
+    assert by_key[gateway.key_id].prompt_tokens == counted.json()["count"] and by_key[gateway.key_id].status == 200
 
 
 def test_without_redis_the_gateway_fails_closed_in_openai_shape(
-    asgi_server: Any, key_owner: User, upstream: CountingUpstream, settings: Any
+    asgi_server: Any, key_owner: User, qwen_engine: EngineHandle, settings: Any
 ) -> None:
     """Limits and idempotency cannot be checked: refuse (500, no retry hint) rather than risk a double."""
     from tests.conftest import free_port
 
-    make_lane("qwen", upstream.port)
+    make_lane("qwen", qwen_engine.port, served=SIM_SERVED)
     secret, _ = create_key(key_owner)
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # read when the gateway's runtime starts
     response = httpx.post(f"{asgi_server.url}/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
                           json={"model": "qwen", "messages": MESSAGES}, timeout=30)
     error = assert_error(response, 500, "internal_error")
     assert error["type"] == "server_error" and response.headers["x-should-retry"] == "false"
-    assert upstream.completions == 0
+    assert sent(qwen_engine) == 0

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from routing.models import RequestLog
+from sparksim.standalone import EngineHandle
 from tests.conftest import free_port, wait_for
-from tests.gateway.conftest import create_key, make_lane
-from tests.gateway.upstreams import CountingUpstream
+from tests.gateway.conftest import SIM_SERVED, create_key, engine_received, make_lane
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,9 +28,9 @@ def database_url() -> str:
 
 
 def test_a_stopped_worker_writes_the_request_log_rows_it_still_held(
-    key_owner: User, upstream: CountingUpstream, tmp_path: Path
+    key_owner: User, qwen_engine: EngineHandle, tmp_path: Path
 ) -> None:
-    make_lane("qwen", upstream.port, served="qwen-test")
+    make_lane("qwen", qwen_engine.port, served=SIM_SERVED)
     secret, _ = create_key(key_owner)
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url(), "PORTAL_GATEWAY_DEFAULT_LANE": "qwen",
@@ -46,7 +46,7 @@ def test_a_stopped_worker_writes_the_request_log_rows_it_still_held(
         for _ in range(5):
             answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
                                 headers={"authorization": f"Bearer {secret}"},
-                                json={"model": "auto", "messages": [{"role": "user", "content": "hi"}]})
+                                json={"model": "auto", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
             assert answer.status_code == 200
         assert RequestLog.objects.count() == 0  # still held by the worker
     finally:
@@ -55,6 +55,7 @@ def test_a_stopped_worker_writes_the_request_log_rows_it_still_held(
         log.close()
     assert server.returncode == 0, (tmp_path / "uvicorn.log").read_text()
     assert RequestLog.objects.filter(lane="qwen", status=200).count() == 5
+    assert len(engine_received(qwen_engine)) == 5
 
 
 def _up(port: int) -> bool:

@@ -3,8 +3,7 @@ shadow traffic replayed to a second engine standing in for the external endpoint
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -12,29 +11,21 @@ import pytest
 from django.contrib.auth.models import User
 
 from routing.models import RequestLog, ShadowSample
-from sparksim.standalone import EngineHandle, start_engine
-from tests.conftest import AsgiServer, wait_for
+from sparksim.standalone import EngineHandle
+from tests.conftest import SIM_QWEN, AsgiServer, wait_for
 from tests.gateway.conftest import create_key, make_lane, unused_port
 
-QWEN = "Qwen/Qwen3.8-27B-FP8"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                           "required": ["city"]}}}]
 
 
 @pytest.fixture
-def engines(tmp_path: Path) -> Iterator[Callable[..., EngineHandle]]:
-    started: list[EngineHandle] = []
-
+def engines(engine_factory: Callable[..., EngineHandle]) -> Callable[..., EngineHandle]:
     def start(*served: str) -> EngineHandle:
-        handle = start_engine(QWEN, tmp_path / f"engine-{len(started)}.log", "--served-model-name", *served,
-                              time_scale=0.001)
-        started.append(handle)
-        return handle
+        return engine_factory(SIM_QWEN, "--served-model-name", *served, time_scale=0.001)
 
-    yield start
-    for handle in started:
-        handle.stop()
+    return start
 
 
 @pytest.fixture

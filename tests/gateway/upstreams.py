@@ -1,6 +1,10 @@
-"""A counting upstream for gateway tests: a small OpenAI-compatible aiohttp server that
-counts every request it receives and can misbehave on demand (reset the connection,
-hang, answer 5xx, die mid-stream, put usage on a chunk with choices)."""
+"""A hand-written upstream for the faults sparksim cannot make: a connection reset after the
+request arrived (no answer at all); usage riding on a final chunk that also has choices
+(some OpenAI-compatible servers do it; vLLM never does); and llama.cpp's server's ways — a
+500 carrying a Python-style traceback for a body it chokes on, no usage at all
+(`include_usage` ignored) and no `/tokenize`. Otherwise it answers like a plain
+OpenAI-compatible server, and it counts every request it receives.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ from aiohttp import web
 
 from tests.conftest import free_port
 
-MODES = {"ok", "reset", "hang", "500", "traceback_500", "die_mid_stream", "usage_on_choices", "slow"}
-# What llama.cpp's server answered to a body it could not handle (paths included).
+MODES = {"ok", "reset", "usage_on_choices", "traceback_500"}
+TEXT = "Hello from the hand-written upstream."
+# What llama.cpp's server answered to a body it could not handle (server paths included).
 TRACEBACK = ('Traceback (most recent call last):\n  File "/srv/llama/server/handlers.py", line 212, in chat\n'
              '    temperature = float(body["temperature"])\nValueError: could not convert string to float: \'hot\'')
 
@@ -26,10 +31,7 @@ class CountingUpstream:
         self.model = model
         self.port = free_port()
         self.mode = "ok"
-        self.hang_s = 30.0
         self.counts: Counter[str] = Counter()
-        self.bodies: list[dict[str, Any]] = []
-        self.tokenize_count: int | None = None  # None = words + 4 per message
         self.sends_usage = True  # False: like llama.cpp, never any usage (include_usage ignored)
         self.has_tokenize = True  # False: /tokenize answers 404, like an engine without it
         self.tokenize_bodies: list[dict[str, Any]] = []
@@ -59,7 +61,6 @@ class CountingUpstream:
     async def _start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/completions", self.chat)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/v1/models", self.models)
         self._runner = web.AppRunner(app, handle_signals=False)
@@ -75,110 +76,50 @@ class CountingUpstream:
             raise web.HTTPNotFound()
         body = await request.json()
         self.tokenize_bodies.append(body)
-        if self.tokenize_count is not None:
-            count = self.tokenize_count
-        elif isinstance(body.get("prompt"), str) and "messages" not in body:
-            count = len(body["prompt"].split())
-        else:
-            text = " ".join(str(m.get("content", "")) for m in body.get("messages", [])) or str(body.get("prompt", ""))
-            count = len(text.split()) + 4 * len(body.get("messages", []))
-        return web.json_response({"count": count, "max_model_len": 4096, "tokens": []})
+        if "messages" not in body:  # a text (the gateway counting an answer): its words
+            return web.json_response({"count": len(str(body.get("prompt", "")).split()), "tokens": []})
+        text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        return web.json_response({"count": len(text.split()) + 4, "max_model_len": 4096, "tokens": []})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.counts[request.path] += 1
         body = await request.json()
-        self.bodies.append(body)
-        mode = self.mode
-        if mode == "reset":
+        if self.mode == "reset":
             assert request.transport is not None
             request.transport.close()  # the request arrived; the answer never will
             await asyncio.sleep(1)
             return web.Response(status=500)
-        if mode == "hang":
-            deadline = time.monotonic() + self.hang_s
-            while time.monotonic() < deadline:
-                if request.transport is None or request.transport.is_closing():
-                    self.counts["disconnected"] += 1  # the gateway closed the connection: abort
-                    return web.Response(status=499)
-                await asyncio.sleep(0.02)
-        if mode == "traceback_500":
+        if self.mode == "traceback_500":
             return web.json_response({"error": {"code": 500, "message": TRACEBACK, "type": "server_error"}},
                                      status=500)
-        if mode == "500":
-            return web.json_response({"error": {"message": "engine exploded", "type": "InternalServerError",
-                                                "code": 500}}, status=500)
-        chat = request.path.endswith("chat/completions")
         if body.get("stream"):
-            return await self._stream(request, body, chat, mode)
-        whole = self._whole(body, chat)
-        if not self.sends_usage:
-            del whole["usage"]
+            return await self._stream(request, body)
+        whole: dict[str, Any] = {
+            "id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT}, "finish_reason": "stop"}]}
+        if self.sends_usage:
+            whole["usage"] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
         return web.json_response(whole)
 
-    def _choice_text(self, index: int) -> str:
-        return f"Hello from {self.model} choice {index}."
-
-    def _whole(self, body: dict[str, Any], chat: bool) -> dict[str, Any]:
-        n = int(body.get("n") or 1)
-        choices = []
-        for i in range(n):
-            if chat and body.get("tools"):
-                name = body["tools"][0]["function"]["name"]
-                message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": '{"city": "Paris"}'}}]}
-                choices.append({"index": i, "message": message, "finish_reason": "tool_calls"})
-            elif chat:
-                choices.append({"index": i, "message": {"role": "assistant", "content": self._choice_text(i)},
-                                "finish_reason": "stop"})
-            else:
-                choices.append({"index": i, "text": self._choice_text(i), "finish_reason": "stop"})
-        return {"id": "cmpl-1", "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-                "model": body["model"], "choices": choices,
-                "usage": {"prompt_tokens": 11, "completion_tokens": 7 * n, "total_tokens": 11 + 7 * n}}
-
-    async def _stream(self, request: web.Request, body: dict[str, Any], chat: bool, mode: str) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
-        include_usage = self.sends_usage and bool((body.get("stream_options") or {}).get("include_usage"))
-        n = int(body.get("n") or 1)
-        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": int(time.time()), "model": body["model"]}
+        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": body["model"]}
 
         async def emit(payload: dict[str, Any]) -> None:
-            if include_usage and "usage" not in payload:
-                payload = {**payload, "usage": None}
             await response.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
-        pieces: list[tuple[int, dict[str, Any]]] = []
-        for i in range(n):
-            if chat and body.get("tools"):
-                name = body["tools"][0]["function"]["name"]
-                pieces.append((i, {"role": "assistant", "tool_calls": [
-                    {"index": 0, "id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": ""}}]}))
-                for fragment in ['{"ci', 'ty": "Pa', 'ris"}']:
-                    pieces.append((i, {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]}))
-            else:
-                for word in self._choice_text(i).split(" "):
-                    pieces.append((i, {"content": word + " "}))
-        for count, (i, delta) in enumerate(pieces):
-            if mode == "die_mid_stream" and count == 2:
-                assert request.transport is not None
-                request.transport.close()
-                return response
-            if mode == "slow":
-                await asyncio.sleep(0.05)
-            choice = {"index": i, "delta": delta, "finish_reason": None} if chat else \
-                {"index": i, "text": delta.get("content", ""), "finish_reason": None}
-            await emit({**base, "choices": [choice]})
-        finish = "tool_calls" if chat and body.get("tools") else "stop"
-        final_choices = [({"index": i, "delta": {}, "finish_reason": finish} if chat else
-                          {"index": i, "text": "", "finish_reason": finish}) for i in range(n)]
-        usage = {"prompt_tokens": 11, "completion_tokens": len(pieces), "total_tokens": 11 + len(pieces)}
-        if mode == "usage_on_choices":
-            await emit({**base, "choices": final_choices, "usage": usage})
+        words = TEXT.split(" ")
+        for word in words:
+            await emit({**base, "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
+        final = [{"index": 0, "delta": {}, "finish_reason": "stop"}]
+        usage = {"prompt_tokens": 11, "completion_tokens": len(words), "total_tokens": 11 + len(words)}
+        if self.mode == "usage_on_choices":
+            await emit({**base, "choices": final, "usage": usage})
         else:
-            await emit({**base, "choices": final_choices})
-            if include_usage:
+            await emit({**base, "choices": final})
+            if self.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
                 await emit({**base, "choices": [], "usage": usage})
         await response.write(b"data: [DONE]\n\n")
         return response

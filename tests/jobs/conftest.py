@@ -15,6 +15,8 @@ import pytest
 from cryptography.fernet import Fernet
 from django.conf import settings
 
+from jobs.models import Job, JobLogLine
+from jobs.services import job_run
 from lanes.models import Lane, LaneNode, LaneRevision, Node
 from sparksim.cluster import cluster_down, cluster_up
 from sparksim.host.node import NodeInfo
@@ -72,7 +74,7 @@ def sim_root(tmp_path: Path) -> Iterator[Path]:
     cluster_down(root)
 
 
-def _make_cluster(root: Path, names: list[str], transport: str, tmp_path: Path) -> SimCluster:
+def make_sim_cluster(root: Path, names: list[str], transport: str, tmp_path: Path) -> SimCluster:
     infos = cluster_up(root, names, base_address=base_address(), time_scale=TIME_SCALE)
     servers: list[SshdServer] = []
     private_key = ""
@@ -96,7 +98,7 @@ def _make_cluster(root: Path, names: list[str], transport: str, tmp_path: Path) 
 
 @pytest.fixture
 def ssh_cluster(db: None, sim_root: Path, tmp_path: Path) -> Iterator[SimCluster]:
-    cluster = _make_cluster(sim_root, ["spark1", "spark2", "spark3"], "ssh", tmp_path)
+    cluster = make_sim_cluster(sim_root, ["spark1", "spark2", "spark3"], "ssh", tmp_path)
     yield cluster
     for server in cluster.servers:
         server.stop()
@@ -104,35 +106,45 @@ def ssh_cluster(db: None, sim_root: Path, tmp_path: Path) -> Iterator[SimCluster
 
 @pytest.fixture
 def local_cluster(db: None, sim_root: Path, tmp_path: Path) -> SimCluster:
-    return _make_cluster(sim_root, ["spark1", "spark2", "spark3"], "local", tmp_path)
+    return make_sim_cluster(sim_root, ["spark1", "spark2", "spark3"], "local", tmp_path)
 
 
 MakeLane = Callable[..., Lane]
 
 
+def create_lane(name: str, nodes: list[Node], **config: Any) -> Lane:
+    """A lane on `nodes` (rank = list order) with revision 1 holding its full config; config
+    overrides tests.lanes.seed_configs.base_config."""
+    address = nodes[0].address
+    overrides: dict[str, Any] = {
+        "name": name, "revision": 1, "image": IMAGE, "tensor_parallel_size": len(nodes),
+        "api_port": free_port(address), "master_port": free_port(address), "nodes": [n.name for n in nodes],
+        "model_id": "Qwen/Qwen3.8-27B-FP8", "served_model_name": name, "gpu_memory_utilization": 0.5,
+        "max_model_len": 32768, "wait_poll_s": 0.2, "wait_timeout_s": 60,
+    }
+    overrides.update(config)
+    cfg = base_config(**overrides)
+    lane = Lane.objects.create(
+        name=name, model_id=cfg["model_id"], image=cfg["image"], tensor_parallel_size=len(nodes),
+        executor=cfg["executor"], api_port=cfg["api_port"], master_port=cfg["master_port"],
+        max_model_len=cfg["max_model_len"], served_model_name=cfg["served_model_name"], revision=1,
+    )
+    for rank, node in enumerate(nodes):
+        LaneNode.objects.create(lane=lane, node=node, rank=rank)
+    LaneRevision.objects.create(lane=lane, number=1, config=cfg)
+    return lane
+
+
 @pytest.fixture
 def make_lane(db: None) -> MakeLane:
-    def make(name: str, nodes: list[Node], **config: Any) -> Lane:
-        address = nodes[0].address
-        overrides: dict[str, Any] = {
-            "name": name, "revision": 1, "image": IMAGE, "tensor_parallel_size": len(nodes),
-            "api_port": free_port(address), "master_port": free_port(address), "nodes": [n.name for n in nodes],
-            "model_id": "Qwen/Qwen3.8-27B-FP8", "served_model_name": name, "gpu_memory_utilization": 0.5,
-            "max_model_len": 32768, "wait_poll_s": 0.2, "wait_timeout_s": 60,
-        }
-        overrides.update(config)
-        cfg = base_config(**overrides)
-        lane = Lane.objects.create(
-            name=name, model_id=cfg["model_id"], image=IMAGE, tensor_parallel_size=len(nodes),
-            executor=cfg["executor"], api_port=cfg["api_port"], master_port=cfg["master_port"],
-            max_model_len=cfg["max_model_len"], served_model_name=name, revision=1,
-        )
-        for rank, node in enumerate(nodes):
-            LaneNode.objects.create(lane=lane, node=node, rank=rank)
-        LaneRevision.objects.create(lane=lane, number=1, config=cfg)
-        return lane
+    return create_lane
 
-    return make
+
+@pytest.fixture
+def qwen_lane(db: None) -> Lane:
+    """A stopped single-node Qwen lane on spark3, for tests that create jobs without running them."""
+    node = Node.objects.create(name="spark3", address="127.0.0.13", transport="local")
+    return create_lane("qwen", [node])
 
 
 def run_in_thread(target: Callable[[], Any]) -> threading.Thread:
@@ -170,3 +182,14 @@ def call_in_thread(target: Callable[[], Any], timeout: float = 300) -> Any:
     if thread.is_alive():
         raise AssertionError(f"still running after {timeout}s")
     return result[0] if result else None
+
+
+def run_job(job: Job) -> Job:
+    """Run a queued job to its end, the way the worker does, and reload it."""
+    call_in_thread(lambda: job_run(job_id=job.pk))
+    job.refresh_from_db()
+    return job
+
+
+def job_log_text(job: Job) -> str:
+    return "\n".join(JobLogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))

@@ -7,22 +7,17 @@ import pytest
 
 from jobs.models import Job, JobKind
 from jobs.services import JobConflict, lane_job_create
-from lanes.models import DesiredState, Lane, LaneNode, LaneRevision, Node
-from tests.lanes.seed_configs import base_config
+from lanes.models import DesiredState, Lane
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit runs as it does in production
 
-IMAGE = "img@sha256:" + "a" * 64
 
 
 @pytest.fixture
-def lane() -> Lane:
-    node = Node.objects.create(name="spark3", address="127.0.0.13", transport="local")
-    lane = Lane.objects.create(name="qwen", model_id="Qwen/Qwen3.8-27B-FP8", image=IMAGE, max_model_len=32768,
-                               revision=1, desired_state=DesiredState.SERVING)
-    LaneNode.objects.create(lane=lane, node=node, rank=0)
-    LaneRevision.objects.create(lane=lane, number=1, config=base_config(name="qwen", nodes=["spark3"], image=IMAGE))
-    return lane
+def lane(qwen_lane: Lane) -> Lane:
+    Lane.objects.filter(pk=qwen_lane.pk).update(desired_state=DesiredState.SERVING)
+    qwen_lane.refresh_from_db()
+    return qwen_lane
 
 
 def test_a_stop_job_is_dispatched_only_once_the_lane_wants_to_be_stopped(

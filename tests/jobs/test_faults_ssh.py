@@ -7,24 +7,14 @@ import subprocess
 
 import pytest
 
-from jobs.models import Job, JobKind, JobLogLine, JobState, JobStep, StepState
+from jobs.models import JobKind, JobLogLine, JobState, JobStep, StepState
 from jobs.services import job_cancel, job_run, lane_job_create, node_network_check_create
 from lanes.models import Lane, LaneState, Node, NodeState
 from tests.conftest import free_port, wait_for
-from tests.jobs.conftest import call_in_thread, run_in_thread
+from tests.jobs.conftest import job_log_text, run_in_thread, run_job
 from tests.jobs.sshd import client_keypair, keygen
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run(job: Job) -> Job:
-    call_in_thread(lambda: job_run(job_id=job.pk))
-    job.refresh_from_db()
-    return job
-
-
-def log_text(job: Job) -> str:
-    return "\n".join(JobLogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
 
 
 def docker_ps(node: Node, container: str = "vllm_node") -> str:
@@ -38,7 +28,7 @@ def docker_ps(node: Node, container: str = "vllm_node") -> str:
 def test_unreachable_node_fails_the_check_and_marks_the_node(ssh_cluster, admin_user):
     spark1 = ssh_cluster.node("spark1")
     Node.objects.filter(pk=spark1.pk).update(ssh_port=free_port(spark1.address))  # nothing listens there
-    job = run(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
+    job = run_job(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
     assert job.state == JobState.FAILED
     assert "spark1: unreachable" in job.error
     assert Node.objects.get(pk=spark1.pk).state == NodeState.UNREACHABLE
@@ -48,7 +38,7 @@ def test_wrong_host_key_is_refused_loudly(ssh_cluster, admin_user, tmp_path):
     spark1 = ssh_cluster.node("spark1")
     other = " ".join(keygen(tmp_path / "impostor", "impostor").split()[:2])
     Node.objects.filter(pk=spark1.pk).update(ssh_host_key=other)
-    job = run(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
+    job = run_job(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
     assert job.state == JobState.FAILED
     assert "host key mismatch" in job.error
     assert "the server presented SHA256:" in job.error
@@ -61,10 +51,10 @@ def test_refused_client_key_is_an_authentication_failure(ssh_cluster, admin_user
     spark1 = ssh_cluster.node("spark1")
     stranger, _ = client_keypair(tmp_path / "stranger")
     Node.objects.filter(pk=spark1.pk).update(ssh_private_key_encrypted=encrypt(stranger))
-    job = run(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
+    job = run_job(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
     assert job.state == JobState.FAILED
     assert "SSH authentication failed for user 'root'" in job.error
-    assert "PRIVATE KEY" not in log_text(job)
+    assert "PRIVATE KEY" not in job_log_text(job)
 
 
 def test_a_command_exiting_non_zero_fails_its_step_and_the_lane(ssh_cluster, make_lane, admin_user):
@@ -75,23 +65,23 @@ def test_a_command_exiting_non_zero_fails_its_step_and_the_lane(ssh_cluster, mak
          lane.revisions.get().config["image"]],
         check=True,
     )
-    job = run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
+    job = run_job(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
     assert job.state == JobState.FAILED
     step = JobStep.objects.get(job=job, key="preflight.image.spark3")
     assert step.state == StepState.FAILED and step.exit_code == 1
     assert "exited 1" in job.error
-    assert "No such image" in log_text(job)
+    assert "No such image" in job_log_text(job)
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.FAILED
 
 
 def test_engine_that_never_becomes_healthy_fails_and_leaves_containers(ssh_cluster, make_lane, admin_user):
     spark3 = ssh_cluster.node("spark3")
     lane = make_lane("qwen", [spark3], extra_args=["--sim-unavailable"], wait_timeout_s=3)
-    job = run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
+    job = run_job(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
     assert job.state == JobState.FAILED
     assert "not healthy after 3s" in job.error
     assert "left on spark3 for inspection" in job.error
-    assert "left on spark3 for inspection" in log_text(job)
+    assert "left on spark3 for inspection" in job_log_text(job)
     assert "vllm_node" in docker_ps(spark3)  # still there to inspect
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.FAILED
 
@@ -140,7 +130,7 @@ def test_an_unpinned_host_key_is_captured_for_confirmation_not_trusted(ssh_clust
     spark1 = ssh_cluster.node("spark1")
     server_key = spark1.ssh_host_key
     Node.objects.filter(pk=spark1.pk).update(ssh_host_key="")
-    job = run(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
+    job = run_job(node_network_check_create(node=Node.objects.get(pk=spark1.pk), user=admin_user))
     assert job.state == JobState.FAILED
     assert "no pinned SSH host key: refusing to trust any" in job.error
     node = Node.objects.get(pk=spark1.pk)

@@ -7,29 +7,19 @@ import subprocess
 
 import pytest
 
-from jobs.models import Job, JobKind, JobLogLine, JobState, StepState
+from jobs.models import JobKind, JobState, StepState
 from jobs.services import dispatch_job as REAL_DISPATCH
-from jobs.services import job_run, lane_job_create, node_network_check_create
+from jobs.services import lane_job_create, node_network_check_create
 from lanes.models import Lane, LaneState, Node, NodeState
-from tests.jobs.conftest import call_in_thread
+from tests.jobs.conftest import job_log_text, run_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run(job: Job) -> Job:
-    call_in_thread(lambda: job_run(job_id=job.pk))
-    job.refresh_from_db()
-    return job
-
-
-def log_text(job: Job) -> str:
-    return "\n".join(JobLogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
-
-
 def test_network_check_saves_a_report_with_paired_links_and_computed_gid(local_cluster, make_lane, admin_user):
     make_lane("deepseek", [local_cluster.node("spark1"), local_cluster.node("spark2")], executor="ray")
-    job = run(node_network_check_create(node=local_cluster.node("spark1"), user=admin_user))
-    assert job.state == JobState.SUCCEEDED, job.error + log_text(job)
+    job = run_job(node_network_check_create(node=local_cluster.node("spark1"), user=admin_user))
+    assert job.state == JobState.SUCCEEDED, job.error + job_log_text(job)
     report = Node.objects.get(name="spark1").network_report
     assert report["verdict"] == "ok"
     assert report["gid_index"] == 3
@@ -47,8 +37,8 @@ def test_a_warn_verdict_shows_as_warned_steps_and_job_warnings_but_the_job_succe
     for node in (spark1, spark2):  # MTU 1500 on both ends: the ping passes, the verdict is "warn"
         subprocess.run([".venv/bin/python", "-m", "sparksim", "fault", "--node-dir", node.sim_dir, "mtu",
                         "enp1s0f0np0", "1500"], check=True)
-    job = run(node_network_check_create(node=spark1, user=admin_user))
-    assert job.state == JobState.SUCCEEDED, job.error + log_text(job)  # a warning is not a failure
+    job = run_job(node_network_check_create(node=spark1, user=admin_user))
+    assert job.state == JobState.SUCCEEDED, job.error + job_log_text(job)  # a warning is not a failure
     assert Node.objects.get(name="spark1").network_report["verdict"] == "warn"
     pings = {step.node: step for step in job.steps.filter(key__startswith="ping.")}
     assert {step.state for step in pings.values()} == {StepState.WARNED}
@@ -63,7 +53,7 @@ def test_a_warn_verdict_shows_as_warned_steps_and_job_warnings_but_the_job_succe
 
 def test_an_ok_network_check_has_no_warnings(local_cluster, make_lane, admin_user, admin_client):
     make_lane("deepseek", [local_cluster.node("spark1"), local_cluster.node("spark2")], executor="ray")
-    job = run(node_network_check_create(node=local_cluster.node("spark1"), user=admin_user))
+    job = run_job(node_network_check_create(node=local_cluster.node("spark1"), user=admin_user))
     assert job.state == JobState.SUCCEEDED and job.result["warnings"] == []
     assert StepState.WARNED not in set(job.steps.values_list("state", flat=True))
     assert 'id="job-warnings" hidden' in admin_client.get(f"/jobs/{job.pk}/").content.decode()
@@ -71,19 +61,19 @@ def test_an_ok_network_check_has_no_warnings(local_cluster, make_lane, admin_use
 
 def test_launch_status_stop_a_single_node_lane(local_cluster, make_lane, admin_user):
     lane = make_lane("qwen", [local_cluster.node("spark3")])
-    launch = run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
-    assert launch.state == JobState.SUCCEEDED, launch.error + log_text(launch)
+    launch = run_job(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
+    assert launch.state == JobState.SUCCEEDED, launch.error + job_log_text(launch)
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING
     assert launch.lane_revision is not None and launch.lane_revision.number == 1
     assert set(launch.steps.values_list("state", flat=True)) <= {StepState.SUCCEEDED, StepState.WARNED}
 
     Lane.objects.filter(pk=lane.pk).update(observed_state=LaneState.FAILED)  # pretend we lost track
-    status = run(lane_job_create(lane=lane, kind=JobKind.STATUS, user=admin_user))
+    status = run_job(lane_job_create(lane=lane, kind=JobKind.STATUS, user=admin_user))
     assert status.state == JobState.SUCCEEDED, status.error
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING
 
-    stop = run(lane_job_create(lane=lane, kind=JobKind.STOP, user=admin_user))
-    assert stop.state == JobState.SUCCEEDED, stop.error + log_text(stop)
+    stop = run_job(lane_job_create(lane=lane, kind=JobKind.STOP, user=admin_user))
+    assert stop.state == JobState.SUCCEEDED, stop.error + job_log_text(stop)
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.STOPPED
 
 
@@ -94,7 +84,7 @@ def test_a_lane_job_marks_the_nodes_it_reached_online_but_leaves_maintenance_alo
     lane = make_lane("deepseek", [spark1, spark2], executor="ray")
     Node.objects.filter(pk=spark1.pk).update(state=NodeState.UNKNOWN, last_seen=None)
     Node.objects.filter(pk=spark2.pk).update(state=NodeState.MAINTENANCE)
-    assert run(lane_job_create(lane=lane, kind=JobKind.STATUS, user=admin_user)).state == JobState.SUCCEEDED
+    assert run_job(lane_job_create(lane=lane, kind=JobKind.STATUS, user=admin_user)).state == JobState.SUCCEEDED
     reached = Node.objects.get(pk=spark1.pk)
     assert reached.state == NodeState.ONLINE and reached.last_seen is not None
     assert Node.objects.get(pk=spark2.pk).state == NodeState.MAINTENANCE  # an admin's choice stays
@@ -103,36 +93,36 @@ def test_a_lane_job_marks_the_nodes_it_reached_online_but_leaves_maintenance_alo
 def test_an_engine_that_dies_while_loading_shows_why_on_the_job_page(local_cluster, make_lane, admin_user):
     lane = make_lane("qwen", [local_cluster.node("spark3")],
                      extra_args=["--sim-fail-start", "AssertionError: profiled KV cache below max_model_len"])
-    job = run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
+    job = run_job(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
     assert job.state == JobState.FAILED and "died before becoming healthy" in job.error
-    log = log_text(job)
+    log = job_log_text(job)
     assert "the engine's last lines ($ docker logs --tail 40 vllm_node)" in log
     assert "AssertionError: profiled KV cache below max_model_len" in log  # the reason, not only "exited 1"
 
 
 def test_restart_stops_then_launches_in_one_job(local_cluster, make_lane, admin_user):
     lane = make_lane("qwen", [local_cluster.node("spark3")])
-    assert run(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user)).state == JobState.SUCCEEDED
-    restart = run(lane_job_create(lane=lane, kind=JobKind.RESTART, user=admin_user))
-    assert restart.state == JobState.SUCCEEDED, restart.error + log_text(restart)
+    assert run_job(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user)).state == JobState.SUCCEEDED
+    restart = run_job(lane_job_create(lane=lane, kind=JobKind.RESTART, user=admin_user))
+    assert restart.state == JobState.SUCCEEDED, restart.error + job_log_text(restart)
     keys = list(restart.steps.order_by("position").values_list("key", flat=True))
     assert keys[0].startswith("stop.") and keys[-1] == "wait.health"
-    text = log_text(restart)
+    text = job_log_text(restart)
     assert text.index("lane qwen: stopped") < text.index("lane qwen: serving")
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING
-    run(lane_job_create(lane=lane, kind=JobKind.STOP, user=admin_user))
+    run_job(lane_job_create(lane=lane, kind=JobKind.STOP, user=admin_user))
 
 
 def test_a_broker_outage_fails_the_job_instead_of_leaving_it_queued(local_cluster, admin_user, monkeypatch):
     from jobs import services
-    from jobs.tasks import run_job
+    from portal.celery import app
 
     monkeypatch.setattr(services, "dispatch_job", REAL_DISPATCH)  # not the recording stand-in
 
     def refuse(*args, **kwargs):
         raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(run_job, "apply_async", refuse)
+    monkeypatch.setattr(app, "send_task", refuse)
     job = services.job_create(kind=JobKind.STATUS, user=admin_user, nodes=[local_cluster.node("spark1")])
     job.refresh_from_db()
     assert job.state == JobState.FAILED and "could not be queued (is Redis up?)" in job.error

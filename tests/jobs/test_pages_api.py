@@ -10,21 +10,14 @@ from django.utils import timezone
 
 from jobs.models import Job, JobKind, JobLogLine, JobState, JobStep
 from jobs.services import job_create
-from lanes.models import Lane, LaneNode, LaneRevision, Node
-from tests.lanes.seed_configs import base_config
+from lanes.models import Lane
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def lane() -> Lane:
-    node = Node.objects.create(name="spark3", address="127.0.0.13", transport="local")
-    lane = Lane.objects.create(name="qwen", model_id="Qwen/Qwen3.8-27B-FP8", image="img@sha256:" + "a" * 64,
-                               max_model_len=32768, revision=1)
-    LaneNode.objects.create(lane=lane, node=node, rank=0)
-    LaneRevision.objects.create(lane=lane, number=1, config=base_config(name="qwen", nodes=["spark3"],
-                                                                          image="img@sha256:" + "a" * 64))
-    return lane
+def lane(qwen_lane: Lane) -> Lane:
+    return qwen_lane
 
 
 @pytest.fixture

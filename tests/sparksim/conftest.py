@@ -4,37 +4,18 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sparksim.cluster import cluster_down, cluster_up
 from sparksim.host.node import NodeInfo
-from sparksim.standalone import EngineHandle, start_engine
-from tests.conftest import wait_for
+from sparksim.standalone import EngineHandle
+from tests.conftest import SIM_DEEPSEEK, SIM_QWEN, wait_for
 
-DEEPSEEK = "deepseek-ai/DeepSeek-V4-Flash-0731"
-QWEN = "Qwen/Qwen3.8-27B-FP8"
-# DeepSeek's weights do not fit one Spark: standalone engines get a fixed KV budget.
-DEEPSEEK_FLAGS = ("--kv-cache-memory-bytes", "11G", "--max-model-len", "131072")
+DEEPSEEK = SIM_DEEPSEEK
+QWEN = SIM_QWEN
 
 __all__ = ["wait_for", "node_shell", "DEEPSEEK", "QWEN"]
-
-
-@pytest.fixture
-def engine_factory(tmp_path: Path) -> Iterator[Callable[..., EngineHandle]]:
-    started: list[EngineHandle] = []
-
-    def start(model: str = DEEPSEEK, *extra: str, **options: Any) -> EngineHandle:
-        flags = DEEPSEEK_FLAGS if model == DEEPSEEK else ()
-        log_path = tmp_path / f"engine-{len(started)}.log"
-        handle = start_engine(model, log_path, *flags, *extra, **options)
-        started.append(handle)
-        return handle
-
-    yield start
-    for handle in started:
-        handle.stop()
 
 
 @pytest.fixture

@@ -1,74 +1,104 @@
-"""Streamed benchmarks against a DeepSeek-like engine reproduce the timing model within 5%."""
+"""The engine core keeps the timing model's clock: TTFT, decode speed under concurrency and
+the prefix cache, checked exactly on a simulated clock (sparksim.virtual_clock), so the
+machine's load cannot move the figures. Real-time fidelity is measured by
+bench/sparksim_timing.py."""
 
-from collections.abc import Callable
+import asyncio
+from dataclasses import dataclass
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+import pytest
 
-from sparksim.loadgen import compare_wave, run_wave
-from sparksim.standalone import EngineHandle
-from sparksim.timing import DEEPSEEK
-from tests.sparksim.conftest import DEEPSEEK as DEEPSEEK_MODEL
-
-# Real time: the suite runs in parallel with browser tests, and every millisecond of CPU
-# contention counts against a 5% budget on a ~0.4 s TTFT.
-TIME_SCALE = 1.0
-
-
-def filler(words: int, salt: str) -> str:
-    return " ".join(f"{salt}{index % 97}" for index in range(words))
+from sparksim.engine.config import EngineConfig, build_engine_config
+from sparksim.engine.scheduler import EngineCore, ScheduledRequest
+from sparksim.engine.vllm_args import parse_serve_args
+from sparksim.timing import DEEPSEEK, PlannedRequest, prefill_seconds, simulate
+from sparksim.virtual_clock import run_on_virtual_clock
+from tests.conftest import SIM_DEEPSEEK, SIM_DEEPSEEK_FLAGS
 
 
-def metric_samples(engine: EngineHandle) -> dict[str, float]:
-    text = httpx.get(f"{engine.url}/metrics").text
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            key = sample.name
-            if "finished_reason" in sample.labels:
-                key += ":" + sample.labels["finished_reason"]
-            if "le" not in sample.labels:
-                samples[key] = sample.value
-    return samples
+def deepseek_config(*flags: str) -> EngineConfig:
+    return build_engine_config(parse_serve_args(
+        [SIM_DEEPSEEK, *SIM_DEEPSEEK_FLAGS, "--time-scale", "1", *flags]))
 
 
-async def test_concurrency_sweep_matches_the_timing_model(
-    engine_factory: Callable[..., EngineHandle],
-) -> None:
-    engine = engine_factory(DEEPSEEK_MODEL, "--no-enable-prefix-caching", time_scale=TIME_SCALE)
-    for concurrency in (1, 2, 4, 8):
-        prompts = [filler(300, f"c{concurrency}r{index}") for index in range(concurrency)]
-        started, results = await run_wave(engine.url, DEEPSEEK_MODEL, concurrency, prompts, 128)
-        assert all(result.tokens == 128 == result.completion_tokens for result in results)
-        comparison = compare_wave(DEEPSEEK, TIME_SCALE, started, results)
-        assert comparison.ttft_deviation < 0.05, comparison
-        assert comparison.decode_deviation < 0.05, comparison
-        if concurrency == 1:
-            # The configured numbers themselves: ~2,500 tok/s prefill, 68 tok/s decode.
-            expected_ttft = DEEPSEEK.base_ttft_s + results[0].prompt_tokens / 2500
-            assert abs(comparison.observed_ttft_s - expected_ttft) / expected_ttft < 0.05
-            assert abs(comparison.observed_decode_tok_s - 68.0) / 68.0 < 0.05
-        if concurrency == 8:
-            # Streams overlap, so each one decodes slower than alone (45 tok/s at 10 users).
-            assert comparison.expected_decode_tok_s < 0.9 * 68.0
+@dataclass
+class Observed:
+    arrived_at: float
+    first_token_at: float
+    last_token_at: float
+    tokens: int
 
 
-async def test_repeated_prompt_hits_the_prefix_cache(
-    engine_factory: Callable[..., EngineHandle],
-) -> None:
-    engine = engine_factory(DEEPSEEK_MODEL, time_scale=TIME_SCALE)
-    prompt = filler(3000, "shared")
-    before = metric_samples(engine)
-    _, (cold,) = await run_wave(engine.url, DEEPSEEK_MODEL, 1, [prompt], 4)
-    _, (warm,) = await run_wave(engine.url, DEEPSEEK_MODEL, 1, [prompt], 4)
-    after = metric_samples(engine)
-    assert warm.ttft < cold.ttft / 5
-    queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
-    hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
-    assert queries == 2 * cold.prompt_tokens
-    assert cold.prompt_tokens - 16 <= hits < cold.prompt_tokens
-    # The warm TTFT follows the cached-prefill rate (~275K tok/s + fixed cost).
-    cached_ttft = DEEPSEEK.base_ttft_s + hits / DEEPSEEK.cached_prefill_tok_s + (
-        cold.prompt_tokens - hits) / DEEPSEEK.prefill_tok_s
-    # 15%: this TTFT is only ~0.2 s, so a few ms of HTTP round trip show.
-    assert abs(warm.ttft / TIME_SCALE - cached_ttft) / cached_ttft < 0.15
+async def consume(request: ScheduledRequest) -> Observed:
+    loop = asyncio.get_running_loop()
+    first = last = 0.0
+    tokens = 0
+    while not request.done or not request.events.empty():
+        await request.events.get()
+        tokens += 1
+        last = loop.time()
+        first = first or last
+    return Observed(request.arrived_at, first, last, tokens)
+
+
+def prompt(length: int, salt: int) -> list[int]:
+    return [salt * 100_000 + index for index in range(length)]
+
+
+def run_wave(config: EngineConfig, prompts: list[list[int]], output_tokens: int) -> list[Observed]:
+    async def wave() -> list[Observed]:
+        core = EngineCore(config)
+        core.start()
+        requests = [core.submit(ids, [output_tokens]) for ids in prompts]
+        observed = await asyncio.gather(*(consume(request) for request in requests))
+        await core.stop()
+        return list(observed)
+
+    return run_on_virtual_clock(wave())
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 4, 8])
+def test_a_wave_of_streams_follows_the_timing_model(concurrency: int) -> None:
+    config = deepseek_config("--no-enable-prefix-caching")
+    # 2,400 tokens: a prefill of 2,500 (1 s = 68 decode steps of 1/68 s) ends exactly on a
+    # step boundary, where float rounding alone decides whether a stream joins that step.
+    observed = run_wave(config, [prompt(2400, salt) for salt in range(concurrency)], 128)
+    expected = simulate(DEEPSEEK, [PlannedRequest(0.0, 2400, 128)] * concurrency)
+    assert [item.tokens for item in observed] == [128] * concurrency
+    for seen, line in zip(observed, expected, strict=True):
+        assert seen.first_token_at - seen.arrived_at == pytest.approx(line.first_token_s)
+        assert seen.last_token_at == pytest.approx(line.finish_s)
+
+
+def test_one_stream_alone_gets_the_configured_prefill_and_decode() -> None:
+    (seen,) = run_wave(deepseek_config("--no-enable-prefix-caching"), [prompt(2500, 0)], 69)
+    # 0.2 s fixed + 2,500 tokens at 2,500 tok/s; then 68 tok/s (seed 000, one user).
+    assert seen.first_token_at == pytest.approx(1.2)
+    assert (seen.tokens - 1) / (seen.last_token_at - seen.first_token_at) == pytest.approx(68.0)
+
+
+def test_eight_streams_each_decode_slower_than_one() -> None:
+    observed = run_wave(deepseek_config("--no-enable-prefix-caching"),
+                        [prompt(300, salt) for salt in range(8)], 128)
+    rates = [(item.tokens - 1) / (item.last_token_at - item.first_token_at) for item in observed]
+    assert max(rates) < 0.9 * 68.0
+
+
+def test_a_repeated_prompt_is_served_from_the_prefix_cache() -> None:
+    config = deepseek_config()
+    ids = prompt(12_000, 7)
+
+    async def twice() -> tuple[Observed, Observed, int]:
+        core = EngineCore(config)
+        core.start()
+        cold = await consume(core.submit(ids, [4]))
+        warm_request = core.submit(ids, [4])
+        warm = await consume(warm_request)
+        await core.stop()
+        return cold, warm, warm_request.cached_tokens
+
+    cold, warm, hits = run_on_virtual_clock(twice())
+    assert len(ids) - config.block_size <= hits < len(ids)  # whole blocks, never the last token
+    assert cold.first_token_at - cold.arrived_at == pytest.approx(prefill_seconds(DEEPSEEK, len(ids), 0))
+    assert warm.first_token_at - warm.arrived_at == pytest.approx(
+        prefill_seconds(DEEPSEEK, len(ids) - hits, hits))

@@ -13,6 +13,7 @@ from sparksim.timing import (
     DEEPSEEK,
     QWEN,
     PlannedRequest,
+    TimingProfile,
     per_stream_decode_rate,
     prefill_seconds,
     profile_for_model,
@@ -20,17 +21,38 @@ from sparksim.timing import (
 )
 from sparksim.tokenizer import count_tokens, split_tokens
 
+# The seeds' measured figures. The model is fitted to all of them at once, so it meets each
+# within a stated tolerance rather than exactly.
+# Seed 000: DeepSeek 68 tok/s for one user, 45 tok/s each at 10 users; Qwen 120 tok/s.
+SEED_000_DECODE = [(DEEPSEEK, 1, 68.0), (DEEPSEEK, 10, 45.0), (QWEN, 1, 120.0)]
+# Seed 003, C=1 on the 2-node cluster: TTFT cold and on a KV cache hit, per context length.
+SEED_003_COLD_TTFT = [(50_000, 19.622), (100_000, 41.510), (150_000, 64.433)]
+SEED_003_CACHE_HIT_TTFT = [(50_000, 0.413), (100_000, 0.578), (150_000, 0.776)]
+# Seed 000: Qwen prefills its 262,144-token context in 3 s.
+SEED_000_QWEN_FULL_PREFILL_S = 3.0
 
-def test_deepseek_decode_follows_seed_000() -> None:
-    assert per_stream_decode_rate(DEEPSEEK, 1) == pytest.approx(68.0)
-    assert per_stream_decode_rate(DEEPSEEK, 10) == pytest.approx(45.0)
-    assert per_stream_decode_rate(QWEN, 1) == pytest.approx(120.0)
+
+@pytest.mark.parametrize(("profile", "users", "measured"), SEED_000_DECODE)
+def test_decode_speed_matches_seed_000(profile: TimingProfile, users: int, measured: float) -> None:
+    # 2%: the seed gives these as round figures.
+    assert per_stream_decode_rate(profile, users) == pytest.approx(measured, rel=0.02)
 
 
-def test_prefill_follows_seed_003_cold_and_cache_hit() -> None:
-    assert prefill_seconds(DEEPSEEK, 50_000, 0) == pytest.approx(20.2)  # seed: 19.6 s
-    assert prefill_seconds(DEEPSEEK, 0, 150_000) == pytest.approx(0.745, abs=0.01)  # 0.776 s
-    assert prefill_seconds(QWEN, 262_144, 0) == pytest.approx(3.05)  # seed 000: 262K in 3 s
+@pytest.mark.parametrize(("tokens", "measured_s"), SEED_003_COLD_TTFT)
+def test_cold_prefill_matches_seed_003(tokens: int, measured_s: float) -> None:
+    # 10%: the seed's own cold rate drifts from 2,548 to 2,328 tok/s between 50K and 150K.
+    assert prefill_seconds(DEEPSEEK, tokens, 0) == pytest.approx(measured_s, rel=0.10)
+
+
+@pytest.mark.parametrize(("tokens", "measured_s"), SEED_003_CACHE_HIT_TTFT)
+def test_cache_hit_prefill_matches_seed_003(tokens: int, measured_s: float) -> None:
+    # 10%: a sub-second TTFT where the seed's fixed cost and rate are fitted from three runs.
+    assert prefill_seconds(DEEPSEEK, 0, tokens) == pytest.approx(measured_s, rel=0.10)
+
+
+def test_qwen_full_context_prefill_matches_seed_000() -> None:
+    # 5%: "3 s" is a rounded figure.
+    assert prefill_seconds(QWEN, 262_144, 0) == pytest.approx(SEED_000_QWEN_FULL_PREFILL_S, rel=0.05)
 
 
 def test_leaving_cuda_graphs_costs_two_thirds_of_decode() -> None:
