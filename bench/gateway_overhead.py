@@ -180,14 +180,13 @@ def prepare_database(upstream_port: int) -> str:
     from routing.services import api_key_create
 
     ApiKey.objects.filter(name="bench").delete()
-    Lane.objects.filter(name="bench").delete()
+    Lane.objects.filter(name__in=["bench", "bench-long"]).delete()
     Node.objects.filter(name="bench-node").delete()
     node = Node.objects.create(name="bench-node", address="127.0.0.1", transport="local")
     lane = Lane.objects.create(name="bench", model_id="bench/bench", image="bench@sha256:" + "0" * 64,
                                api_port=upstream_port, max_model_len=32768, observed_state="serving")
     LaneNode.objects.create(lane=lane, node=node, rank=0)
     # A long-context lane on the same upstream, for the large bodies.
-    Lane.objects.filter(name="bench-long").delete()
     long_lane = Lane.objects.create(name="bench-long", model_id="bench/long", image="bench@sha256:" + "0" * 64,
                                     api_port=upstream_port, max_model_len=4_194_304, observed_state="serving")
     LaneNode.objects.create(lane=long_lane, node=node, rank=0)
@@ -313,6 +312,7 @@ def validation_cost_us() -> dict[str, float]:
     return {"body_bytes": len(raw), "validate_us": round(validate_us, 2), "parse_and_validate_us": round(parse_us, 2)}
 
 
+LITELLM_KEY = "sk-" + "b3" * 32  # the proxy refuses to start without a strong master key
 LITELLM_CONFIG = """model_list:
   - model_name: bench
     litellm_params:
@@ -329,10 +329,11 @@ async def versus_litellm(gateway_url: str, auth: dict[str, str], litellm_url: st
     """The same plain requests through the gateway and through a LiteLLM proxy, each one
     worker in front of the same upstream."""
     rows = []
-    await drive(litellm_url, {"authorization": "Bearer none"}, stream=False, concurrency=8, requests=200)  # warm-up
+    litellm_auth = {"authorization": f"Bearer {LITELLM_KEY}"}
+    await drive(litellm_url, litellm_auth, stream=False, concurrency=8, requests=200)  # warm-up
     for concurrency, requests in ((1, int(500 * scale)), (16, int(2000 * scale)), (64, int(3000 * scale))):
         gateway = await drive(gateway_url, auth, stream=False, concurrency=concurrency, requests=requests)
-        litellm = await drive(litellm_url, {"authorization": "Bearer none"}, stream=False, concurrency=concurrency,
+        litellm = await drive(litellm_url, litellm_auth, stream=False, concurrency=concurrency,
                               requests=max(100, requests // 4))
         rows.append({"case": f"plain c={concurrency}", "gateway_rps": round(gateway.rps, 1),
                      "litellm_rps": round(litellm.rps, 1),
@@ -395,9 +396,11 @@ def main() -> None:
             config = Path(os.environ.get("TMPDIR", "/tmp")) / f"litellm-bench-{litellm_port}.yaml"
             config.write_text(LITELLM_CONFIG.format(port=upstream_port))
             children.append(subprocess.Popen(
-                [args.litellm_python, "-m", "litellm", "--config", str(config), "--host", "127.0.0.1", "--port",
-                 str(litellm_port), "--num_workers", "1"],
-                env={key: value for key, value in env.items() if not key.startswith(("DATABASE_URL", "REDIS"))},
+                [args.litellm_python, "-m", "litellm.proxy.proxy_cli", "--config", str(config), "--host", "127.0.0.1",
+                 "--port", str(litellm_port), "--num_workers", "1"],
+                # Its own model cost map, not the one it would fetch from the internet at start.
+                env={**{key: value for key, value in env.items() if not key.startswith(("DATABASE_URL", "REDIS"))},
+                     "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY},
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(gateway_port)
         report: dict[str, Any] = {"validation": validation_cost_us()}
