@@ -9,10 +9,31 @@ from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
-from jobs.models import Job, JobKind
-from jobs.schemas import JobDetailOut, JobOut, JobParamsIn, LogPageOut
-from jobs.selectors import job_get, job_list, job_log_window
-from jobs.services import JobConflict, job_cancel, lane_job_create, node_network_check_create
+from jobs.drift import lane_drift
+from jobs.fabric.watchdog import lane_watchdog_get, lane_watchdog_update
+from jobs.models import FABRIC_KINDS, Job, JobKind, LaneWatchdog
+from jobs.results import fabric_history
+from jobs.schemas import (
+    FabricJobIn,
+    FabricResultOut,
+    JobDetailOut,
+    JobOut,
+    JobParamsIn,
+    LaneDriftOut,
+    LogPageOut,
+    LogSearchOut,
+    WatchdogIn,
+    WatchdogOut,
+)
+from jobs.selectors import job_get, job_list, job_log_search, job_log_window
+from jobs.services import (
+    JobConflict,
+    fabric_job_create,
+    job_cancel,
+    job_relaunch,
+    lane_job_create,
+    node_network_check_create,
+)
 from lanes.models import Lane, Node
 from portal.api import ErrorOut, can_operate
 from portal.validators import INT64_MAX
@@ -71,9 +92,37 @@ def get_job_log(
             "has_earlier": window.has_earlier}
 
 
+@router.get("/jobs/{int:job_id}/log/search", response=LogSearchOut)
+def search_job_log(request: HttpRequest, job_id: int, q: str, limit: int = 200) -> Any:
+    """Lines of the whole log containing `q` (case-insensitive), in order, up to `limit`."""
+    text = q.strip()
+    if not 1 <= len(text) <= 200:
+        raise ValidationError({"q": "give 1 to 200 characters to search for"})
+    if not 1 <= limit <= 5000:
+        raise ValidationError({"limit": "must be between 1 and 5000"})
+    found = job_log_search(job=_job(job_id), text=text, limit=limit)
+    return {"lines": found.lines, "total": found.total}
+
+
 @router.post("/jobs/{int:job_id}/cancel", response=JobOut, auth=can_operate)
 def cancel_job(request: HttpRequest, job_id: int) -> Any:
     return job_cancel(job=_job(job_id), user=request.user)
+
+
+@router.post("/jobs/{int:job_id}/relaunch", response={201: JobOut, 409: ErrorOut}, auth=can_operate)
+def relaunch_job(request: HttpRequest, job_id: int) -> Any:
+    """A new job like this one (same kind, target and parameters; a lane's current revision)."""
+    try:
+        return Status(201, job_relaunch(job=_job(job_id), user=request.user))
+    except JobConflict as exc:
+        return Status(409, {"detail": str(exc)})
+
+
+@router.get("/jobs/lanes/{name}/drift", response=LaneDriftOut)
+def get_lane_drift(request: HttpRequest, name: str) -> Any:
+    """The revision the lane's engine runs (None when stopped) against its latest saved one,
+    with what differs: saved changes apply at the next restart."""
+    return lane_drift(get_object_or_404(Lane, name=name)).as_dict()
 
 
 @router.post("/jobs/lanes/{name}/{action}", response={201: JobOut, 409: ErrorOut}, auth=can_operate)
@@ -93,3 +142,54 @@ def lane_action(request: HttpRequest, name: str, action: str, payload: JobParams
 def node_network_check(request: HttpRequest, name: str, payload: JobParamsIn | None = None) -> Any:
     node = get_object_or_404(Node, name=name)
     return Status(201, node_network_check_create(node=node, user=request.user, params=payload.params if payload else {}))
+
+
+FABRIC_ACTIONS = {"nccl-test": JobKind.NCCL_TEST, "latency-matrix": JobKind.LATENCY_MATRIX,
+                  "link-bandwidth": JobKind.LINK_BANDWIDTH}
+
+
+def fabric_nodes(names: list[str]) -> list[Node]:
+    """The named nodes, in the given order (the first one runs mpirun)."""
+    found = {node.name: node for node in Node.objects.filter(name__in=names)}
+    unknown = [name for name in names if name not in found]
+    if unknown:
+        raise ValidationError({"nodes": f"no node named {', '.join(unknown)}"})
+    return [found[name] for name in names]
+
+
+@router.post("/jobs/fabric/{action}", response={201: JobOut, 409: ErrorOut}, auth=can_operate)
+def fabric_action(request: HttpRequest, action: str, payload: FabricJobIn) -> Any:
+    if action not in FABRIC_ACTIONS:
+        raise ValidationError({"action": f"must be one of {', '.join(FABRIC_ACTIONS)}"})
+    try:
+        job = fabric_job_create(kind=FABRIC_ACTIONS[action], nodes=fabric_nodes(payload.nodes), user=request.user,
+                                params=payload.params)
+    except JobConflict as exc:
+        return Status(409, {"detail": str(exc)})
+    return Status(201, job)
+
+
+@router.get("/fabric/results", response=list[FabricResultOut])
+def fabric_results(request: HttpRequest, node: str = "", node_set: str = "", kind: str = "", limit: int = 20) -> Any:
+    if not 1 <= limit <= 200:
+        raise ValidationError({"limit": "must be between 1 and 200"})
+    if kind and kind not in FABRIC_KINDS:
+        raise ValidationError({"kind": f"must be one of {', '.join(FABRIC_KINDS)}"})
+    target = get_object_or_404(Node, name=node) if node else None
+    return list(fabric_history(node=target, node_set=node_set, kind=kind, limit=limit))
+
+
+@router.get("/fabric/watchdogs", response=list[WatchdogOut])
+def watchdogs(request: HttpRequest) -> Any:
+    return list(LaneWatchdog.objects.select_related("lane").order_by("lane__name"))
+
+
+@router.get("/fabric/watchdogs/{name}", response=WatchdogOut)
+def watchdog(request: HttpRequest, name: str) -> Any:
+    return lane_watchdog_get(get_object_or_404(Lane, name=name))
+
+
+@router.patch("/fabric/watchdogs/{name}", response=WatchdogOut, auth=can_operate)
+def watchdog_update(request: HttpRequest, name: str, payload: WatchdogIn) -> Any:
+    lane = get_object_or_404(Lane, name=name)
+    return lane_watchdog_update(lane=lane, actor=request.user, data=payload.dict(exclude_unset=True))

@@ -14,10 +14,15 @@ class JobKind(models.TextChoices):
     STOP = "stop", "Stop"
     RESTART = "restart", "Restart"
     STATUS = "status", "Status"
+    NCCL_TEST = "nccl_test", "NCCL bus bandwidth"
+    LATENCY_MATRIX = "latency_matrix", "RDMA latency matrix"
+    LINK_BANDWIDTH = "link_bandwidth", "Link bandwidth"
 
 
-# Kinds that change what runs on a node: at most one of them per node at a time.
-MUTATING_KINDS = (JobKind.LAUNCH, JobKind.STOP, JobKind.RESTART)
+FABRIC_KINDS = (JobKind.NCCL_TEST, JobKind.LATENCY_MATRIX, JobKind.LINK_BANDWIDTH)
+# Kinds that change what runs on a node, or need its GPU and NICs to themselves (a fabric
+# test next to a launch measures the launch): at most one of them per node at a time.
+MUTATING_KINDS = (JobKind.LAUNCH, JobKind.STOP, JobKind.RESTART, *FABRIC_KINDS)
 
 
 class JobState(models.TextChoices):
@@ -145,3 +150,45 @@ class JobLogLine(models.Model):
 
     def __str__(self) -> str:
         return f"job #{self.job_id} line {self.seq}"
+
+
+class FabricResult(models.Model):
+    """One fabric measurement of a set of nodes, kept so a regression shows on node pages."""
+
+    kind = models.CharField(max_length=20, choices=JobKind.choices)
+    node_set = models.CharField(max_length=600, help_text="Sorted node names, comma-separated.")
+    nodes = models.ManyToManyField(Node, related_name="fabric_results")
+    job = models.OneToOneField(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="fabric_result")
+    created_at = models.DateTimeField(auto_now_add=True)
+    verdict = models.CharField(max_length=8)  # ok | warn | fail
+    # The figure a list compares: Gb/s (bus bandwidth, weakest cable) or us (worst average latency).
+    headline = models.FloatField(null=True, blank=True)
+    headline_unit = models.CharField(max_length=8, blank=True, default="")
+    summary = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["node_set", "kind", "created_at"], name="fabric_result_set_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.node_set} {self.verdict}"
+
+
+class LaneWatchdog(models.Model):
+    """The RDMA watchdog's settings and memory for one multi-node lane (seed 000: a moving
+    average of the RTT above 12 us put the lane in degraded mode, context limited to 512K)."""
+
+    lane = models.OneToOneField(Lane, on_delete=models.CASCADE, related_name="watchdog")
+    enabled = models.BooleanField(default=True, help_text="Off: the lane opts out of the watchdog.")
+    threshold_us = models.FloatField(default=12.0)
+    # Hysteresis: back to serving only once the average is below this (empty: 80% of the threshold).
+    recover_below_us = models.FloatField(null=True, blank=True)
+    window = models.PositiveIntegerField(default=5, help_text="Samples in the moving average.")
+    samples = models.JSONField(default=list, blank=True)
+    average_us = models.FloatField(null=True, blank=True)
+    degraded = models.BooleanField(default=False)
+    last_measured_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"watchdog {self.lane_id}"

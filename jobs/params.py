@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from jobs.fabric.commands import COLLECTIVES, SAFE_MAX_BYTES
 from jobs.models import JobKind
 
 # name -> (kinds it applies to, minimum, maximum)
@@ -16,6 +18,57 @@ _NUMBERS: dict[str, tuple[tuple[str, ...], float, float]] = {
     "wait_poll_s": ((JobKind.LAUNCH, JobKind.RESTART), 0.1, 120),
 }
 _TEXT = {"reason": 200}
+_DEVICE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_MATRIX_TESTS = ("write", "read", "send")
+# name -> (kinds, minimum, maximum) for the fabric checks' whole numbers.
+_FABRIC_INTEGERS: dict[str, tuple[tuple[str, ...], int, int]] = {
+    "gid_index": ((JobKind.LATENCY_MATRIX, JobKind.LINK_BANDWIDTH), 0, 255),
+    "size": ((JobKind.LATENCY_MATRIX,), 1, 65536),
+    "iterations": ((JobKind.LATENCY_MATRIX, JobKind.LINK_BANDWIDTH), 100, 1_000_000),
+    "base_port": ((JobKind.LATENCY_MATRIX, JobKind.LINK_BANDWIDTH), 1024, 64000),
+    "min_bytes": ((JobKind.NCCL_TEST,), 1024, SAFE_MAX_BYTES),
+    # Above 4 GiB refused: the playbook's 16 GB size allocates ~32 GB per node and can freeze a Spark.
+    "max_bytes": ((JobKind.NCCL_TEST,), 1024, SAFE_MAX_BYTES),
+}
+_FABRIC_THRESHOLDS = {"min_busbw_gbps": (JobKind.NCCL_TEST,), "min_cable_gbps": (JobKind.LINK_BANDWIDTH,)}
+
+
+def _fabric_param(kind: str, name: str, value: Any) -> tuple[Any, str]:
+    """(clean value, error) for a fabric check's parameter; the error names the rule."""
+    if name in _FABRIC_INTEGERS:
+        kinds, low, high = _FABRIC_INTEGERS[name]
+        if kind not in kinds:
+            return None, f"does not apply to a {kind} job"
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None, "must be a whole number"
+        if not low <= value <= high:
+            return None, f"must be between {low} and {high}"
+        return value, ""
+    if name in _FABRIC_THRESHOLDS:
+        if kind not in _FABRIC_THRESHOLDS[name]:
+            return None, f"does not apply to a {kind} job"
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 800:
+            return None, "must be a number of Gb/s between 1 and 800"
+        return float(value), ""
+    if name == "device":
+        if kind != JobKind.LATENCY_MATRIX:
+            return None, f"does not apply to a {kind} job"
+        if not isinstance(value, str) or not _DEVICE.match(value):
+            return None, "must be a RoCE device name such as rocep1s0f0"
+        return value, ""
+    if name == "tests":
+        if kind != JobKind.LATENCY_MATRIX:
+            return None, f"does not apply to a {kind} job"
+        if not isinstance(value, list) or not value or any(item not in _MATRIX_TESTS for item in value):
+            return None, f"must be a non-empty list of {', '.join(_MATRIX_TESTS)}"
+        return [test for test in _MATRIX_TESTS if test in value], ""
+    if name == "collective":
+        if kind != JobKind.NCCL_TEST:
+            return None, f"does not apply to a {kind} job"
+        if value not in COLLECTIVES:
+            return None, f"must be one of {', '.join(COLLECTIVES)}"
+        return value, ""
+    return None, "unknown parameter"
 
 
 def default_time_limit(kind: str, params: dict[str, Any]) -> float:
@@ -49,7 +102,11 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
             else:
                 clean[name] = value
         else:
-            errors[name] = "unknown parameter"
+            clean[name], error = _fabric_param(kind, name, value)
+            if error:
+                errors[name] = error
+    if "min_bytes" in clean and "max_bytes" in clean and clean["min_bytes"] > clean["max_bytes"]:
+        errors["min_bytes"] = "must not exceed max_bytes"
     if errors:
         raise ValidationError(errors)
     if kind in (JobKind.LAUNCH, JobKind.RESTART) and "wait_timeout_s" not in clean:

@@ -22,7 +22,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from jobs.logsink import LogSink
-from jobs.models import Job, JobState, JobStep, StepState
+from jobs.models import FINAL_STATES, Job, JobState, JobStep, StepState
 from jobs.states import publish_job_state, publish_step
 from jobs.transports import CommandResult, NodeEndpoint, Transport, TransportError, endpoint_for, transport_for
 from lanes.models import Node, NodeState
@@ -347,5 +347,30 @@ def job_finish(*, job: Job, state: str, error: str = "", tb: str = "", result: d
         state=state, finished_at=timezone.now(), error=error[:5000], traceback=tb, result=result or {}
     )
     job.refresh_from_db()
+    job_skip_pending_steps(job=job)
     publish_job_state(job)
     return bool(updated)
+
+
+_NOT_RUN: dict[str, str] = {
+    JobState.CANCELLED: "not run: the job was cancelled",
+    JobState.FAILED: "not run: the job failed before it",
+    JobState.TIMED_OUT: "not run: the job reached its time limit",
+    JobState.LOST: "not run: the job was lost",
+}
+
+
+def job_skip_pending_steps(*, job: Job) -> int:
+    """A job that ended early (cancelled, failed, timed out, lost) never ran its later
+    steps: they end `skipped`, saying why, instead of staying `pending` for ever."""
+    if job.state not in FINAL_STATES:
+        return 0
+    why = _NOT_RUN.get(job.state, "not run")
+    pending = list(JobStep.objects.filter(job=job, state=StepState.PENDING).order_by("position"))
+    now = timezone.now()
+    for step in pending:
+        step.state, step.detail, step.finished_at = StepState.SKIPPED, why, now
+    JobStep.objects.bulk_update(pending, ["state", "detail", "finished_at"])
+    for step in pending:
+        publish_step(step)
+    return len(pending)

@@ -86,5 +86,67 @@ class LogPageOut(Schema):
     has_earlier: bool
 
 
+class LogSearchOut(Schema):
+    lines: list[LogLineOut]
+    total: int
+
+
 class JobParamsIn(Schema):
     params: dict[str, Any] = {}
+
+
+class FabricJobIn(Schema):
+    nodes: list[str]
+    params: dict[str, Any] = {}
+
+
+class FabricResultOut(Schema):
+    id: int
+    kind: str
+    node_set: str
+    job: int | None
+    created_at: datetime
+    verdict: str
+    headline: float | None
+    headline_unit: str
+    summary: dict[str, Any]
+
+    @staticmethod
+    def resolve_job(obj: Any) -> int | None:
+        return obj.job_id
+
+
+class WatchdogOut(Schema):
+    lane: str
+    enabled: bool
+    threshold_us: float
+    recover_below_us: float | None
+    window: int
+    samples: list[float]
+    average_us: float | None
+    degraded: bool
+    last_measured_at: datetime | None
+    last_error: str
+
+    @staticmethod
+    def resolve_lane(obj: Any) -> str:
+        return obj.lane.name
+
+
+class WatchdogIn(Schema):
+    enabled: bool | None = None
+    threshold_us: float | None = None
+    recover_below_us: float | None = None
+    window: int | None = None
+class DriftChangeOut(Schema):
+    field: str
+    running: Any
+    latest: Any
+
+
+class LaneDriftOut(Schema):
+    running: int | None
+    latest: int
+    drifted: bool
+    job: int | None
+    changes: list[DriftChangeOut]

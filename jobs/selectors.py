@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 
-from jobs.models import Job, JobLogLine
+from jobs.models import Job, JobLogLine, StepState
 
 MAX_LOG_PAGE = 5000
 
@@ -15,7 +15,11 @@ MAX_LOG_PAGE = 5000
 def job_list(
     *, kind: str = "", state: str = "", node: str = "", lane: str = ""
 ) -> QuerySet[Job]:
-    jobs = Job.objects.select_related("lane", "created_by").order_by("-created_at", "-id")
+    jobs = (
+        Job.objects.select_related("lane", "created_by")
+        .annotate(warned_steps=Count("steps", filter=Q(steps__state=StepState.WARNED)))
+        .order_by("-created_at", "-id")
+    )
     if kind:
         jobs = jobs.filter(kind=kind)
     if state:
@@ -69,3 +73,15 @@ def job_log_iter(*, job: Job, chunk: int = 5000) -> Iterator[JobLogLine]:
             return
         yield from rows
         seq = rows[-1].seq
+
+
+@dataclass
+class LogSearch:
+    lines: list[JobLogLine]
+    total: int  # every matching line, even past the limit
+
+
+def job_log_search(*, job: Job, text: str, limit: int = 200) -> LogSearch:
+    """Lines containing `text` (case-insensitive), first ones first, across the whole log."""
+    matches = JobLogLine.objects.filter(job=job, text__icontains=text)
+    return LogSearch(list(matches.order_by("seq")[: max(1, min(limit, MAX_LOG_PAGE))]), matches.count())

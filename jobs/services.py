@@ -14,12 +14,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.kinds import KINDS
-from jobs.models import ACTIVE_STATES, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
+from jobs.models import ACTIVE_STATES, FABRIC_KINDS, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
 from jobs.params import validate_params
-from jobs.runner import job_execute
+from jobs.runner import job_execute, job_skip_pending_steps
 from jobs.states import publish_job_state
 from lanes.models import DesiredState, Lane, LaneRevision, Node
-from lanes.selectors import current_revision
+from lanes.selectors import current_revision, lanes_active_on
 from lanes.services import lane_set_desired_state
 from portal.audit import audit_record
 from portal.celery import app as celery_app
@@ -128,6 +128,29 @@ def node_network_check_create(*, node: Node, user: UserLike | None, params: dict
     return job_create(kind=JobKind.NETWORK_CHECK, user=user, nodes=[node, *peers], params=params)
 
 
+def fabric_job_create(*, kind: str, nodes: list[Node], user: UserLike | None,
+                      params: dict[str, Any] | None = None) -> Job:
+    """An NCCL test, latency matrix or link bandwidth job on these nodes (in this order:
+    the first runs mpirun). Refused while a lane runs on any of them: the test would
+    compete with the lane for the GPU and the links, and measure that competition."""
+    if kind not in FABRIC_KINDS:
+        raise ValidationError({"kind": f"must be one of {', '.join(FABRIC_KINDS)}"})
+    if len(nodes) < 2 or len({node.pk for node in nodes}) != len(nodes):
+        raise ValidationError({"nodes": "give at least two different nodes"})
+    without = [node.name for node in nodes if not (node.network_report or {}).get("devices")]
+    if without:
+        raise ValidationError({"nodes": f"{', '.join(without)}: no network report yet; run a network check first "
+                                        "(the fabric addresses, devices and GID index come from it)"})
+    busy = lanes_active_on(nodes)
+    if busy:
+        names = {node.name for node in nodes}
+        raise JobConflict("; ".join(
+            f"lane {lane.name} is {lane.observed_state} on "
+            f"{', '.join(n.name for n in lane.ranked_nodes() if n.name in names)}" for lane in busy
+        ) + ": stop it before a fabric test (the test needs the GPU and the links to itself)")
+    return job_create(kind=kind, user=user, nodes=nodes, params=params)
+
+
 def job_cancel(*, job: Job, user: UserLike | None) -> Job:
     """Queued: cancelled at once. Running: the runner notices within a second, kills the
     command on the node and ends the job `cancelled`."""
@@ -174,6 +197,7 @@ def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = N
             state=StepState.FAILED, finished_at=now, detail="the job was lost"
         )
         job.refresh_from_db()
+        job_skip_pending_steps(job=job)
         publish_job_state(job)
         lost.append(job.pk)
         logger.warning("job %s lost (%s)", job.pk, job.error)
@@ -181,3 +205,20 @@ def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = N
             lane_job_create(lane=job.lane, kind=JobKind.STATUS, user=None,
                             params={"reason": f"reconcile after job #{job.pk} was lost"})
     return lost
+
+
+def job_relaunch(*, job: Job, user: UserLike | None) -> Job:
+    """A new job of the same kind on the same target with the same parameters (AWX's
+    Relaunch). A lane job runs the lane's current revision, as a Launch button would."""
+    if not job.is_final:
+        raise ValidationError({"job": f"job #{job.pk} is still {job.state}: wait for it or cancel it first"})
+    params = {key: value for key, value in (job.params or {}).items() if key != "nodes"}
+    if job.kind == JobKind.NETWORK_CHECK:
+        names = list((job.params or {}).get("nodes") or [])
+        node = Node.objects.filter(name=names[0]).first() if names else None
+        if node is None:
+            raise ValidationError({"job": f"job #{job.pk} checked a node that is no longer registered"})
+        return node_network_check_create(node=node, user=user, params=params)
+    if job.lane is None:
+        raise ValidationError({"job": f"job #{job.pk}'s lane no longer exists"})
+    return lane_job_create(lane=job.lane, kind=job.kind, user=user, params=params)

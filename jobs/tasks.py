@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from jobs.fabric.watchdog import watchdog_tick
 from jobs.services import RUN_JOB_TASK, job_reap_lost, job_run
 
 
@@ -15,3 +16,8 @@ def run_job(job_id: int) -> None:
 @shared_task(name="jobs.tasks.reap_lost_jobs", ignore_result=True)
 def reap_lost_jobs() -> None:
     job_reap_lost()
+
+
+@shared_task(name="jobs.tasks.rdma_watchdog", ignore_result=True)
+def rdma_watchdog() -> None:
+    watchdog_tick()

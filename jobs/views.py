@@ -13,9 +13,18 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from jobs.models import Job, JobKind, JobState
+from jobs.fabric.output import MATRIX_TITLES
+from jobs.fabric.watchdog import lane_watchdog_update
+from jobs.models import FabricResult, Job, JobKind, JobState
 from jobs.selectors import job_get, job_list, job_log_iter
-from jobs.services import JobConflict, job_cancel, lane_job_create, node_network_check_create
+from jobs.services import (
+    JobConflict,
+    fabric_job_create,
+    job_cancel,
+    job_relaunch,
+    lane_job_create,
+    node_network_check_create,
+)
 from lanes.models import Lane, Node
 from portal.roles import Capability, role_required
 
@@ -74,6 +83,22 @@ def job_cancel_action(request: HttpRequest, job_id: int) -> HttpResponse:
 
 @require_POST
 @role_required(Capability.OPERATE)
+def job_relaunch_action(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(job_id)
+    try:
+        new = job_relaunch(job=job, user=request.user)
+    except JobConflict as exc:
+        messages.error(request, str(exc))
+        return redirect("jobs:detail", job_id=job.pk)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("jobs:detail", job_id=job.pk)
+    messages.success(request, f"Job #{job.pk} relaunched as job #{new.pk}.")
+    return redirect("jobs:detail", job_id=new.pk)
+
+
+@require_POST
+@role_required(Capability.OPERATE)
 def lane_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     lane = get_object_or_404(Lane, name=name)
     if action not in LANE_ACTIONS:
@@ -98,3 +123,52 @@ def node_network_check_action(request: HttpRequest, name: str) -> HttpResponse:
         return redirect(request.headers.get("Referer") or "jobs:list")
     messages.success(request, f"Network check of {node.name} queued as job #{job.pk}.")
     return redirect("jobs:detail", job_id=job.pk)
+
+
+FABRIC_ACTIONS = {"nccl-test": JobKind.NCCL_TEST, "latency-matrix": JobKind.LATENCY_MATRIX,
+                  "link-bandwidth": JobKind.LINK_BANDWIDTH}
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def fabric_action(request: HttpRequest) -> HttpResponse:
+    action = request.POST.get("action", "")
+    names = list(dict.fromkeys(request.POST.getlist("nodes")))
+    nodes = {node.name: node for node in Node.objects.filter(name__in=names)}
+    back = request.headers.get("Referer") or "jobs:list"
+    if action not in FABRIC_ACTIONS or len(nodes) != len(names):
+        messages.error(request, f"action must be one of {', '.join(FABRIC_ACTIONS)}, on registered nodes")
+        return redirect(back)
+    try:
+        job = fabric_job_create(kind=FABRIC_ACTIONS[action], nodes=[nodes[name] for name in names], user=request.user)
+    except (JobConflict, ValidationError) as exc:
+        messages.error(request, str(exc) if isinstance(exc, JobConflict) else " ".join(exc.messages))
+        return redirect(back)
+    messages.success(request, f"{job.get_kind_display()} of {', '.join(names)} queued as job #{job.pk}.")
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+@role_required(Capability.VIEW)
+def fabric_result_page(request: HttpRequest, result_id: int) -> HttpResponse:
+    result = get_object_or_404(FabricResult.objects.select_related("job"), pk=result_id)
+    summary = result.summary
+    matrices = []
+    for tool, cells in (summary.get("cells") or {}).items():
+        nodes = summary.get("nodes") or []
+        rows = [(source, [None if source == target else cells.get(f"{source}>{target}") for target in nodes])
+                for source in nodes]
+        matrices.append({"title": MATRIX_TITLES.get(tool, tool), "nodes": nodes, "rows": rows})
+    return render(request, "jobs/fabric_result.html", {"result": result, "summary": summary, "matrices": matrices})
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def lane_watchdog_action(request: HttpRequest, name: str) -> HttpResponse:
+    lane = get_object_or_404(Lane, name=name)
+    enabled = request.POST.get("enabled", "")
+    if enabled not in ("true", "false"):
+        messages.error(request, "enabled must be true or false")
+    else:
+        lane_watchdog_update(lane=lane, actor=request.user, data={"enabled": enabled == "true"})
+        messages.success(request, f"RDMA watchdog {'on' if enabled == 'true' else 'off'} for lane {lane.name}.")
+    return redirect("lanes:lane_detail", name=lane.name)

@@ -95,7 +95,7 @@ class LaneForm(forms.Form):
     model_revision = forms.CharField(max_length=100, required=False)
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the lane name.")
     image = forms.CharField(max_length=300, help_text="Pinned by digest: repo@sha256:…")
-    nodes = forms.CharField(help_text="Node names in rank order, comma-separated; the first is the head.")
+    nodes = forms.CharField(help_text="In rank order: the first is the head (rank 0).")
     tensor_parallel_size = forms.IntegerField(initial=1)
     executor = forms.ChoiceField(choices=Executor.choices)
     api_port = forms.IntegerField(initial=8000)
@@ -123,6 +123,18 @@ class LaneForm(forms.Form):
     runtime_overhead_gib = forms.FloatField(initial=6)
     fallback = forms.ChoiceField(required=False)
     degraded_context_limit = forms.IntegerField(required=False)
+
+    # The form's three parts: what a lane is, what it takes from each node's memory, the rest.
+    GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+        ("basic", "Basic", ("name", "model_id", "model_revision", "served_model_name", "image", "nodes",
+                            "tensor_parallel_size", "executor", "max_model_len", "fallback")),
+        ("memory", "Memory", ("kv_cache_memory_bytes", "gpu_memory_utilization", "weights_gib",
+                              "kv_bytes_per_token", "runtime_overhead_gib", "kv_cache_dtype")),
+        ("advanced", "Advanced", ("api_port", "master_port", "container_name", "max_num_seqs",
+                                  "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
+                                  "max_cudagraph_capture_size", "speculative_config", "extra_args",
+                                  "container_env", "degraded_context_limit")),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

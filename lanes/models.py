@@ -75,6 +75,10 @@ class Executor(models.TextChoices):
     NATIVE = "native", "Native multi-node (--nnodes/--node-rank)"
 
 
+# Seed 000: the DeepSeek lane held 512K tokens instead of 1M while its RDMA link was slow.
+DEFAULT_DEGRADED_CONTEXT_LIMIT = 524_288
+
+
 class LaneState(models.TextChoices):
     STOPPED = "stopped"
     STARTING = "starting"
@@ -155,8 +159,8 @@ class Lane(models.Model):
 
     @property
     def current_context_limit(self) -> int:
-        if self.observed_state == LaneState.DEGRADED and self.degraded_context_limit:
-            return min(self.degraded_context_limit, self.max_model_len)
+        if self.observed_state == LaneState.DEGRADED:
+            return min(self.degraded_context_limit or DEFAULT_DEGRADED_CONTEXT_LIMIT, self.max_model_len)
         return self.max_model_len
 
 

@@ -101,6 +101,23 @@ def fabric_of(node: NodeTarget) -> Fabric:
     )
 
 
+def fabric_env(fabric: Fabric) -> dict[str, str]:
+    """The NCCL/UCX/MPI fabric variables from a node's network report: what a lane's
+    containers and the fabric tests (nccl-tests over mpirun) both run with."""
+    env: dict[str, str] = {}
+    if fabric.has_report:
+        for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
+                    "OMPI_MCA_btl_tcp_if_include", "MN_IF_NAME"):
+            env[key] = fabric.eth_if
+        env["NCCL_IB_DISABLE"] = "0"
+        if fabric.ib_hca:
+            env["NCCL_IB_HCA"] = ",".join(fabric.ib_hca)
+        if fabric.gid_index is not None:
+            env["NCCL_IB_GID_INDEX"] = str(fabric.gid_index)  # computed by the network check, never hard-coded
+    env["NCCL_IGNORE_CPU_AFFINITY"] = "1"
+    return env
+
+
 @dataclass(frozen=True)
 class Target:
     node: NodeTarget
@@ -200,16 +217,7 @@ class LaneView:
         env: dict[str, str] = {}
         for key in ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS"):
             env[key] = fabric.ip
-        if fabric.has_report:
-            for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
-                        "OMPI_MCA_btl_tcp_if_include", "MN_IF_NAME"):
-                env[key] = fabric.eth_if
-            env["NCCL_IB_DISABLE"] = "0"
-            if fabric.ib_hca:
-                env["NCCL_IB_HCA"] = ",".join(fabric.ib_hca)
-            if fabric.gid_index is not None:
-                env["NCCL_IB_GID_INDEX"] = str(fabric.gid_index)  # computed by the network check, never hard-coded
-        env["NCCL_IGNORE_CPU_AFFINITY"] = "1"
+        env.update(fabric_env(fabric))
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         env["RAY_memory_monitor_refresh_ms"] = "0"
         env["RAY_num_prestart_python_workers"] = "0"

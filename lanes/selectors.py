@@ -10,7 +10,8 @@ from typing import Any
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
-from lanes.models import Lane, LaneRevision, Node
+from lanes.models import Lane, LaneRevision, LaneState, Node
+from lanes.plan_shell import Fabric, fabric_env, fabric_of
 from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
 from lanes.rules import LaneCheck, NodeFacts, OtherLane, check_lane, lane_footprint_gib
 from portal.audit import audit_diff
@@ -161,3 +162,27 @@ def lane_revisions(lane: Lane) -> list[RevisionView]:
         views.append(RevisionView(revision, [(key, pair[0], pair[1]) for key, pair in sorted(diff.items())]))
         previous = revision.config
     return list(reversed(views))
+
+
+# Lanes in these states hold their nodes' GPUs and NICs.
+ACTIVE_LANE_STATES = (LaneState.STARTING, LaneState.SERVING, LaneState.DEGRADED, LaneState.STOPPING)
+
+
+def lanes_active_on(nodes: Sequence[Node]) -> list[Lane]:
+    return [lane for lane in lanes_on(nodes) if lane.observed_state in ACTIVE_LANE_STATES]
+
+
+def node_fabric(node: Node) -> Fabric:
+    """The node's fabric as its last network report describes it (the launch plan's source)."""
+    return fabric_of(NodeTarget(name=node.name, address=node.address, report=node.network_report or {}))
+
+
+def node_fabric_env(node: Node) -> dict[str, str]:
+    """NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_IB_GID_INDEX, ... exactly as a launch sets them."""
+    return fabric_env(node_fabric(node))
+
+
+def lane_context_limit(lane: Lane) -> int:
+    """The prompt + completion tokens the lane takes now: max_model_len, or its degraded
+    context limit while the RDMA watchdog keeps it degraded. The gateway reads this."""
+    return lane.current_context_limit

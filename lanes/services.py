@@ -280,7 +280,12 @@ def _save_revision(lane: Lane, actor: UserLike | None, nodes: Sequence[Node]) ->
     lane.save(update_fields=["revision", "updated_at"])
     config = lane_config(lane, nodes)
     actor_id = actor.pk if actor is not None and actor.is_authenticated else None
-    return LaneRevision.objects.create(lane=lane, number=lane.revision, config=config, created_by_id=actor_id)
+    revision = LaneRevision.objects.create(lane=lane, number=lane.revision, config=config, created_by_id=actor_id)
+    # Open lane pages and lists follow another admin's save (their header, the drift box).
+    payload = {"name": lane.name, "revision": revision.number,
+               "by": actor.get_username() if actor_id is not None and actor is not None else None}
+    transaction.on_commit(lambda: broadcast(DASHBOARD_GROUP, "lane.saved", payload))
+    return revision
 
 
 def _set_members(lane: Lane, nodes: Sequence[Node]) -> None:

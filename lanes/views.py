@@ -13,7 +13,8 @@ from django.views.decorators.http import require_POST
 
 from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
-from lanes.models import Lane
+from lanes.models import Lane, LaneState, NodeState
+from lanes.node_picker import node_candidates
 from lanes.plan_shell import human_bytes
 from lanes.rules import LaneCheck, NodeBudget
 from lanes.selectors import (
@@ -73,7 +74,7 @@ def node_list_page(request: HttpRequest) -> HttpResponse:
     nodes = list(node_list())
     lanes = lanes_on(nodes)
     rows = [(node, node_memory_use(node, lanes=lanes)) for node in nodes]
-    return render(request, "lanes/node_list.html", {"rows": rows})
+    return render(request, "lanes/node_list.html", {"rows": rows, "node_states": NodeState.choices})
 
 
 @role_required(Capability.VIEW)
@@ -163,7 +164,9 @@ def node_host_key_page(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Capability.VIEW)
 def lane_list_page(request: HttpRequest) -> HttpResponse:
     rows = lane_checks(list(lane_list()))
-    return render(request, "lanes/lane_list.html", {"rows": rows})
+    return render(request, "lanes/lane_list.html", {
+        "rows": rows, "lane_states": LaneState.choices, "node_names": node_list().values_list("name", flat=True),
+    })
 
 
 @role_required(Capability.VIEW)
@@ -204,8 +207,14 @@ def _lane_form_page(request: HttpRequest, lane: Lane | None) -> HttpResponse:
             messages.success(request, f"Lane {saved.name} saved as revision {saved.revision}.")
             return redirect("lanes:lane_detail", name=saved.name)
     notes = _results_by_field(lane_check(lane)) if lane else {}
-    fields = [(form[name], notes.get(name, [])) for name in form.fields]
-    return render(request, "lanes/lane_form.html", {"form": form, "lane": lane, "fields": fields})
+    groups = [
+        {"key": key, "title": title, "has_errors": any(form[name].errors for name in names),
+         "fields": [(form[name], notes.get(name, [])) for name in names]}
+        for key, title, names in LaneForm.GROUPS
+    ]
+    return render(request, "lanes/lane_form.html", {
+        "form": form, "lane": lane, "groups": groups, "candidates": node_candidates(lane),
+    })
 
 
 @role_required(Capability.OPERATE)

@@ -13,7 +13,8 @@ from ninja import NinjaAPI, Router, Schema
 from ninja.errors import AuthenticationError
 from ninja.security import SessionAuth
 
-from portal.roles import Capability, require
+from portal.api_docs import OfflineSwagger
+from portal.roles import Capability, require, role_required
 
 
 class RoleAuth(SessionAuth):
@@ -85,13 +86,13 @@ ERROR_MEANINGS = {
 
 def documented_errors(method: str, path: str, operation: dict[str, Any]) -> list[int]:
     """The 4xx statuses an operation really answers, from its shape: every operation
-    checks the session and the role (401, 403); a path parameter names an object (404);
-    parameters or a body can be invalid (400 for control characters, 422 for the rules);
-    a body can be too large (413)."""
+    checks the session and the role (401, 403); a path or query parameter can name an
+    object that does not exist (404); parameters or a body can be invalid (400 for
+    control characters, 422 for the rules); a body can be too large (413)."""
     statuses = [401, 403]
     has_params = bool(operation.get("parameters"))
     has_body = "requestBody" in operation or method in ("post", "patch", "put")
-    if "{" in path:
+    if "{" in path or has_params:
         statuses.append(404)
     if has_params or has_body:
         statuses += [400, 422]
@@ -124,7 +125,10 @@ def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
 
 def build_api(routers: Sequence[Router]) -> NinjaAPI:
     """The /api/ NinjaAPI: every role reads by default, routers tighten per operation."""
-    api = PortalAPI(title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api")
+    api = PortalAPI(
+        title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api",
+        docs=OfflineSwagger(), docs_decorator=role_required(Capability.VIEW),
+    )
 
     @api.exception_handler(RequestDataTooBig)
     def on_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:

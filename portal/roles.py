@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 
 
 class Role(enum.StrEnum):
@@ -55,6 +55,19 @@ def user_can(user: UserLike | None, capability: Capability) -> bool:
     return bool(user.has_perm(capability.perm))
 
 
+def user_role(user: UserLike | None) -> Role | None:
+    """The user's role (its group); None for a user in no role group. An account in
+    several role groups counts as the one with most capabilities."""
+    if user is None or not user.is_authenticated:
+        return None
+    names = {group.name for group in user.groups.all()}
+    return next((role for role in ROLE_CAPABILITIES if role.value in names), None)
+
+
+def has_any_role(user: UserLike | None) -> bool:
+    return any(user_can(user, capability) for capability in Capability)
+
+
 def require(user: UserLike | None, capability: Capability) -> None:
     if not user_can(user, capability):
         raise PermissionDenied(f"Your role may not {CAPABILITY_LABELS[capability]}.")
@@ -72,6 +85,9 @@ def role_required(capability: Capability) -> Callable[[ViewFunc], ViewFunc]:
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not request.user.is_authenticated:
                 return redirect(f"/accounts/login/?next={request.path}")
+            if not has_any_role(request.user):
+                # A signed-in account without a role: one page that says so, not a 403 per link.
+                return render(request, "portal/no_role.html", status=403)
             require(request.user, capability)
             return view(request, *args, **kwargs)
 
@@ -94,6 +110,7 @@ def ensure_role_groups() -> None:
 def roles_context(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
     return {
+        "user_role": user_role(user),
         "can_view": user_can(user, Capability.VIEW),
         "can_edit_routing": user_can(user, Capability.EDIT_ROUTING),
         "can_operate": user_can(user, Capability.OPERATE),

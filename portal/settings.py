@@ -140,6 +140,7 @@ STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("vendor/bootstrap", BASE_DIR / "node_modules" / "bootstrap" / "dist"),
     ("vendor/chartjs", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+    ("vendor/swagger-ui", BASE_DIR / "node_modules" / "swagger-ui-dist"),
 ]
 WHITENOISE_USE_FINDERS = True
 
@@ -232,6 +233,15 @@ JOBS_SSH_KEEPALIVE_S = env_float("PORTAL_JOBS_SSH_KEEPALIVE_S", 15.0, minimum=1,
 CELERY_BEAT_SCHEDULE.update(
     {"jobs-reap-lost": {"task": "jobs.tasks.reap_lost_jobs", "schedule": JOBS_REAPER_INTERVAL_S}}
 )
+# RDMA watchdog: seconds between two measurements of each multi-node lane, and the first of
+# the 100 ports its ib_send_lat pairs use (one per lane).
+FABRIC_WATCHDOG_INTERVAL_S = env_float("PORTAL_FABRIC_WATCHDOG_INTERVAL_S", 30.0, minimum=1, maximum=3600)
+FABRIC_WATCHDOG_BASE_PORT = env_int("PORTAL_FABRIC_WATCHDOG_BASE_PORT", 18400, minimum=1024, maximum=65000)
+CELERY_BEAT_SCHEDULE.update({"fabric-rdma-watchdog": {
+    "task": "jobs.tasks.rdma_watchdog", "schedule": FABRIC_WATCHDOG_INTERVAL_S,
+    # A tick that outlives the next one is dropped rather than measured twice at once.
+    "options": {"expires": FABRIC_WATCHDOG_INTERVAL_S},
+}})
 
 # --- lanes --- (nodes, lanes, launch plans)
 # The demo's simulated cluster (sparksim): where its node directories live, and real

@@ -22,7 +22,7 @@ from sparksim.host.sysfs import write_node_tree
 from sparksim.rendezvous import cluster_dir
 
 TOOLS = ["nvidia-smi", "ibdev2netdev", "ip", "ping", "ib_write_lat", "ib_read_lat",
-         "ib_send_lat", "ib_write_bw"]
+         "ib_send_lat", "ib_write_bw", "mpirun", "all_reduce_perf", "all_gather_perf"]
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -83,8 +83,14 @@ def write_wrappers(node: NodeInfo) -> None:
     for tool in TOOLS:
         scripts[tool] = (f"exec '{python}' -m sparksim tool {tool} --node-dir '{node.sim_dir}' "
                          "\"$@\"\n")
+    # A tool missing on a node (`tool-missing` fault) is absent from its PATH, as on a
+    # Spark where nobody built nccl-tests or installed perftest.
+    missing = set(node.faults.get("tools_missing", []))
     for name, body in scripts.items():
         path = bin_dir / name
+        if name in missing:
+            path.unlink(missing_ok=True)
+            continue
         path.write_text(prologue + body)
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 

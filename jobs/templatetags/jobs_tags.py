@@ -7,8 +7,12 @@ from typing import Any
 
 from django import template
 
-from jobs.models import Job
-from lanes.models import Lane
+from jobs.drift import LaneDrift, lanes_drift
+from jobs.drift import lane_drift as compute_lane_drift
+from jobs.fabric.watchdog import lane_watchdog_get
+from jobs.models import FabricResult, Job, LaneWatchdog
+from jobs.results import fabric_history
+from lanes.models import Lane, Node
 from lanes.selectors import current_revision, lane_plan
 
 register = template.Library()
@@ -38,3 +42,33 @@ def recent_jobs(lane: Lane | None = None, node: Any = None, limit: int = 5) -> l
     if node is not None:
         jobs = jobs.filter(nodes=node)
     return list(jobs[:limit])
+
+
+@register.simple_tag
+def fabric_results(node: Node, limit: int = 10) -> list[FabricResult]:
+    """The node's fabric results, newest first: a regression shows as a drop down the list."""
+    return list(fabric_history(node=node, limit=limit))
+
+
+@register.simple_tag
+def fabric_peers(node: Node) -> list[str]:
+    return list(Node.objects.exclude(pk=node.pk).order_by("name").values_list("name", flat=True))
+
+
+@register.simple_tag
+def lane_watchdog(lane: Lane) -> LaneWatchdog:
+    return lane_watchdog_get(lane)
+def lane_drift(lane: Lane) -> LaneDrift:
+    """What the lane's engine runs against its latest saved revision."""
+    return compute_lane_drift(lane)
+
+
+@register.simple_tag
+def lane_drifts(items: Any) -> dict[str, LaneDrift]:
+    """Every listed lane's drift at once (lanes, or rows whose first item is a lane)."""
+    return lanes_drift([item[0] if isinstance(item, tuple) else item for item in items])
+
+
+@register.filter
+def drift_for(drifts: dict[str, LaneDrift], lane: Lane) -> LaneDrift | None:
+    return drifts.get(lane.name)

@@ -28,10 +28,12 @@ def exceeds(prompt_tokens: int, *, max_tokens: int, limit: int) -> bool:
     return prompt_tokens + max_tokens > limit
 
 
-def context_message(prompt_tokens: int, *, max_tokens: int, limit: int, estimated: bool) -> str:
+def context_message(prompt_tokens: int, *, max_tokens: int, limit: int, estimated: bool, degraded: bool = False) -> str:
     counted = "about " if estimated else ""
+    # A degraded lane says so: the client should come back later, or send less.
+    mode = " (degraded mode: the RDMA watchdog limits this lane while its fabric is slow)" if degraded else ""
     return (
-        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"This model's maximum context length is {limit} tokens{mode}. However, you requested "
         f"{counted}{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
         f"completion). Please reduce the length of the messages or completion."
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from lanes.models import Lane
+from lanes.selectors import lane_context_limit
 from routing.gateway.db import db_call
 from routing.models import ApiKey
 
@@ -97,7 +98,7 @@ def load_lanes() -> dict[str, LaneInfo]:
             public_model_name=lane.public_model_name,
             base_url=base_url,
             observed_state=lane.observed_state,
-            context_limit=lane.current_context_limit,
+            context_limit=lane_context_limit(lane),
             fallback=lane.fallback.name if lane.fallback else None,
         )
     return lanes

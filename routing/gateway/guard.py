@@ -26,5 +26,5 @@ async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedReque
     tokens, estimated = await count_prompt(rt, lane, request)
     if exceeds(tokens, max_tokens=request.max_tokens, limit=lane.context_limit):
         raise GatewayError(400, context_message(tokens, max_tokens=request.max_tokens, limit=lane.context_limit,
-                                                estimated=estimated),
+                                                estimated=estimated, degraded=lane.observed_state == "degraded"),
                            code="context_length_exceeded", param="messages", retryable=False)

@@ -2,13 +2,15 @@
 
 import sys
 
+from sparksim.cluster import TOOLS, write_wrappers
 from sparksim.host.node import ROCE_DEVICES, NodeInfo, load_node, save_node
 from sparksim.host.procfs import write_proc_tree
 from sparksim.host.sysfs import write_node_tree
 
 USAGE = ("usage: python -m sparksim fault --node-dir DIR {link-down DEV|link-up DEV|"
-         "mtu NETDEV N|slow-rtt USEC|gid-index DEV N|image-missing IMAGE|image-id IMAGE ID|"
-         "compaction N|engine-args [--sim-* FLAGS...]|clear}")
+         "mtu NETDEV N|slow-rtt USEC|rtt-rise USEC|gid-index DEV N|image-missing IMAGE|image-id IMAGE ID|"
+         "compaction N|engine-args [--sim-* FLAGS...]|gpu-busy PROCESS|tool-missing TOOL|tool-present TOOL|"
+         "clear}")
 
 
 def fault_command(argv: list[str]) -> int:
@@ -37,6 +39,17 @@ def apply_fault(node: NodeInfo, kind: str, values: list[str]) -> None:
         faults.setdefault("mtu", {})[values[0]] = int(values[1])
     elif kind == "slow-rtt":
         faults["slow_rtt_usec"] = float(values[0])
+    elif kind == "rtt-rise":
+        # Each perftest client run adds this to the node's RTT: a link that keeps getting worse.
+        faults["rtt_rise_usec"] = float(values[0])
+    elif kind == "gpu-busy":
+        faults["gpu_busy"] = values[0]
+    elif kind in ("tool-missing", "tool-present"):
+        if values[0] not in TOOLS:
+            raise ValueError(f"no stand-in named {values[0]!r}")
+        missing = set(faults.get("tools_missing", []))
+        missing.add(values[0]) if kind == "tool-missing" else missing.discard(values[0])
+        faults["tools_missing"] = sorted(missing)
     elif kind == "gid-index":
         index = int(values[1])
         if index < 3:
@@ -56,6 +69,7 @@ def apply_fault(node: NodeInfo, kind: str, values: list[str]) -> None:
     save_node(node)
     write_node_tree(node)
     write_proc_tree(node)
+    write_wrappers(node)
 
 
 def _device(name: str) -> str:

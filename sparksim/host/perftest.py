@@ -5,11 +5,16 @@ write ~3.2 us avg / 4.5 p99, read ~6.2 / 9.5, send ~3.0 / 4.0, ib_write_bw 107.6
 """
 
 import argparse
+import os
+import time
 import zlib
+from pathlib import Path
 
-from sparksim.host.node import ROCE_DEVICES, NodeInfo
+from sparksim.files import write_atomically
+from sparksim.host.node import ROCE_DEVICES, NodeInfo, save_node
 from sparksim.host.ping import NETDEV_DEVICE, find_peer, same_subnet
 from sparksim.host.sysfs import add_traffic, port_active, roce_v2_ipv4_gid_index
+from sparksim.rendezvous import cluster_dir, pid_alive
 
 LATENCY_US = {  # test -> (typical, average, p99, p99.9, min, max)
     "ib_write_lat": (3.17, 3.20, 4.44, 6.02, 2.85, 8.11),
@@ -20,6 +25,7 @@ BANDWIDTH_GBIT = 107.66
 TITLES = {"ib_write_lat": "RDMA_Write Latency Test", "ib_read_lat": "RDMA_Read Latency Test",
           "ib_send_lat": "Send Latency Test", "ib_write_bw": "RDMA_Write BW Test"}
 RULE = "-" * 87
+SERVER_WAIT_S = 60.0  # a real server waits for its client until killed; this one gives up
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,11 +60,7 @@ def perftest(node: NodeInfo, tool: str, argv: list[str]) -> int:
         print(" Port number 1 state is Down\n Couldn't set the link layer")
         return 1
     if args.server is None:
-        # Server side: it would wait for a client; the client side carries the result.
-        print(header(tool, args.device, gid_index))
-        print("\n************************************\n* Waiting for client to connect... *\n"
-              "************************************")
-        return 0
+        return serve(node, tool, args, gid_index)
     peer = find_peer(node, args.server)
     peer_device = NETDEV_DEVICE.get(peer[1]) if peer else None
     if (
@@ -71,22 +73,66 @@ def perftest(node: NodeInfo, tool: str, argv: list[str]) -> int:
               " Unable to open file descriptor for socket connection Unable to init the socket "
               "connection")
         return 1
-    print(header(tool, args.device, gid_index))
-    print(f" local address: LID 0000 QPN 0x{node.host_number:04x} PSN 0x5f3b1a")
-    print(f" GID: {mapped_gid(node.fabric_ip(netdev))}")
-    print(f" remote address: LID 0000 QPN 0x{peer[0].host_number:04x} PSN 0x2b4c9d")
-    print(f" GID: {mapped_gid(args.server)}")
-    print(RULE)
+    listening = listen_path(peer[0], args.tcp_port)
+    if not listening.is_file() or not pid_alive(int(listening.read_text().split()[0] or 0)):
+        print(f"Couldn't connect to {args.server}:{args.tcp_port}\n"
+              " Unable to open file descriptor for socket connection Unable to init the socket "
+              "connection")
+        return 1
+    rise = float(node.faults.get("rtt_rise_usec", 0))
+    if rise:  # a link getting worse: every measurement sees a longer round trip than the last
+        node.faults["slow_rtt_usec"] = float(node.faults.get("slow_rtt_usec", 0)) + rise
+        save_node(node)
     extra_us = float(node.faults.get("slow_rtt_usec", 0)) / 2 + float(
         peer[0].faults.get("slow_rtt_usec", 0)) / 2
     if tool == "ib_write_bw":
-        print(bandwidth_table(args, node.name + args.server))
+        table = bandwidth_table(args, node.name + args.server)
         add_traffic(node, 5000 * 65536)
         add_traffic(peer[0], 5000 * 65536)
     else:
-        print(latency_table(tool, args, extra_us, node.name + args.server))
-    print(RULE)
+        table = latency_table(tool, args, extra_us, node.name + args.server)
+    lines = [header(tool, args.device, gid_index),
+             f" local address: LID 0000 QPN 0x{node.host_number:04x} PSN 0x5f3b1a",
+             f" GID: {mapped_gid(node.fabric_ip(netdev))}",
+             f" remote address: LID 0000 QPN 0x{peer[0].host_number:04x} PSN 0x2b4c9d",
+             f" GID: {mapped_gid(args.server)}", RULE, table, RULE]
+    write_atomically(listening.with_suffix(".done"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
     return 0
+
+
+def listen_path(node: NodeInfo, tcp_port: int) -> Path:
+    directory = cluster_dir(node.root) / "perftest"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"{node.name}-{tcp_port}.listen"
+
+
+def serve(node: NodeInfo, tool: str, args: argparse.Namespace, gid_index: int) -> int:
+    """The server side listens on its TCP port until one client has run, then prints the
+    same result table (perftest prints it on both sides)."""
+    listening = listen_path(node, args.tcp_port)
+    if listening.is_file() and pid_alive(int(listening.read_text().split()[0] or 0)):
+        print(f" Couldn't listen to port {args.tcp_port}")
+        return 1
+    done = listening.with_suffix(".done")
+    done.unlink(missing_ok=True)
+    write_atomically(listening, f"{os.getpid()} {tool}\n")
+    print(header(tool, args.device, gid_index))
+    print("\n************************************\n* Waiting for client to connect... *\n"
+          "************************************", flush=True)
+    try:
+        deadline = time.monotonic() + SERVER_WAIT_S
+        while not done.is_file():
+            if time.monotonic() > deadline:
+                print(" Couldn't accept a client connection: timed out")
+                return 1
+            time.sleep(0.02)
+        text = done.read_text()
+        print(text[text.index(" local address"):], end="")
+        return 0
+    finally:
+        listening.unlink(missing_ok=True)
+        done.unlink(missing_ok=True)
 
 
 def header(tool: str, device: str, gid_index: int) -> str:

@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+from sparksim.host.nccl import PROGRAMS, collective_direct, mpirun
 from sparksim.host.node import MANAGEMENT_NETDEV, ROCE_DEVICES, NodeInfo, load_node
 from sparksim.host.procfs import engines_gib
 from sparksim.host.sysfs import mac_address, netdev_mtu, netdev_up, port_active
@@ -27,6 +28,10 @@ def tool_command(argv: list[str]) -> int:
         from sparksim.host.ping import ping
 
         return ping(node, rest)
+    if name == "mpirun":
+        return mpirun(node, rest)
+    if name in PROGRAMS:
+        return collective_direct(node, name, rest)
     if name.startswith("ib_"):
         from sparksim.host.perftest import perftest
 
@@ -60,6 +65,9 @@ def nvidia_smi(node: NodeInfo, argv: list[str]) -> int:
         query = argv[argv.index("--query-gpu") + 1]
     output_format = next((item.split("=", 1)[1] for item in argv if item.startswith("--format=")),
                          "csv")
+    apps = next((item.split("=", 1)[1] for item in argv if item.startswith("--query-compute-apps=")), None)
+    if apps is not None:
+        return compute_apps(node, apps, output_format)
     if query is None:
         print(f"NVIDIA-SMI {DRIVER_VERSION}  Driver Version: {DRIVER_VERSION}  CUDA Version: 13.0")
         print("|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |"
@@ -80,6 +88,24 @@ def nvidia_smi(node: NodeInfo, argv: list[str]) -> int:
         value, unit = fields[name]
         values.append(value if "nounits" in flags or value == "[N/A]" else value + unit)
     print(", ".join(values))
+    return 0
+
+
+def compute_apps(node: NodeInfo, query: str, output_format: str) -> int:
+    """Processes holding the GPU: an engine the shim runs, or a foreign one (`gpu-busy` fault)."""
+    apps: list[dict[str, str]] = []
+    if engines_gib(node) > 0:
+        apps.append({"pid": str(4100 + node.host_number), "process_name": "python3",
+                     "name": "python3"})
+    if node.faults.get("gpu_busy"):
+        apps.append({"pid": str(5200 + node.host_number), "process_name": str(node.faults["gpu_busy"]),
+                     "name": str(node.faults["gpu_busy"])})
+    names = [name.strip() for name in query.split(",")]
+    if "noheader" not in output_format:
+        print(", ".join(names))
+    for app in apps:
+        # Memory is [N/A] on a GB10 (unified memory), also per process.
+        print(", ".join(app.get(name, "[N/A]") for name in names))
     return 0
 
 

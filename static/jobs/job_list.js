@@ -20,7 +20,7 @@
                    job.created_by || "system", (job.created_at || "").replace("T", " ").slice(0, 19), "", ""];
     for (const text of cells) { const td = document.createElement("td"); td.textContent = text; tr.appendChild(td); }
     tr.children[0].innerHTML = '<a href="/jobs/' + job.id + '/">#' + job.id + "</a>";
-    tr.children[6].dataset.duration = ""; tr.children[7].dataset.error = ""; tr.children[7].className = "small text-danger";
+    tr.children[6].dataset.duration = ""; tr.children[6].className = "text-nowrap"; tr.children[5].className = "text-nowrap"; tr.children[7].dataset.error = ""; tr.children[7].className = "small text-danger";
     return tr;
   }
   PortalLive.connect("/ws/dashboard/", function (msg) {
@@ -35,7 +35,19 @@
       tr = newRow(job);
       tbody.insertBefore(tr, tbody.firstChild);
     }
-    tr.children[3].innerHTML = badge(job.state);
+    const cell = tr.children[3];
+    const old = cell.querySelector("[data-state-badge]");
+    if (old) old.outerHTML = badge(job.state); else cell.insertAdjacentHTML("afterbegin", badge(job.state));
+    cell.classList.add("text-nowrap");
+    const warnings = (job.warnings || []).length;
+    let flag = cell.querySelector("[data-warnings]");
+    if (warnings && (!flag || flag.hidden)) {
+      if (!flag) { flag = document.createElement("span"); flag.dataset.warnings = ""; cell.append(" ", flag); }
+      flag.className = "badge text-bg-warning";
+      flag.hidden = false;
+      flag.title = job.warnings.join("\n");
+      flag.textContent = "⚠ " + warnings + " warning" + (warnings === 1 ? "" : "s");
+    }
     tr.querySelector("[data-error]").textContent = (job.error || "").slice(0, 120);
     if (job.started_at && job.finished_at) {
       const s = (new Date(job.finished_at) - new Date(job.started_at)) / 1000;

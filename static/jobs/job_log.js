@@ -55,6 +55,9 @@
   function append(lines) {
     for (const raw of lines) {
       const line = normalize(raw);
+      // A job that had no line when the page loaded: its first line is the first one the
+      // socket replays (from seq 0), so there is nothing earlier to offer.
+      if (jobFirstSeq === 0) jobFirstSeq = line.seq;
       if (line.seq <= lastSeq) continue;  // a repeat: never shown twice
       lastSeq = line.seq;
       pending.push(line);
@@ -99,9 +102,11 @@
     }
     if (data.started_at) document.getElementById("job-started").textContent = data.started_at.replace("T", " ").slice(0, 19);
     if (data.finished_at) document.getElementById("job-finished").textContent = data.finished_at.replace("T", " ").slice(0, 19);
+    const final = ["succeeded", "failed", "cancelled", "timed_out", "lost"].includes(data.state);
+    const relaunch = document.getElementById("relaunch-form");
+    if (relaunch) relaunch.hidden = !final;
     const form = document.getElementById("cancel-form");
     if (form) {
-      const final = ["succeeded", "failed", "cancelled", "timed_out", "lost"].includes(data.state);
       form.hidden = final;
       if (data.cancel_requested) { const b = document.getElementById("cancel-button"); b.disabled = true; b.textContent = "Cancel requested"; }
     }
@@ -114,7 +119,7 @@
     if (!tr) {
       tr = document.createElement("tr");
       tr.id = "step-" + step.position;
-      tr.innerHTML = "<td></td><td></td><td></td><td class='text-end' data-duration></td>";
+      tr.innerHTML = "<td></td><td></td><td></td><td class='text-end text-nowrap' data-duration></td>";
       tr.children[0].textContent = step.position + 1;
       const label = document.createElement("span");
       label.textContent = (step.node ? "[" + step.node + "] " : "") + step.title;
@@ -132,8 +137,67 @@
       if (!warning) { warning = document.createElement("div"); warning.className = "step-warning small"; tr.children[1].append(warning); }
       warning.textContent = step.detail || "";
     } else if (warning) { warning.remove(); }
+    let note = tr.querySelector(".step-note");
+    if (step.state === "skipped" && step.detail) {
+      if (!note) { note = document.createElement("div"); note.className = "step-note small text-muted"; tr.children[1].append(note); }
+      note.textContent = step.detail;
+    }
     tr.children[3].textContent = step.duration_s != null ? step.duration_s.toFixed(1) + " s" : "";
+    updateProgress();
   }
+  // Steps done of all declared steps (a launch declares every step up front).
+  function updateProgress() {
+    const rows = Array.from(document.querySelectorAll("#job-steps tbody tr:not(.empty)"));
+    const done = ["succeeded", "failed", "skipped", "warned", "cancelled"];
+    const finished = rows.filter(function (r) { return done.includes(r.children[2].textContent.trim()); }).length;
+    const bar = document.querySelector("#job-progress .progress-bar");
+    const pct = rows.length ? Math.round(100 * finished / rows.length) : 0;
+    bar.style.width = pct + "%";
+    bar.parentElement.setAttribute("aria-valuenow", String(pct));
+    bar.classList.toggle("bg-danger", rows.some(function (r) { return r.children[2].textContent.trim() === "failed"; }));
+    document.getElementById("job-progress-text").textContent = rows.length ? finished + " of " + rows.length + " steps done" : "";
+  }
+  updateProgress();
+
+  // Search the whole log (the DOM holds only a window): matches come from the API, and
+  // the lines on screen that match are highlighted too.
+  const searchForm = document.getElementById("log-search");
+  const matchesBox = document.getElementById("log-matches");
+  function highlight(div, term) {
+    const text = div.textContent, at = text.toLowerCase().indexOf(term.toLowerCase());
+    if (at < 0) return false;
+    const mark = document.createElement("mark");
+    mark.textContent = text.slice(at, at + term.length);
+    div.replaceChildren(text.slice(0, at), mark, text.slice(at + term.length));
+    return true;
+  }
+  async function search(term) {
+    view.querySelectorAll("div.match").forEach(function (d) { d.classList.remove("match"); d.textContent = d.textContent; });
+    if (!term) { matchesBox.hidden = true; return; }
+    const r = await fetch("/api/jobs/" + jobId + "/log/search?q=" + encodeURIComponent(term), { credentials: "same-origin" });
+    const data = await r.json();
+    const list = document.getElementById("log-matches-lines");
+    list.replaceChildren();
+    if (!r.ok) {
+      document.getElementById("log-matches-count").textContent = (data.detail && data.detail[0] && data.detail[0].msg) || "search failed";
+      matchesBox.hidden = false;
+      return;
+    }
+    for (const line of data.lines) {
+      const div = row(line);
+      div.textContent = "#" + line.seq + " " + div.textContent;
+      highlight(div, term);
+      list.append(div);
+    }
+    document.getElementById("log-matches-count").textContent = data.total === 0 ? "No line contains “" + term + "”."
+      : data.total + " line" + (data.total === 1 ? "" : "s") + " contain “" + term + "”" + (data.total > data.lines.length ? " (first " + data.lines.length + " shown)" : "");
+    matchesBox.hidden = false;
+    view.querySelectorAll("div[data-seq]").forEach(function (d) { if (highlight(d, term)) d.classList.add("match"); });
+  }
+  searchForm.addEventListener("submit", function (e) { e.preventDefault(); search(document.getElementById("log-search-q").value.trim()); });
+  document.getElementById("log-matches-close").addEventListener("click", function () {
+    document.getElementById("log-search-q").value = ""; search("");
+  });
 
   async function refreshJob() {
     const r = await fetch("/api/jobs/" + jobId, { credentials: "same-origin" });

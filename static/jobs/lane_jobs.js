@@ -9,13 +9,63 @@
     badge.className = "badge state state-" + data.observed_state;
     badge.textContent = data.observed_state;
     if (data.reason) badge.title = data.reason;
+    const reason = document.getElementById("lane-state-reason");
+    if (reason) reason.textContent = data.reason || "";
     const desired = document.getElementById("lane-desired");
     if (desired && data.desired_state) desired.textContent = data.desired_state;
   }
+  // Running rN against the latest rM: asked again whenever what runs may have changed.
+  const driftBox = document.getElementById("lane-drift");
+  async function refreshDrift() {
+    if (!driftBox) return;
+    const r = await fetch("/api/jobs/lanes/" + encodeURIComponent(driftBox.dataset.lane) + "/drift", { credentials: "same-origin" });
+    if (!r.ok) return;
+    const drift = await r.json();
+    driftBox.hidden = !drift.drifted;
+    document.getElementById("drift-summary").textContent = "running r" + drift.running + ", latest r" + drift.latest;
+    driftBox.querySelectorAll(".drift-latest").forEach(function (el) { el.textContent = drift.latest; });
+    const list = document.getElementById("drift-changes");
+    list.replaceChildren();
+    drift.changes.forEach(function (c) {
+      const li = document.createElement("li"), code = document.createElement("code");
+      const del = document.createElement("del"), ins = document.createElement("ins");
+      code.textContent = c.field;
+      del.textContent = c.running === null ? "—" : (typeof c.running === "object" ? JSON.stringify(c.running) : c.running);
+      ins.textContent = c.latest === null ? "—" : (typeof c.latest === "object" ? JSON.stringify(c.latest) : c.latest);
+      li.append(code, ": ", del, " → ", ins);
+      list.append(li);
+    });
+    const running = document.getElementById("lane-running");
+    if (running) {
+      running.hidden = drift.running === null;
+      running.querySelector(".running-number").textContent = drift.running === null ? "" : drift.running;
+    }
+  }
+  window.laneDrift = { refresh: refreshDrift };
+  const FINAL = ["succeeded", "failed", "cancelled", "timed_out", "lost"];
   PortalLive.connect("/ws/dashboard/", function (msg) {
-    if (msg.event === "lane.state") { laneState(msg.data); return; }
+    if (msg.event === "lane.state") {
+      laneState(msg.data);
+      if (driftBox && msg.data.name === driftBox.dataset.lane) refreshDrift();
+      return;
+    }
+    if (msg.event === "lane.saved" && driftBox && msg.data.name === driftBox.dataset.lane) {
+      const rev = document.getElementById("lane-revision");
+      if (rev && Number(rev.textContent) < msg.data.revision) {
+        rev.textContent = msg.data.revision;
+        const notice = document.getElementById("lane-saved-notice");
+        if (notice) {
+          notice.querySelector(".saved-revision").textContent = "r" + msg.data.revision;
+          notice.querySelector(".saved-by").textContent = msg.data.by ? " by " + msg.data.by : "";
+          notice.hidden = false;
+        }
+      }
+      refreshDrift();
+      return;
+    }
     if (msg.event !== "job.state") return;
     const job = msg.data;
+    if (driftBox && job.lane === driftBox.dataset.lane && FINAL.includes(job.state)) refreshDrift();
     lists.forEach(function (list) {
       const lane = list.dataset.lane, node = list.dataset.node;
       if (lane && job.lane !== lane) return;

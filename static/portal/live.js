@@ -2,9 +2,20 @@
 // the navbar, and hands each JSON message to the page. `onOpen(ws)` lets a page resume
 // (the job log sends the last seq it has).
 window.PortalLive = (function () {
+  const LABELS = {
+    connecting: ["● connecting…", "live updates: connecting"],
+    open: ["● live", "live updates: on"],
+    closed: ["● reconnecting…", "live updates: connection lost, reconnecting"],
+    refused: ["● not allowed", "live updates: refused (signed out, or your role changed): reload the page"],
+  };
+  // The indicator stays hidden on pages that never open a socket.
   function setStatus(state) {
     const el = document.getElementById("live-status");
-    if (el) { el.dataset.state = state; el.title = "live updates: " + state; }
+    if (!el) return;
+    el.hidden = false;
+    el.dataset.state = state;
+    el.textContent = LABELS[state][0];
+    el.title = LABELS[state][1];
   }
   function connect(path, onMessage, onOpen) {
     let delay = 500;
@@ -13,14 +24,25 @@ window.PortalLive = (function () {
     function open() {
       const scheme = location.protocol === "https:" ? "wss://" : "ws://";
       ws = new WebSocket(scheme + location.host + path);
-      setStatus("connecting");
-      ws.onopen = function () { delay = 500; setStatus("open"); if (onOpen) onOpen(ws); };
+      if (delay === 500) setStatus("connecting");  // retries keep saying "reconnecting"
+      let opened = false;
+      ws.onopen = function () { opened = true; delay = 500; setStatus("open"); if (onOpen) onOpen(ws); };
       ws.onmessage = function (e) { onMessage(JSON.parse(e.data), ws); };
       ws.onclose = function (e) {
         if (e.code === 4401 || e.code === 4403) { setStatus("refused"); return; }
-        setStatus("closed");
-        if (!stopped) { setTimeout(open, delay); delay = Math.min(delay * 2, 10000); }
+        if (stopped) return;
+        if (opened) { retry(); return; }
+        // A refused handshake looks like a network error (1006) to the page: ask the API
+        // whether this session may still read, so a lost role or a logout is said plainly.
+        fetch("/api/me", { credentials: "same-origin" }).then(function (r) {
+          if (r.status === 401 || r.status === 403) { setStatus("refused"); } else { retry(); }
+        }, retry);
       };
+    }
+    function retry() {
+      setStatus("closed");
+      setTimeout(open, delay);
+      delay = Math.min(delay * 2, 10000);
     }
     open();
     return { close: function () { stopped = true; if (ws) ws.close(); }, socket: function () { return ws; } };

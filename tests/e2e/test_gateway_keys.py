@@ -41,3 +41,17 @@ def test_a_key_created_in_the_browser_works_until_revoked(asgi_server: Any, page
     with pytest.raises(openai.AuthenticationError):
         client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])
     assert len(engine_received(engine)) == 2
+
+
+def test_a_long_key_name_stays_inside_the_keys_table(asgi_server: Any, page: Any, admin_user: Any) -> None:
+    page.set_viewport_size({"width": 1400, "height": 900})
+    browser_login(page, asgi_server.url, admin_user.username)
+    page.goto(f"{asgi_server.url}/gateway/")
+    page.fill("#id_name", "agent-" + "x" * 94)  # the longest name allowed, without a space to wrap at
+    page.click("button:has-text('Create key')")
+    page.wait_for_selector("#new-secret")
+    table = page.locator("#keys").evaluate("t => t.parentElement.getBoundingClientRect().right")
+    form = page.locator("#id_name").bounding_box()
+    assert table <= form["x"], "the keys table runs into the New key form"
+    cell = page.locator("#keys .key-name").first.bounding_box()
+    assert cell["x"] + cell["width"] <= table

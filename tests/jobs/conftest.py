@@ -15,11 +15,12 @@ import pytest
 from cryptography.fernet import Fernet
 from django.conf import settings
 
-from jobs.models import Job, JobLogLine
-from jobs.services import job_run
+from jobs.models import Job, JobKind, JobLogLine, JobState
+from jobs.services import job_create, job_run
 from lanes.models import Lane, LaneNode, LaneRevision, Node
 from sparksim.cluster import cluster_down, cluster_up
-from sparksim.host.node import NodeInfo
+from sparksim.host.faults import apply_fault
+from sparksim.host.node import NodeInfo, load_node
 from tests.conftest import free_port
 from tests.jobs.sshd import SshdServer, client_keypair, start_sshd
 from tests.lanes.seed_configs import base_config
@@ -193,3 +194,18 @@ def run_job(job: Job) -> Job:
 
 def job_log_text(job: Job) -> str:
     return "\n".join(JobLogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
+
+
+def checked(cluster: SimCluster, user: Any, names: list[str]) -> list[Node]:
+    """A network check of these nodes: the fabric checks and the watchdog read their
+    addresses, devices and GID index from its reports."""
+    nodes = [cluster.node(name) for name in names]
+    check = run_job(job_create(kind=JobKind.NETWORK_CHECK, user=user, nodes=nodes))
+    assert check.state == JobState.SUCCEEDED, check.error
+    return [Node.objects.get(pk=node.pk) for node in nodes]
+
+
+def fault(cluster: SimCluster, name: str, kind: str, *values: str) -> None:
+    """A sparksim host fault on one node (`python -m sparksim fault`)."""
+    info = next(info for info in cluster.infos if info.name == name)
+    apply_fault(load_node(info.sim_dir), kind, list(values))

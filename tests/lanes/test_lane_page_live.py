@@ -9,12 +9,13 @@ from django.db import connection
 
 from lanes.services import lane_set_observed_state
 from tests.conftest import browser_login
+from tests.jobs.conftest import call_in_thread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_state_badge_follows_the_lane_state_live(asgi_server, page, viewer_user, make_lane):
-    lane = make_lane("qwen")
+    lane = call_in_thread(lambda: make_lane("qwen"))  # saving broadcasts lane.saved: not from Playwright's loop
     browser_login(page, asgi_server.url, viewer_user.username)
     page.wait_for_selector("h1:has-text('Dashboard')")
     page.goto(f"{asgi_server.url}/lanes/qwen/")
@@ -37,7 +38,7 @@ def test_the_state_badge_follows_the_lane_state_live(asgi_server, page, viewer_u
 def test_the_lane_list_follows_observed_and_desired_state_live(asgi_server, page, viewer_user, make_lane):
     from portal.broadcast import DASHBOARD_GROUP, broadcast
 
-    make_lane("qwen")
+    call_in_thread(lambda: make_lane("qwen"))
     browser_login(page, asgi_server.url, viewer_user.username)
     page.wait_for_selector("h1:has-text('Dashboard')")
     page.goto(f"{asgi_server.url}/lanes/")

@@ -220,3 +220,27 @@ def test_the_django_admin_lists_nodes_lanes_and_revisions(make_lane, admin_user,
         assert client.get(url).status_code == 200
     html = client.get(f"/admin/lanes/node/{Node.objects.get(name='spark1').pk}/change/").content.decode()
     assert "ssh_private_key_encrypted" not in html
+
+
+def test_the_lane_form_groups_every_field_once():
+    from lanes.forms import LaneForm
+
+    grouped = [name for _, _, names in LaneForm.GROUPS for name in names]
+    assert sorted(grouped) == sorted(LaneForm.base_fields) and len(grouped) == len(set(grouped)) == 28
+
+
+def test_the_node_picker_ranks_online_well_connected_roomy_nodes_first(db, admin_client):
+    from lanes.models import Node
+    from lanes.node_picker import node_candidates
+
+    Node.objects.create(name="a-down", address="127.0.0.21", transport="local", state="unreachable")
+    Node.objects.create(name="b-fail", address="127.0.0.22", transport="local", state="online",
+                        network_report={"verdict": "fail"})
+    Node.objects.create(name="c-small", address="127.0.0.23", transport="local", state="online", memory_gib=64,
+                        network_report={"verdict": "ok"})
+    Node.objects.create(name="d-big", address="127.0.0.24", transport="local", state="online",
+                        network_report={"verdict": "ok"})
+    assert [c.name for c in node_candidates()] == ["d-big", "c-small", "b-fail", "a-down"]
+    page = admin_client.get("/lanes/new/").content.decode()
+    assert page.index('data-node="d-big"') < page.index('data-node="a-down"')
+    assert 'id="group-memory"' in page and 'id="group-advanced"' in page

@@ -29,6 +29,22 @@ def fault(node: NodeInfo, *arguments: str) -> None:
                     *arguments], check=True)
 
 
+def perftest_pair(server: NodeInfo, client: NodeInfo, line: str, port: int = 18515) -> str:
+    """perftest's way: the server listens on its TCP port first, the client connects to it;
+    both print the result table. Returns the client's output."""
+    prefix = (f"export PATH={server.sim_dir}/bin:$PATH SPARK_SYSFS={server.sim_dir}/sys; ")
+    listening = subprocess.Popen(["bash", "-c", prefix + f"{line} -p {port}"], stdout=subprocess.PIPE, text=True)
+    assert listening.stdout is not None
+    for output in listening.stdout:
+        if "Waiting for client to connect" in output:
+            break
+    peer = server.fabric_ip("enp1s0f0np0")
+    answer = node_shell(client, f"{line} -p {port} {peer}").stdout
+    rest, _ = listening.communicate(timeout=30)
+    assert listening.returncode == 0 and answer.strip().splitlines()[-2] in rest
+    return answer
+
+
 def gid_probe(node: NodeInfo, device: str) -> str:
     return node_shell(node, f"bash -s {device} <<'EOF'\n{GID_PROBE}\nEOF").stdout.strip()
 
@@ -110,7 +126,7 @@ def test_slow_rtt_shows_in_ping_and_perftest(nodes: list[NodeInfo]) -> None:
         return float(re.search(r"= [\d.]+/([\d.]+)/", out).group(1))  # type: ignore[union-attr]
 
     def write_latency() -> float:
-        out = node_shell(head, f"ib_write_lat -d rocep1s0f0 -x 3 -s 2 -n 10000 {peer}").stdout
+        out = perftest_pair(worker, head, "ib_write_lat -d rocep1s0f0 -x 3 -s 2 -n 10000")
         return float(out.strip().splitlines()[-2].split()[5])
 
     fast_rtt, fast_latency = average_rtt(), write_latency()
@@ -123,19 +139,20 @@ def test_slow_rtt_shows_in_ping_and_perftest(nodes: list[NodeInfo]) -> None:
 def test_perftest_outputs_and_counters(nodes: list[NodeInfo]) -> None:
     head, worker = nodes
     peer = worker.fabric_ip("enp1s0f0np0")
-    read = node_shell(head, f"ib_read_lat -d rocep1s0f0 {peer}").stdout
+    read = perftest_pair(worker, head, "ib_read_lat -d rocep1s0f0")
     assert "RDMA_Read Latency Test" in read and " GID index       : 3" in read
     assert 5.5 < float(read.strip().splitlines()[-2].split()[5]) < 6.5
-    send = node_shell(head, f"ib_send_lat -d rocep1s0f0 {peer}").stdout
+    send = perftest_pair(worker, head, "ib_send_lat -d rocep1s0f0")
     assert "Send Latency Test" in send
     counter = Path(head.sim_dir) / "sys/class/infiniband/rocep1s0f0/ports/1/counters/port_xmit_data"
     before = int(counter.read_text())
-    bandwidth = node_shell(head, f"ib_write_bw -d rocep1s0f0 -F --report_gbits {peer}").stdout
+    bandwidth = perftest_pair(worker, head, "ib_write_bw -d rocep1s0f0 -F --report_gbits")
     average = float(bandwidth.strip().splitlines()[-2].split()[3])
     assert 106 < average < 108  # seed 003: 107.66 Gbit/s
     assert int(counter.read_text()) > before
-    server = node_shell(worker, "ib_write_bw -d rocep1s0f0 -F --report_gbits")
-    assert "Waiting for client to connect" in server.stdout
+    # No server listening on that port: the client cannot connect.
+    alone = node_shell(head, f"ib_send_lat -d rocep1s0f0 -p 18999 {peer}")
+    assert alone.returncode == 1 and "Couldn't connect to" in alone.stdout
     fault(worker, "link-down", "rocep1s0f0")
     failed = node_shell(head, f"ib_write_lat -d rocep1s0f0 {peer}")
     assert failed.returncode == 1 and "Couldn't connect" in failed.stdout
@@ -165,3 +182,65 @@ def test_fabric_addresses_stay_valid_for_high_host_numbers(tmp_path: Path) -> No
     assert node.fabric_ip("enp1s0f0np0") == "192.168.100.201"
     assert node.fabric_ip("enP2p1s0f0np0") == "192.168.100.101"
     assert gid_probe(node, "roceP2p1s0f0") == "3"
+
+
+def test_perftest_server_refuses_a_port_already_listening(nodes: list[NodeInfo]) -> None:
+    head, worker = nodes
+    prefix = f"export PATH={worker.sim_dir}/bin:$PATH SPARK_SYSFS={worker.sim_dir}/sys; "
+    first = subprocess.Popen(["bash", "-c", prefix + "ib_send_lat -d rocep1s0f0 -p 18700"],
+                             stdout=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    for output in first.stdout:
+        if "Waiting" in output:
+            break
+    second = node_shell(worker, "ib_send_lat -d rocep1s0f0 -p 18700")
+    assert second.returncode == 1 and "Couldn't listen to port 18700" in second.stdout
+    node_shell(head, f"ib_send_lat -d rocep1s0f0 -p 18700 {worker.fabric_ip('enp1s0f0np0')}")
+    first.communicate(timeout=30)
+
+
+def test_rtt_rise_makes_each_measurement_slower(nodes: list[NodeInfo]) -> None:
+    head, worker = nodes
+    fault(head, "rtt-rise", "4")
+    averages = [float(perftest_pair(worker, head, "ib_send_lat -d rocep1s0f0 -s 2 -n 1000")
+                      .strip().splitlines()[-2].split()[5]) for _ in range(3)]
+    assert averages[0] < averages[1] < averages[2]
+    assert averages[2] - averages[0] > 3.5  # 4 us more on this side per run: half of it shows one way
+
+
+def mpirun_line(nodes: list[NodeInfo], env: str = "") -> str:
+    hosts = ",".join(f"{node.fabric_ip('enp1s0f0np0')}:1" for node in nodes)
+    return f"mpirun -np {len(nodes)} -H {hosts} {env} all_reduce_perf -b 512M -e 4G -f 2 -g 1"
+
+
+def test_nccl_all_reduce_over_ib_reaches_seed_000_bandwidth(nodes: list[NodeInfo]) -> None:
+    env = "-x NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0 -x NCCL_IB_GID_INDEX=3 -x NCCL_SOCKET_IFNAME=enp1s0f0np0"
+    out = node_shell(nodes[0], mpirun_line(nodes, env)).stdout
+    assert "NET/IB : Using [0]rocep1s0f0:1/RoCE [1]roceP2p1s0f0:1/RoCE" in out and "via NET/IB/1" in out
+    average = float(re.search(r"# Avg bus bandwidth\s*:\s*([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    assert 21.875 < average < 23.3  # over 175 Gb/s, seed 000: 185 Gb/s
+
+
+def test_nccl_faults_half_link_socket_fallback_and_missing_binary(nodes: list[NodeInfo]) -> None:
+    head, worker = nodes
+    env = "-x NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0"
+    fault(worker, "link-down", "roceP2p1s0f0")
+    half = node_shell(head, mpirun_line(nodes, env)).stdout
+    assert float(re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", half).group(1)) < 12  # type: ignore[union-attr]
+    fault(worker, "link-down", "rocep1s0f0")
+    socket = node_shell(head, mpirun_line(nodes, env)).stdout
+    assert "NET/Socket : Using" in socket and "via NET/Socket/0" in socket
+    fault(worker, "tool-missing", "all_reduce_perf")
+    missing = node_shell(head, mpirun_line(nodes, env))
+    assert missing.returncode == 1 and "Executable: all_reduce_perf\nNode: spark2" in missing.stderr
+    assert not (Path(worker.sim_dir) / "bin" / "all_reduce_perf").exists()
+    fault(worker, "tool-present", "all_reduce_perf")
+    assert (Path(worker.sim_dir) / "bin" / "all_reduce_perf").exists()
+
+
+def test_gpu_busy_shows_in_compute_apps(nodes: list[NodeInfo]) -> None:
+    query = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
+    assert node_shell(nodes[1], query).stdout == ""
+    fault(nodes[1], "gpu-busy", "python3 train.py")
+    pid, name, memory = node_shell(nodes[1], query).stdout.strip().split(", ")
+    assert pid.isdigit() and name == "python3 train.py" and memory == "[N/A]"
