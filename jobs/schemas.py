@@ -138,6 +138,8 @@ class WatchdogIn(Schema):
     threshold_us: float | None = None
     recover_below_us: float | None = None
     window: int | None = None
+
+
 class DriftChangeOut(Schema):
     field: str
     running: Any

@@ -13,6 +13,11 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from portal.ws_urls import websocket_urlpatterns  # noqa: E402
 from routing.gateway.asgi import with_gateway  # noqa: E402
+from routing.router.engine import router_unavailable_reason  # noqa: E402
+
+# The router's encoder loads at start-up: a missing or wrong model directory is logged now,
+# and model="auto" answers 503 with the reason while every explicit lane keeps serving.
+router_unavailable_reason()
 
 # Gateway: /v1/... and /lanes/<lane>/v1/... go straight to the OpenAI-compatible
 # gateway, skipping Django's middleware stack (~1.4 ms a request; the gateway authenticates

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 
 
@@ -73,7 +74,7 @@ def require(user: UserLike | None, capability: Capability) -> None:
         raise PermissionDenied(f"Your role may not {CAPABILITY_LABELS[capability]}.")
 
 
-ViewFunc = TypeVar("ViewFunc", bound=Callable[..., HttpResponse])
+ViewFunc = TypeVar("ViewFunc", bound=Callable[..., HttpResponseBase])
 
 
 def role_required(capability: Capability) -> Callable[[ViewFunc], ViewFunc]:
@@ -82,7 +83,7 @@ def role_required(capability: Capability) -> Callable[[ViewFunc], ViewFunc]:
 
     def decorator(view: ViewFunc) -> ViewFunc:
         @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect(f"/accounts/login/?next={request.path}")
             if not has_any_role(request.user):

@@ -248,3 +248,26 @@ CELERY_BEAT_SCHEDULE.update({"fabric-rdma-watchdog": {
 # seconds per simulated second (1.0 = the seeds' timings; smaller is faster).
 SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))
 SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
+
+# --- router --- (routing.router: the semantic router behind model="auto"; DESIGN.md §9)
+# The decision's matrix product (200 × 384) is tiny: OpenBLAS's own thread pool only adds
+# waiting for its threads — ~9 ms a request on a busy 2-core machine, measured. Set before
+# numpy is first imported (the apps load after settings); onnxruntime has its own threads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# The encoder's directory: model.onnx + tokenizer.json (+ encoder.json). `make` installs the
+# demo model here; production puts bge-small-en-v1.5 in its own directory (README).
+ROUTER_MODEL_DIR = Path(env_str("PORTAL_ROUTER_MODEL_DIR", str(BASE_DIR / "var" / "models" / "all-minilm-l6-v2-int8")))
+# onnxruntime threads per process (0 = one per core).
+ROUTER_THREADS = env_int("PORTAL_ROUTER_THREADS", 0, minimum=0, maximum=64)
+# Most queries embedded in one forward pass, and identical queries kept in memory.
+ROUTER_MAX_BATCH = env_int("PORTAL_ROUTER_MAX_BATCH", 32, minimum=1, maximum=512)
+ROUTER_CACHE_SIZE = env_int("PORTAL_ROUTER_CACHE_SIZE", 4096, minimum=0, maximum=1_000_000)
+# How long a gateway process trusts its copy of the published version before asking Redis
+# (a publish is seen by every process within this).
+ROUTER_VERSION_CHECK_S = env_float("PORTAL_ROUTER_VERSION_CHECK_S", 0.25, minimum=0, maximum=10)
+# Conversation affinity: a conversation is known by its first N messages and keeps its lane
+# (and the lane's prefix cache) for this long. 0 messages = off.
+ROUTER_AFFINITY_MESSAGES = env_int("PORTAL_ROUTER_AFFINITY_MESSAGES", 2, minimum=0, maximum=20)
+ROUTER_AFFINITY_TTL_S = env_int("PORTAL_ROUTER_AFFINITY_TTL_S", 3600, minimum=1)
+# Shadow evaluation: the share of routed requests on which the shadow draft also decides.
+ROUTER_SHADOW_SHARE = env_float("PORTAL_ROUTER_SHADOW_SHARE", 0.1, minimum=0, maximum=1)

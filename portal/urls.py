@@ -13,7 +13,6 @@ api = build_api([lanes_router, jobs_router, routing_router])
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("healthz", views.healthz, name="healthz"),
-    path("routing/", views.planned_page, {"section": "routing"}, name="routing-planned"),
     path("benchmarks/", views.planned_page, {"section": "benchmarks"}, name="benchmarks-planned"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -41,17 +41,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 # Sections of DESIGN.md not built yet: their pages say so plainly
 # instead of a 404 or a page that pretends.
 PLANNED_SECTIONS = {
-    "routing": {
-        "title": "Routing",
-        "summary": "The semantic router (prototypes, test a prompt, evaluate a draft, publish, roll back) is not built yet.",
-        "today": [
-            'API clients that send model="auto" are routed to the lane named by PORTAL_GATEWAY_DEFAULT_LANE '
-            "(or the first serving lane when it is unset); the response headers x-spark-lane and "
-            "x-spark-route-reason say so.",
-            "A lane's name or served model name in `model` always goes to that lane.",
-            "Gateway traffic, API keys and request logs are on the Gateway page.",
-        ],
-    },
     "benchmarks": {
         "title": "Benchmarks",
         "summary": "Benchmark jobs (concurrency sweeps, cold and cache-hit runs, side-by-side results) are not built yet.",

@@ -7,6 +7,7 @@ is a handful of numbers and short strings; prompt text only when the key opts in
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -56,10 +57,11 @@ class ApiKey(models.Model):
 
 class RouteReason(models.TextChoices):
     ROUTER = "router"  # model="auto": the semantic router chose
-    DEFAULT = "default"  # model="auto" with no router decision: the configured default (or first serving) lane
+    DEFAULT = "default"  # model="auto": no label reached the threshold (or no version is published): the default lane
     KEY_DEFAULT = "key_default"  # model="auto" with a key pinned to a lane
     EXPLICIT = "explicit"  # a lane or served model name, or a per-lane URL
     FALLBACK = "fallback"  # the chosen lane provably could not take it: its fallback did
+    CONTEXT = "context"  # model="auto": the router's lane could not hold the prompt; one that fits did
 
 
 class RequestLog(models.Model):
@@ -74,6 +76,15 @@ class RequestLog(models.Model):
     route_reason = models.CharField(max_length=16, choices=RouteReason.choices, blank=True)
     route_score = models.FloatField(null=True, blank=True)
     route_label = models.CharField(max_length=64, blank=True)
+    route_prototype = models.CharField(max_length=200, blank=True, db_default="", help_text="The best-matching prototype's text (cut).")
+    router_version = models.PositiveIntegerField(null=True, blank=True)
+    # Shadow evaluation: the draft's decision beside the published one (no upstream call).
+    # The new text columns have a database default: rows written by raw SQL (the purge's
+    # bulk tests, older processes during a rolling deploy) stay valid.
+    shadow_version = models.PositiveIntegerField(null=True, blank=True)
+    shadow_lane = models.CharField(max_length=63, blank=True, db_default="")
+    shadow_label = models.CharField(max_length=64, blank=True, db_default="")
+    shadow_score = models.FloatField(null=True, blank=True)
     stream = models.BooleanField(default=False)
     status = models.PositiveSmallIntegerField()
     error_code = models.CharField(max_length=64, blank=True)
@@ -117,3 +128,94 @@ class ShadowSample(models.Model):
 
     def __str__(self) -> str:
         return f"shadow {self.request_id} → {self.external_model}"
+
+
+LABEL_VALIDATOR = RegexValidator(r"^[a-z][a-z0-9_]{0,63}$", "A label is lower-case letters, digits and _ (e.g. long_reasoning).")
+
+
+class Prototype(models.Model):
+    """A hand-labelled example of a kind of request (DESIGN.md §5 Routing)."""
+
+    text = models.TextField()
+    label = models.CharField(max_length=64, validators=[LABEL_VALIDATOR], db_index=True)
+    enabled = models.BooleanField(default=True)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["label", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.text[:60]}"
+
+
+class TextEmbedding(models.Model):
+    """A prototype's (or evaluation prompt's) embedding, keyed by the text's hash and the
+    encoder id: computed once per text and encoder, recomputed only when either changes,
+    and shared by the live prototypes, every published snapshot and the evaluation set."""
+
+    encoder = models.CharField(max_length=120)
+    text_sha = models.CharField(max_length=64)
+    vector = models.BinaryField()  # float32, L2-normalised
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["encoder", "text_sha"], name="embedding_encoder_text_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.encoder} {self.text_sha[:10]}"
+
+
+class Aggregation(models.TextChoices):
+    MAX = "max", "max (best prototype of each label)"
+    MEAN_TOP_K = "mean_top_k", "mean of the label's top-k prototypes"
+
+
+class VersionStatus(models.TextChoices):
+    DRAFT = "draft"
+    PUBLISHED = "published"
+    RETIRED = "retired"  # was published; rollback can publish it again
+
+
+class RouterVersion(models.Model):
+    """The router's settings. A draft reads the enabled prototypes live; publishing freezes
+    them into `prototypes` so the gateway's behaviour changes only by a publish."""
+
+    number = models.PositiveIntegerField(unique=True)
+    status = models.CharField(max_length=12, choices=VersionStatus.choices, default=VersionStatus.DRAFT)
+    note = models.CharField(max_length=200, blank=True)
+    threshold = models.FloatField(default=0.72)  # seed 000's threshold, for bge-small
+    aggregation = models.CharField(max_length=12, choices=Aggregation.choices, default=Aggregation.MAX)
+    top_k = models.PositiveSmallIntegerField(default=3)
+    label_lanes = models.JSONField(default=dict, blank=True)  # {label: lane name}
+    default_lane = models.CharField(max_length=63, blank=True)
+    prototypes = models.JSONField(null=True, blank=True)  # frozen [{"text", "label"}] once published
+    shadow = models.BooleanField(default=False, help_text="Decide beside the published version on sampled live traffic.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    published_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    published_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["status"], condition=models.Q(status="published"), name="one_published_router_version"),
+            models.UniqueConstraint(fields=["shadow"], condition=models.Q(shadow=True), name="one_shadow_router_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"v{self.number} ({self.status})"
+
+
+class EvalPrompt(models.Model):
+    """A labelled prompt that scores a version; never used as a prototype."""
+
+    text = models.TextField()
+    label = models.CharField(max_length=64, validators=[LABEL_VALIDATOR], db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["label", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.text[:60]}"

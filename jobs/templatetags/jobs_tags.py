@@ -58,6 +58,9 @@ def fabric_peers(node: Node) -> list[str]:
 @register.simple_tag
 def lane_watchdog(lane: Lane) -> LaneWatchdog:
     return lane_watchdog_get(lane)
+
+
+@register.simple_tag
 def lane_drift(lane: Lane) -> LaneDrift:
     """What the lane's engine runs against its latest saved revision."""
     return compute_lane_drift(lane)

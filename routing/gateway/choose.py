@@ -1,5 +1,5 @@
-"""Which lane answers a request. The semantic router plugs in behind `route_request`;
-without one, model="auto" goes to the configured default lane (route reason `default`)."""
+"""Which lane answers a request. model="auto" asks the semantic router (routing.router.route);
+with no published version, it goes to the configured default lane (route reason `default`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.conf import settings
 from routing.gateway.directory import KeyInfo, LaneInfo, resolve_model
 from routing.gateway.wire import GatewayError
 from routing.models import RouteReason
+from routing.router.route import AutoRoute, RouterRuntime, route_auto
 
 AUTO = "auto"
 
@@ -22,6 +23,7 @@ class RouteDecision:
     reason: str
     score: float | None = None
     label: str = ""
+    auto: AutoRoute | None = None  # the router's full decision, for the log and headers
 
 
 async def route_request(*, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo]) -> RouteDecision:
@@ -38,7 +40,8 @@ async def route_request(*, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo
 
 
 async def choose_lane(
-    *, model: str, path_lane: str | None, key: KeyInfo, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo]
+    *, model: str, path_lane: str | None, key: KeyInfo, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo],
+    router: RouterRuntime, raw_bytes: int,
 ) -> RouteDecision:
     """The lane named by the URL, else by `model`, else (auto) the key's pinned lane or the router."""
     if path_lane is not None:
@@ -53,7 +56,9 @@ async def choose_lane(
             # The router only ever sees the lanes this key may use.
             allowed = lanes if key.allowed_lanes is None else {
                 name: lane for name, lane in lanes.items() if key.may_use(name)}
-            decision = await route_request(body=body, lanes=allowed)
+            auto = await route_auto(router, body=body, key=key, lanes=allowed, raw_bytes=raw_bytes)
+            decision = (RouteDecision(lane=auto.lane, reason=auto.reason, score=auto.score, label=auto.label, auto=auto)
+                        if auto is not None else await route_request(body=body, lanes=allowed))
     else:
         found = resolve_model(model, lanes)
         if found is None:

@@ -82,15 +82,16 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
         lanes = await rt.lanes.get()
         try:
             decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body,
-                                         lanes=lanes)
+                                         lanes=lanes, router=rt.router, raw_bytes=len(raw))
         except GatewayError as error:
             if error.code != "model_not_found" or not await rt.lanes.refresh_on_miss():
                 raise
             lanes = await rt.lanes.get()
             decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body,
-                                         lanes=lanes)
+                                         lanes=lanes, router=rt.router, raw_bytes=len(raw))
         outcome.lane, outcome.reason, outcome.score, outcome.label = (
             decision.lane, decision.reason, decision.score, decision.label)
+        outcome.auto = decision.auto
         await admit_and_send(rt, scope, receive, send, key, request, raw, decision, lanes, endpoint, outcome)
     except GatewayError as error:
         outcome.status, outcome.error_code = error.status, error.code
@@ -281,6 +282,7 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "ttft_ms": outcome.ttft_ms,
         "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms,
         "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
+        **outcome.router_columns(),
     })
     if key is not None and request is not None and outcome.shadow and outcome.status == 200 and outcome.record is not None:
         raw = outcome.record.partition(b"|")[2].partition(b"|")[2]

@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass, field
 
 from routing.gateway.wire import Usage
+from routing.router.route import AutoRoute
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
@@ -34,6 +35,15 @@ class Outcome:
     answered: bool = False  # the last byte of the answer is being sent
     shadow: bool = False  # sampled for shadow traffic
     record: bytes | None = None  # the answer, as an idempotency record
+    auto: AutoRoute | None = None  # model="auto": the router's decision
+
+    def router_columns(self) -> dict[str, object]:
+        auto = self.auto
+        if auto is None:
+            return {}
+        return {"route_prototype": auto.prototype, "router_version": auto.version,
+                "shadow_version": auto.shadow_version, "shadow_lane": auto.shadow_lane,
+                "shadow_label": auto.shadow_label, "shadow_score": auto.shadow_score}
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         out = [(b"x-request-id", self.request_id.encode())]
@@ -44,6 +54,10 @@ class Outcome:
                 out.append((b"x-spark-route-score", f"{self.score:.4f}".encode()))
             if self.label:
                 out.append((b"x-spark-route-label", self.label.encode()))
+            if self.auto is not None and self.auto.version is not None:
+                out.append((b"x-spark-router-version", str(self.auto.version).encode()))
+                if self.auto.affinity:
+                    out.append((b"x-spark-route-affinity", b"conversation"))
         return out
 
 

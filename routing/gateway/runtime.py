@@ -21,6 +21,7 @@ from routing.gateway.directory import KeyCache, LaneCache
 from routing.gateway.limits import ADMIT_LUA
 from routing.gateway.logwriter import RequestLogWriter
 from routing.gateway.upstream import upstream_client, upstream_transport
+from routing.router.route import RouterRuntime
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class GatewayRuntime:
         self.breakers: dict[str, CircuitBreaker] = {}
         self.no_tokenize: dict[str, float] = {}  # lane -> when its /tokenize was found missing
         self.log_writer = RequestLogWriter()
+        self.router = RouterRuntime(self.redis)
         self.background: set[asyncio.Task[Any]] = set()
         self._listener = asyncio.create_task(self._listen())
 
@@ -113,6 +115,7 @@ class GatewayRuntime:
         self._listener.cancel()
         with contextlib.suppress(BaseException):
             await self._listener
+        self.router.close()
         await self.client.aclose()
         await self.redis.aclose()
 

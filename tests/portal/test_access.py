@@ -80,14 +80,14 @@ def test_static_assets_are_served_by_the_portal(viewer_client):
     assert b"Bootstrap" in body[:400]
 
 
-@pytest.mark.parametrize("path", ["/routing/", "/benchmarks/"])
+@pytest.mark.parametrize("path", ["/benchmarks/"])
 def test_sections_without_an_issue_yet_say_so_plainly(viewer_client, path):
     response = viewer_client.get(path)
     assert response.status_code == 200
     assert b"not built yet" in response.content
 
 
-@pytest.mark.parametrize("path", ["/routing/", "/benchmarks/"])
+@pytest.mark.parametrize("path", ["/benchmarks/"])
 def test_planned_sections_deny_outsiders(outsider_client, path):
     assert outsider_client.get(path).status_code == 403
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0002_route_reason_default'),
+        ('routing', '0003_router'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0003_request_log_usage_source'),
+        ('routing', '0004_request_log_usage_source'),
     ]
 
     operations = [

@@ -1,0 +1,1 @@
+"""Reproducible performance benchmarks (not part of the test suite)."""

