@@ -92,8 +92,8 @@ def parameter_values(op: dict[str, Any], where: str, names: list[str]) -> st.Sea
     for param in params:
         generated = from_schema(resolved(param.get("schema", {})))
         choices = [generated, st.sampled_from(NASTY)]
-        if where == "path":
-            choices.insert(0, st.sampled_from(names))
+        if where == "path" and deref(param.get("schema", {})).get("type") == "string":
+            choices.insert(0, st.sampled_from(names))  # existing objects, and other routes' words
         strategies[param["name"]] = st.one_of(*choices)
     if where == "query":
         return st.fixed_dictionaries({}, optional=strategies)
