@@ -110,7 +110,8 @@ def test_requests_per_minute_are_limited_across_the_gateway_with_retry_after(gat
         assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200
     refused = post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret)
     assert_error(refused, 429, "rate_limit_exceeded")
-    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    # A full current minute still weighs in the next one (sliding window): up to two minutes.
+    assert 1 <= int(refused.headers["retry-after"]) <= 120
     assert refused.headers["x-should-retry"] == "true"
 
 
