@@ -1,7 +1,15 @@
 """What the gateway adds, measured side by side in one run against a fast local upstream.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/gw_bench REDIS_URL=redis://127.0.0.1:6379/3 \\
-        .venv/bin/python bench/gateway_overhead.py [--quick]
+        .venv/bin/python bench/gateway_overhead.py [--quick] [--large-bodies] \\
+        [--litellm-python PATH/bin/python] [--json PATH]
+
+--large-bodies: small requests' p50/p99 through the gateway alone, then while clients post
+8 MB bodies to it without pause (a long-context lane; the body is parsed and sent on).
+--litellm-python: an interpreter with `litellm[proxy]` installed (kept out of this
+project's requirements: e.g. its own venv); a LiteLLM proxy (1 worker) in front of the
+same upstream is driven like the gateway and the req/s are put side by side.
+The validation cost of a typical chat body is always printed (µs, in-process).
 
 Starts: a fast fake OpenAI upstream (aiohttp, its own process), the portal's ASGI app as
 production runs it (uvicorn, 1 worker, uvloop, httptools, no access log) with a lane that
@@ -65,7 +73,7 @@ def serve_upstream(port: int) -> None:
         await response.write(b"data: [DONE]\n\n")
         return response
 
-    app = web.Application()
+    app = web.Application(client_max_size=64 * 1024 * 1024)  # the gateway sends 8 MB bodies on
     app.router.add_post("/v1/chat/completions", chat)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
@@ -172,12 +180,16 @@ def prepare_database(upstream_port: int) -> str:
     from routing.services import api_key_create
 
     ApiKey.objects.filter(name="bench").delete()
-    Lane.objects.filter(name="bench").delete()
+    Lane.objects.filter(name__in=["bench", "bench-long"]).delete()
     Node.objects.filter(name="bench-node").delete()
     node = Node.objects.create(name="bench-node", address="127.0.0.1", transport="local")
     lane = Lane.objects.create(name="bench", model_id="bench/bench", image="bench@sha256:" + "0" * 64,
                                api_port=upstream_port, max_model_len=32768, observed_state="serving")
     LaneNode.objects.create(lane=lane, node=node, rank=0)
+    # A long-context lane on the same upstream, for the large bodies.
+    long_lane = Lane.objects.create(name="bench-long", model_id="bench/long", image="bench@sha256:" + "0" * 64,
+                                    api_port=upstream_port, max_model_len=4_194_304, observed_state="serving")
+    LaneNode.objects.create(lane=long_lane, node=node, rank=0)
     from django.contrib.auth.models import AnonymousUser
 
     return api_key_create(actor=AnonymousUser(), name="bench").secret
@@ -225,6 +237,114 @@ async def run(args: argparse.Namespace, upstream_port: int, gateway_port: int, s
     return rows
 
 
+LARGE_BODY_BYTES = 8 * 1024 * 1024
+
+
+def large_body() -> bytes:
+    text = ("lorem ipsum dolor sit amet " * (LARGE_BODY_BYTES // 27 + 1))[:LARGE_BODY_BYTES]
+    return json.dumps({"model": "bench-long", "max_tokens": 16,
+                       "messages": [{"role": "user", "content": text}]}).encode()
+
+
+async def post_large_until(url: str, headers: dict[str, str], stop: asyncio.Event, counts: dict[str, int]) -> None:
+    import aiohttp
+
+    body = large_body()
+    async with aiohttp.ClientSession() as session:
+        while not stop.is_set():
+            async with session.post(url, data=body, headers={**headers, "content-type": "application/json"}) as resp:
+                await resp.read()
+                counts[str(resp.status)] = counts.get(str(resp.status), 0) + 1
+
+
+async def small_under_large(gateway_url: str, auth: dict[str, str], *, large_clients: int,
+                            requests: int) -> list[dict[str, Any]]:
+    """Small requests' latency at one client, alone, then while `large_clients` post 8 MB
+    bodies back to back."""
+    alone = await drive(gateway_url, auth, stream=False, concurrency=1, requests=requests)
+    stop, counts = asyncio.Event(), {}  # type: ignore[var-annotated]
+    posters = [asyncio.create_task(post_large_until(gateway_url, auth, stop, counts)) for _ in range(large_clients)]
+    await asyncio.sleep(1.0)  # the large posts are under way
+    loaded = await drive(gateway_url, auth, stream=False, concurrency=1, requests=requests)
+    stop.set()
+    await asyncio.gather(*posters)
+    rows = []
+    for label, result in (("small requests alone", alone),
+                          (f"small requests, {large_clients} clients posting 8 MB bodies", loaded)):
+        rows.append({"case": label, "p50_ms": round(result.pct(result.latencies, 0.5), 2),
+                     "p99_ms": round(result.pct(result.latencies, 0.99), 2), "errors": result.errors,
+                     "large_bodies_answered": counts if result is loaded else None})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def validation_cost_us() -> dict[str, float]:
+    """CPU time to parse and validate a typical agent's chat body (system prompt, a few
+    turns, two tools), in microseconds, in-process."""
+    from routing.gateway.request import parse_request
+    from routing.gateway.validation import validate_body
+
+    tool: dict[str, Any] = {"type": "function", "function": {"name": "read_file", "description": "Read a file",
+                                             "parameters": {"type": "object", "properties": {
+                                                 "path": {"type": "string"}}, "required": ["path"]}}}
+    body: dict[str, Any] = {"model": "auto", "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.2,
+            "max_completion_tokens": 1024, "tools": [tool, {**tool, "function": {**tool["function"],
+                                                                               "name": "write_file"}}],
+            "messages": [{"role": "system", "content": "You are a careful coding agent. " * 20},
+                         {"role": "user", "content": "Fix the failing test in lanes/rules.py."},
+                         {"role": "assistant", "content": None, "tool_calls": [
+                             {"id": "call_1", "type": "function",
+                              "function": {"name": "read_file", "arguments": '{"path": "lanes/rules.py"}'}}]},
+                         {"role": "tool", "tool_call_id": "call_1", "content": "def rule(): ..." * 50},
+                         {"role": "user", "content": "Go on."}]}
+    raw = json.dumps(body).encode()
+    rounds = 50_000
+    # CPU time of this process, not wall time: on a shared machine the wall clock also
+    # counts the time other processes held the CPU.
+    started = time.process_time()
+    for _ in range(rounds):
+        validate_body(body, endpoint="chat.completions", max_n=8)
+    validate_us = (time.process_time() - started) / rounds * 1e6
+    started = time.process_time()
+    for _ in range(rounds):
+        parse_request(raw, endpoint="chat.completions", max_n=8)
+    parse_us = (time.process_time() - started) / rounds * 1e6
+    return {"body_bytes": len(raw), "validate_us": round(validate_us, 2), "parse_and_validate_us": round(parse_us, 2)}
+
+
+LITELLM_KEY = "sk-" + "b3" * 32  # the proxy refuses to start without a strong master key
+LITELLM_CONFIG = """model_list:
+  - model_name: bench
+    litellm_params:
+      model: openai/bench
+      api_base: http://127.0.0.1:{port}/v1
+      api_key: none
+litellm_settings:
+  drop_params: true
+"""
+
+
+async def versus_litellm(gateway_url: str, auth: dict[str, str], litellm_url: str,
+                         scale: float) -> list[dict[str, Any]]:
+    """The same plain requests through the gateway and through a LiteLLM proxy, each one
+    worker in front of the same upstream."""
+    rows = []
+    litellm_auth = {"authorization": f"Bearer {LITELLM_KEY}"}
+    await drive(litellm_url, litellm_auth, stream=False, concurrency=8, requests=200)  # warm-up
+    for concurrency, requests in ((1, int(500 * scale)), (16, int(2000 * scale)), (64, int(3000 * scale))):
+        gateway = await drive(gateway_url, auth, stream=False, concurrency=concurrency, requests=requests)
+        litellm = await drive(litellm_url, litellm_auth, stream=False, concurrency=concurrency,
+                              requests=max(100, requests // 4))
+        rows.append({"case": f"plain c={concurrency}", "gateway_rps": round(gateway.rps, 1),
+                     "litellm_rps": round(litellm.rps, 1),
+                     "ratio": round(gateway.rps / litellm.rps, 1) if litellm.rps else None,
+                     "gateway_p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
+                     "litellm_p50_ms": round(litellm.pct(litellm.latencies, 0.5), 2),
+                     "errors": gateway.errors + litellm.errors})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def filter_cost_us() -> float:
     """CPU time of the gateway's per-chunk work (the SSE filter) in microseconds, alone."""
     from routing.gateway.wire import StreamFilter
@@ -239,9 +359,9 @@ def filter_cost_us() -> float:
     return (time.perf_counter() - started) / rounds * 1e6
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["case", "direct_rps", "gateway_rps", "direct_p50_ms", "added_p50_ms", "added_p99_ms",
-            "added_ttft_p50_ms", "added_per_chunk_ms", "errors"]
+def print_table(rows: list[dict[str, Any]], cols: list[str] | None = None) -> None:
+    cols = cols or ["case", "direct_rps", "gateway_rps", "direct_p50_ms", "added_p50_ms", "added_p99_ms",
+                    "added_ttft_p50_ms", "added_per_chunk_ms", "errors"]
     print("\n| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:
@@ -253,6 +373,10 @@ def main() -> None:
     parser.add_argument("--serve-upstream", type=int)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json")
+    parser.add_argument("--large-bodies", action="store_true")
+    parser.add_argument("--large-clients", type=int, default=3)
+    parser.add_argument("--litellm-python")
+    parser.add_argument("--skip-overhead", action="store_true", help="only the --large-bodies / LiteLLM parts")
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
@@ -267,12 +391,41 @@ def main() -> None:
             [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port",
              str(gateway_port), "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--no-access-log",
              "--log-level", "warning"], cwd=ROOT, env=env))
+        litellm_port = free_port()
+        if args.litellm_python:
+            config = Path(os.environ.get("TMPDIR", "/tmp")) / f"litellm-bench-{litellm_port}.yaml"
+            config.write_text(LITELLM_CONFIG.format(port=upstream_port))
+            children.append(subprocess.Popen(
+                [args.litellm_python, "-m", "litellm.proxy.proxy_cli", "--config", str(config), "--host", "127.0.0.1",
+                 "--port", str(litellm_port), "--num_workers", "1"],
+                # Its own model cost map, not the one it would fetch from the internet at start.
+                env={**{key: value for key, value in env.items() if not key.startswith(("DATABASE_URL", "REDIS"))},
+                     "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY},
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(gateway_port)
-        rows = asyncio.run(run(args, upstream_port, gateway_port, secret))
-        print_table(rows)
-        print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
+        report: dict[str, Any] = {"validation": validation_cost_us()}
+        print(json.dumps(report["validation"]), flush=True)
+        gateway_url = f"http://127.0.0.1:{gateway_port}/v1/chat/completions"
+        auth = {"authorization": f"Bearer {secret}", "x-stainless-retry-count": "0"}
+        if not args.skip_overhead:
+            report["overhead"] = asyncio.run(run(args, upstream_port, gateway_port, secret))
+            print_table(report["overhead"])
+            print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
+        if args.large_bodies:
+            report["large_bodies"] = asyncio.run(small_under_large(
+                gateway_url, auth, large_clients=args.large_clients, requests=300 if args.quick else 1500))
+            print_table(report["large_bodies"], ["case", "p50_ms", "p99_ms", "errors", "large_bodies_answered"])
+        if args.litellm_python:
+            wait_port(litellm_port, timeout=120)
+            report["litellm"] = asyncio.run(versus_litellm(
+                gateway_url, auth, f"http://127.0.0.1:{litellm_port}/chat/completions", 0.2 if args.quick else 1.0))
+            print_table(report["litellm"], ["case", "gateway_rps", "litellm_rps", "ratio", "gateway_p50_ms",
+                                            "litellm_p50_ms", "errors"])
+        print(f"\nValidation of a typical chat body ({report['validation']['body_bytes']} bytes): "
+              f"{report['validation']['validate_us']} µs; with JSON parsing "
+              f"{report['validation']['parse_and_validate_us']} µs")
         if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=2))
+            Path(args.json).write_text(json.dumps(report, indent=2))
     finally:
         for child in children:
             child.send_signal(signal.SIGINT)

@@ -8,6 +8,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from metrics.parsing import counter_delta
+
 # vLLM's counters (exposed with a _total suffix), summed over their labels.
 COUNTERS = (
     "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions",
@@ -43,11 +45,10 @@ def metrics_delta(before: str, after: str) -> dict[str, Any]:
     delta: dict[str, float] = {}
     resets = []
     for key in sorted(set(start) | set(end)):
-        change = end.get(key, 0.0) - start.get(key, 0.0)
-        if change < 0:
+        before_value, after_value = start.get(key, 0.0), end.get(key, 0.0)
+        if after_value < before_value:
             resets.append(key)
-            change = end.get(key, 0.0)
-        delta[key] = change
+        delta[key] = counter_delta(before_value, after_value)  # the scraper's reset rule
     queries = delta.get("vllm:prefix_cache_queries", 0.0)
     drafts = delta.get("vllm:spec_decode_num_drafts", 0.0)
     draft_tokens = delta.get("vllm:spec_decode_num_draft_tokens", 0.0)

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
-from ninja import Query, Router, Schema, Status
+from ninja import Field, Query, Router, Schema, Status
 
 from jobs.drift import lane_drift
 from jobs.fabric.watchdog import lane_watchdog_get, lane_watchdog_update
@@ -36,30 +36,37 @@ from jobs.services import (
 )
 from lanes.models import Lane, Node
 from portal.api import ErrorOut, can_operate
+from portal.validators import INT64_MAX
 
 router = Router(tags=["jobs"])
 
 LANE_ACTIONS = {"launch": JobKind.LAUNCH, "stop": JobKind.STOP, "restart": JobKind.RESTART, "status": JobKind.STATUS}
 
 
+# An offset past this many jobs finds nothing on any real installation; bounded so the
+# database never gets a number it cannot hold.
+MAX_OFFSET = 10**9
+
+
 class JobFilters(Schema):
-    kind: str = ""
-    state: str = ""
-    node: str = ""
-    lane: str = ""
-    limit: int = 50
-    offset: int = 0
+    kind: str = Field("", max_length=32)
+    state: str = Field("", max_length=32)
+    node: str = Field("", max_length=63)
+    lane: str = Field("", max_length=63)
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
 @router.get("/jobs", response=list[JobOut])
 def list_jobs(request: HttpRequest, filters: Query[JobFilters]) -> Any:
-    limit = max(1, min(filters.limit, 500))
-    offset = max(0, filters.offset)
+    limit, offset = filters.limit, filters.offset
     jobs = job_list(kind=filters.kind, state=filters.state, node=filters.node, lane=filters.lane)
     return jobs[offset : offset + limit]
 
 
 def _job(job_id: int) -> Job:
+    if job_id > INT64_MAX:  # the path converter takes any digits; the column does not
+        raise Http404(f"No job #{job_id}.")
     try:
         return job_get(job_id=job_id)
     except Job.DoesNotExist:
@@ -73,14 +80,13 @@ def get_job(request: HttpRequest, job_id: int) -> Any:
 
 @router.get("/jobs/{int:job_id}/log", response=LogPageOut)
 def get_job_log(
-    request: HttpRequest, job_id: int, after_seq: int | None = None, before_seq: int | None = None, limit: int = 1000
+    request: HttpRequest, job_id: int, after_seq: int | None = Query(None, ge=0, le=INT64_MAX),
+    before_seq: int | None = Query(None, ge=0, le=INT64_MAX), limit: int = Query(1000, ge=1, le=5000),
 ) -> Any:
     """The tail (no parameter), what follows `after_seq` (resume), or what precedes
     `before_seq` (earlier lines)."""
     if after_seq is not None and before_seq is not None:
         raise ValidationError({"after_seq": "give after_seq or before_seq, not both"})
-    if not 1 <= limit <= 5000:
-        raise ValidationError({"limit": "must be between 1 and 5000"})
     window = job_log_window(job=_job(job_id), after_seq=after_seq, before_seq=before_seq, limit=limit)
     return {"lines": window.lines, "first_seq": window.first_seq, "last_seq": window.last_seq,
             "has_earlier": window.has_earlier}

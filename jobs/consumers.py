@@ -12,6 +12,7 @@ from jobs.logsink import job_group, line_payload
 from jobs.models import Job, JobLogLine
 from portal.consumers import PortalConsumer
 from portal.roles import Capability
+from portal.validators import INT64_MAX
 
 REPLAY_CHUNK = 2000
 CLOSE_NO_SUCH_JOB = 4404
@@ -40,7 +41,7 @@ class JobLogConsumer(PortalConsumer):
         return [job_group(self.job_id)]
 
     async def on_accepted(self) -> None:
-        if not await _job_exists(self.job_id):
+        if self.job_id > INT64_MAX or not await _job_exists(self.job_id):
             await self.close(code=CLOSE_NO_SUCH_JOB)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:

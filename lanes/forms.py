@@ -65,7 +65,7 @@ class NodeForm(forms.Form):
     name = forms.SlugField(max_length=63, help_text="A slug: spark1, spark-a.")
     address = forms.CharField(max_length=253, help_text="Management address or host name (SSH, API endpoint).")
     transport = forms.ChoiceField(choices=Transport.choices)
-    ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22)
+    ssh_port = forms.IntegerField(initial=22)
     ssh_user = forms.CharField(max_length=64, initial="spark")
     ssh_private_key = forms.CharField(
         required=False, strip=False, widget=SecretTextarea(attrs={"rows": 3, "autocomplete": "off"}),
@@ -79,8 +79,8 @@ class NodeForm(forms.Form):
     )
     runtime_command = forms.CharField(max_length=200, initial="docker")
     sim_dir = forms.CharField(max_length=500, required=False, help_text="sparksim node directory (simulated nodes).")
-    memory_gib = forms.FloatField(min_value=1, initial=128)
-    os_reserve_gib = forms.FloatField(min_value=0, initial=8, help_text="Kept free for the OS in the budget.")
+    memory_gib = forms.FloatField(initial=128)
+    os_reserve_gib = forms.FloatField(initial=8, help_text="Kept free for the OS in the budget.")
     labels = forms.CharField(required=False, help_text="Comma-separated.")
     state = forms.ChoiceField(choices=NodeState.choices, initial=NodeState.UNKNOWN)
 
@@ -105,16 +105,16 @@ class LaneForm(forms.Form):
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the lane name.")
     image = forms.CharField(max_length=300, help_text="Pinned by digest: repo@sha256:…")
     nodes = forms.CharField(help_text="In rank order: the first is the head (rank 0).")
-    tensor_parallel_size = forms.IntegerField(min_value=1, initial=1)
+    tensor_parallel_size = forms.IntegerField(initial=1)
     executor = forms.ChoiceField(choices=Executor.choices)
-    api_port = forms.IntegerField(min_value=1, max_value=65535, initial=8000)
-    master_port = forms.IntegerField(min_value=1, max_value=65535, initial=29501, help_text="Ray port or --master-port.")
+    api_port = forms.IntegerField(initial=8000)
+    master_port = forms.IntegerField(initial=29501, help_text="Ray port or --master-port.")
     container_name = forms.SlugField(max_length=63, initial="vllm_node")
     max_model_len = forms.CharField(help_text="Pinned, in tokens (no 'auto').")
     kv_cache_memory_bytes = forms.CharField(required=False, help_text="Fixed KV cache per node, e.g. 11G.")
     gpu_memory_utilization = forms.FloatField(required=False, help_text="Ignored by vLLM when the KV size is fixed.")
-    max_num_seqs = forms.IntegerField(required=False, min_value=1)
-    max_num_batched_tokens = forms.IntegerField(required=False, min_value=1)
+    max_num_seqs = forms.IntegerField(required=False)
+    max_num_batched_tokens = forms.IntegerField(required=False)
     kv_cache_dtype = forms.CharField(max_length=32, required=False)
     enable_prefix_caching = forms.TypedChoiceField(choices=TRI_STATE, required=False, coerce=lambda v: v == "true",
                                                    empty_value=None)
@@ -122,7 +122,7 @@ class LaneForm(forms.Form):
                                                     empty_value=None)
     speculative_config = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                          help_text='JSON, e.g. {"method":"dspark","num_speculative_tokens":3}.')
-    max_cudagraph_capture_size = forms.IntegerField(required=False, min_value=1)
+    max_cudagraph_capture_size = forms.IntegerField(required=False)
     extra_args = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                  help_text="More vLLM flags, written as on a command line (quotes work).")
     container_env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
@@ -132,11 +132,11 @@ class LaneForm(forms.Form):
                                  label="Secret env",
                                  help_text="NAME=value sets or replaces a secret, NAME= clears it; stored encrypted, "
                                            "never shown again.")
-    weights_gib = forms.FloatField(min_value=0, initial=0, help_text="All weights; each node holds weights/TP.")
-    kv_bytes_per_token = forms.IntegerField(required=False, min_value=1, help_text="Per node (per TP rank).")
-    runtime_overhead_gib = forms.FloatField(min_value=0, initial=6)
+    weights_gib = forms.FloatField(initial=0, help_text="All weights; each node holds weights/TP.")
+    kv_bytes_per_token = forms.IntegerField(required=False, help_text="Per node (per TP rank).")
+    runtime_overhead_gib = forms.FloatField(initial=6)
     fallback = forms.ChoiceField(required=False)
-    degraded_context_limit = forms.IntegerField(required=False, min_value=1)
+    degraded_context_limit = forms.IntegerField(required=False)
 
     # The form's three parts: what a lane is, what it takes from each node's memory, the rest.
     GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (

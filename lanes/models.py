@@ -6,7 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from portal.validators import (
+    GIB,
+    JSON,
+    PORT,
+    POSITIVE_BIGINT,
+    POSITIVE_GIB,
+    POSITIVE_INT,
+    TEXT,
+    UTILIZATION,
+)
 
 
 class NodeState(models.TextChoices):
@@ -22,28 +34,28 @@ class Transport(models.TextChoices):
 
 
 class Node(models.Model):
-    name = models.SlugField(max_length=63, unique=True)
-    address = models.CharField(max_length=253, help_text="Management address or host name (SSH).")
+    name = models.SlugField(max_length=63, unique=True, validators=TEXT)
+    address = models.CharField(max_length=253, validators=TEXT, help_text="Management address or host name (SSH).")
     transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.SSH)
-    ssh_port = models.PositiveIntegerField(default=22)
-    ssh_user = models.CharField(max_length=64, default="spark")
+    ssh_port = models.PositiveIntegerField(default=22, validators=PORT)
+    ssh_user = models.CharField(max_length=64, default="spark", validators=TEXT)
     # Fernet token of the private key (lanes.crypto); never shown back, never logged.
     ssh_private_key_encrypted = models.TextField(blank=True, default="")
     # Pinned host key, one OpenSSH public-key line ("ssh-ed25519 AAAA..."); a mismatch fails loudly.
-    ssh_host_key = models.TextField(blank=True, default="")
+    ssh_host_key = models.TextField(blank=True, default="", validators=TEXT)
     # A host key seen by a capture job, waiting for an admin to confirm it (lanes.services).
     ssh_host_key_pending = models.TextField(blank=True, default="")
-    runtime_command = models.CharField(max_length=200, default="docker")
+    runtime_command = models.CharField(max_length=200, default="docker", validators=TEXT)
     # Directory of a sparksim node; empty on a real Spark (docs/runtime-contract.md).
-    sim_dir = models.CharField(max_length=500, blank=True, default="")
-    memory_gib = models.FloatField(default=128)
-    os_reserve_gib = models.FloatField(default=8)
-    labels = models.JSONField(default=list, blank=True)
+    sim_dir = models.CharField(max_length=500, blank=True, default="", validators=TEXT)
+    memory_gib = models.FloatField(default=128, validators=POSITIVE_GIB)
+    os_reserve_gib = models.FloatField(default=8, validators=GIB)
+    labels = models.JSONField(default=list, blank=True, validators=JSON)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UNKNOWN)
     last_seen = models.DateTimeField(null=True, blank=True)
     # Consecutive failed probes of the health watcher (lanes.watcher): N of them → unreachable.
     health_failures = models.PositiveIntegerField(default=0)
-    network_report = models.JSONField(default=dict, blank=True)
+    network_report = models.JSONField(default=dict, blank=True, validators=JSON)
     network_checked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -53,6 +65,11 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        memory, reserve = self.memory_gib, self.os_reserve_gib
+        if isinstance(memory, float | int) and isinstance(reserve, float | int) and 0 < memory <= reserve:
+            raise ValidationError({"os_reserve_gib": "The OS reserve must be less than the node's memory."})
 
 
 class Executor(models.TextChoices):
@@ -83,40 +100,40 @@ class DesiredState(models.TextChoices):
 
 
 class Lane(models.Model):
-    name = models.SlugField(max_length=63, unique=True)
-    model_id = models.CharField(max_length=200)
-    model_revision = models.CharField(max_length=100, blank=True, default="")
-    served_model_name = models.CharField(max_length=200, blank=True, default="")
-    image = models.CharField(max_length=300, help_text="Pinned by digest: repo@sha256:...")
-    tensor_parallel_size = models.PositiveIntegerField(default=1)
+    name = models.SlugField(max_length=63, unique=True, validators=TEXT)
+    model_id = models.CharField(max_length=200, validators=TEXT)
+    model_revision = models.CharField(max_length=100, blank=True, default="", validators=TEXT)
+    served_model_name = models.CharField(max_length=200, blank=True, default="", validators=TEXT)
+    image = models.CharField(max_length=300, validators=TEXT, help_text="Pinned by digest: repo@sha256:...")
+    tensor_parallel_size = models.PositiveIntegerField(default=1, validators=POSITIVE_INT)
     executor = models.CharField(max_length=8, choices=Executor.choices, default=Executor.RAY)
-    api_port = models.PositiveIntegerField(default=8000)
-    master_port = models.PositiveIntegerField(default=29501, help_text="Ray port or --master-port.")
-    container_name = models.SlugField(max_length=63, default="vllm_node")
+    api_port = models.PositiveIntegerField(default=8000, validators=PORT)
+    master_port = models.PositiveIntegerField(default=29501, validators=PORT, help_text="Ray port or --master-port.")
+    container_name = models.SlugField(max_length=63, default="vllm_node", validators=TEXT)
     # vLLM settings
-    max_model_len = models.PositiveIntegerField(help_text="Pinned: 'auto' shrank 1,048,576 to 937,472.")
-    kv_cache_memory_bytes = models.BigIntegerField(null=True, blank=True)
-    gpu_memory_utilization = models.FloatField(null=True, blank=True)
-    max_num_seqs = models.PositiveIntegerField(null=True, blank=True)
-    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
-    kv_cache_dtype = models.CharField(max_length=32, blank=True, default="")
+    max_model_len = models.PositiveIntegerField(validators=POSITIVE_INT, help_text="Pinned: 'auto' shrank 1,048,576 to 937,472.")
+    kv_cache_memory_bytes = models.BigIntegerField(null=True, blank=True, validators=POSITIVE_BIGINT)
+    gpu_memory_utilization = models.FloatField(null=True, blank=True, validators=UTILIZATION)
+    max_num_seqs = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
+    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
+    kv_cache_dtype = models.CharField(max_length=32, blank=True, default="", validators=TEXT)
     enable_prefix_caching = models.BooleanField(null=True, blank=True)
     enable_chunked_prefill = models.BooleanField(null=True, blank=True)
-    speculative_config = models.JSONField(null=True, blank=True)
-    max_cudagraph_capture_size = models.PositiveIntegerField(null=True, blank=True)
-    extra_args = models.JSONField(default=list, blank=True)
-    container_env = models.JSONField(default=dict, blank=True)  # plain values only
+    speculative_config = models.JSONField(null=True, blank=True, validators=JSON)
+    max_cudagraph_capture_size = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
+    extra_args = models.JSONField(default=list, blank=True, validators=JSON)
+    container_env = models.JSONField(default=dict, blank=True, validators=JSON)  # plain values only
     # Secret container env: name -> Fernet token (lanes.crypto); decrypted only in the worker at launch.
-    secret_env = models.JSONField(default=dict, blank=True)
+    secret_env = models.JSONField(default=dict, blank=True, validators=JSON)
     # memory budget
-    weights_gib = models.FloatField(default=0)
-    kv_bytes_per_token = models.PositiveIntegerField(null=True, blank=True)
-    runtime_overhead_gib = models.FloatField(default=6)
+    weights_gib = models.FloatField(default=0, validators=GIB)
+    kv_bytes_per_token = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
+    runtime_overhead_gib = models.FloatField(default=6, validators=GIB)
     # availability
     fallback = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="fallback_for"
     )
-    degraded_context_limit = models.PositiveIntegerField(null=True, blank=True)
+    degraded_context_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
     desired_state = models.CharField(max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED)
     observed_state = models.CharField(max_length=16, choices=LaneState.choices, default=LaneState.STOPPED)
     state_changed_at = models.DateTimeField(null=True, blank=True)

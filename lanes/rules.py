@@ -248,12 +248,14 @@ def rule_container_env(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) ->
 
 
 def rule_gpu_memory_utilization(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
-    if config.get("kv_cache_memory_bytes"):
-        return []
     util = config.get("gpu_memory_utilization")
+    # The range holds even with kv_cache_memory_bytes set: the value is still rendered
+    # into the plan, and vLLM refuses anything outside (0, 1] at launch.
     if util is not None and not 0 < float(util) <= 1:
         return [RuleResult("gpu_memory_utilization_range", "gpu_memory_utilization", "error",
-                           "gpu_memory_utilization must be between 0 and 1.")]
+                           "gpu_memory_utilization must be above 0 and at most 1.")]
+    if config.get("kv_cache_memory_bytes"):
+        return []
     effective = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if util is None else float(util)
     if effective > SAFE_GPU_MEMORY_UTILIZATION:
         told = f"{effective:g}" if util is not None else f"vLLM's default {effective:g} (none set)"

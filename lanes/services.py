@@ -25,6 +25,7 @@ from lanes.selectors import CONFIG_FIELDS, lane_check, lane_config, node_facts, 
 from portal.audit import audit_record
 from portal.broadcast import DASHBOARD_GROUP, broadcast
 from portal.roles import UserLike
+from portal.validators import has_control_characters
 
 NODE_FIELDS = ("name", "address", "transport", "ssh_port", "ssh_user", "runtime_command", "sim_dir", "memory_gib",
                "os_reserve_gib", "labels", "state")
@@ -242,7 +243,8 @@ def _resolve_nodes(names: Sequence[str], errors: dict[str, list[str]]) -> list[N
         _merge(errors, "nodes", "A node can appear only once in a lane.")
     if not names:
         _merge(errors, "nodes", "Choose at least one node (rank 0 is the head).")
-    found = {node.name: node for node in Node.objects.filter(name__in=names)}
+    found = {node.name: node for node in Node.objects.filter(
+        name__in=[name for name in names if not has_control_characters(name)])}
     unknown = [name for name in names if name not in found]
     if unknown:
         _merge(errors, "nodes", f"Unknown node(s): {', '.join(unknown)}.")
@@ -296,7 +298,9 @@ def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list
         if key not in CONFIG_FIELDS:
             raise ValueError(f"unknown lane field {key!r}")
         if key == "max_model_len" and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-            _merge(errors, key, MAX_MODEL_LEN_MESSAGE)
+            # 'auto' (or any text) gets the rule's reason; a number gets the range it broke.
+            _merge(errors, key, MAX_MODEL_LEN_MESSAGE if isinstance(value, str) or value is None
+                   else "max_model_len must be a whole number of tokens of at least 1.")
             continue
         setattr(lane, key, value)
     if lane.name in RESERVED_NAMES:
@@ -308,7 +312,7 @@ def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list
         elif name == lane.name:
             _merge(errors, "fallback", "A lane cannot be its own fallback.")
         else:
-            fallback = Lane.objects.filter(name=name).first()
+            fallback = None if has_control_characters(name) else Lane.objects.filter(name=name).first()
             if fallback is None:
                 _merge(errors, "fallback", f"No lane named {name!r}.")
             else:

@@ -26,6 +26,9 @@ class TargetView:
     error: str = ""
     lane_state: str = ""  # lanes: observed state
     lane_desired: str = ""
+    rdma_degraded: bool = False  # lanes: the RDMA watchdog holds the lane degraded
+    rdma_avg_us: float | None = None
+    rdma_threshold_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ RULE_LABELS = {
     "node_memory_low": "Node memory low",
     "swap_in_use": "Swap in use",
     "scrape_failing": "Scrape failing",
+    "rdma_rtt_high": "RDMA round trip high",
 }
 
 
@@ -60,6 +64,12 @@ def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:
             if target.lane_desired == "serving" and target.lane_state in ("failed", "stopped"):
                 firing.append(Firing("lane_down", "lane", target.name,
                                      f"lane {target.name} should serve but is {target.lane_state}", None))
+            if target.rdma_degraded:
+                # Seed 000's watchdog: above 12 us between the Sparks the lane runs degraded.
+                avg = target.rdma_avg_us
+                firing.append(Firing("rdma_rtt_high", "lane", target.name,
+                                     f"lane {target.name}: RDMA round trip {avg or 0:.1f} us"
+                                     f" (above {target.rdma_threshold_us or 0:g} us), degraded context", avg))
             kv = f.get("kv_pct")
             if kv is not None and kv > t.kv_pct:
                 firing.append(Firing("kv_high", "lane", target.name,

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from jobs.models import LaneWatchdog
 from jobs.transports import NodeEndpoint, endpoint_for
 from lanes.models import Lane, LaneState, Node, NodeState
 from metrics.alerts import alerts_evaluate
@@ -100,14 +101,16 @@ def tick_record(*, now: datetime, results: list[ScrapeResult], lanes: list[Lane]
         stored = samples_store(at=now, lanes=figures["lane"], nodes=figures["node"])
     scraped = {(r.kind, r.name) for r in results}
 
-    def view(kind: str, name: str, **extra: str) -> TargetView:
+    def view(kind: str, name: str, **extra: Any) -> TargetView:
         state = known.get((kind, name))
         live = state is not None and (kind, name) in scraped
         return TargetView(kind=kind, name=name, figures=state.figures if live and state else {},
                           consecutive_failures=state.consecutive_failures if live and state else 0,
                           error=state.error if live and state else "", **extra)
 
-    views = [view(TargetKind.LANE, lane.name, lane_state=lane.observed_state, lane_desired=lane.desired_state)
+    watchdogs = {w.lane_id: w for w in LaneWatchdog.objects.filter(lane__in=lanes, enabled=True)}
+    views = [view(TargetKind.LANE, lane.name, lane_state=lane.observed_state, lane_desired=lane.desired_state,
+                  **_rdma_view(watchdogs.get(lane.pk)))
              for lane in lanes]
     views += [view(TargetKind.NODE, node.name) for node in nodes]
     alert_counts = alerts_evaluate(targets=views, now=now)
@@ -135,3 +138,11 @@ def tick_payload(*, now: datetime, lanes: list[Lane], nodes: list[Node],
                               **_card(known.get(("node", node.name)), ("node", node.name) in scraped)}
                   for node in nodes},
     }
+
+
+def _rdma_view(watchdog: LaneWatchdog | None) -> dict[str, Any]:
+    """The RDMA watchdog's verdict as alert input: its transitions open and resolve the alert."""
+    if watchdog is None:
+        return {}
+    return {"rdma_degraded": watchdog.degraded, "rdma_avg_us": watchdog.average_us,
+            "rdma_threshold_us": watchdog.threshold_us}

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Router, Schema
 from ninja.errors import AuthenticationError
 from ninja.security import SessionAuth
@@ -72,12 +72,67 @@ def me(request: HttpRequest) -> dict[str, Any]:
     }
 
 
+ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
+ERROR_MEANINGS = {
+    400: "Bad request: a NUL or control character in the path or query string.",
+    401: "Not logged in (session cookie and CSRF token).",
+    403: "Logged in, but the role lacks the capability.",
+    404: "No such object.",
+    409: "Conflict with the current state (e.g. the node is busy with another job).",
+    413: "Request body larger than the limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
+    422: "Invalid input: `detail` lists each field and the rule it broke.",
+}
+
+
+def documented_errors(method: str, path: str, operation: dict[str, Any]) -> list[int]:
+    """The 4xx statuses an operation really answers, from its shape: every operation
+    checks the session and the role (401, 403); a path or query parameter can name an
+    object that does not exist (404); parameters or a body can be invalid (400 for
+    control characters, 422 for the rules); a body can be too large (413)."""
+    statuses = [401, 403]
+    has_params = bool(operation.get("parameters"))
+    has_body = "requestBody" in operation or method in ("post", "patch", "put")
+    if "{" in path or has_params:
+        statuses.append(404)
+    if has_params or has_body:
+        statuses += [400, 422]
+    if has_body:
+        statuses.append(413)
+    return statuses
+
+
+class PortalAPI(NinjaAPI):
+    """The project's NinjaAPI: its OpenAPI schema documents, for every operation, the 4xx
+    answers it gives, with the one error shape (ErrorOut)."""
+
+    def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(*args, **kwargs)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("ErrorOut", ErrorOut.model_json_schema())
+        for path, operations in schema["paths"].items():
+            for method, operation in operations.items():
+                responses = operation.setdefault("responses", {})
+                for status in documented_errors(method, path, operation):
+                    responses.setdefault(status, {"description": ERROR_MEANINGS[status],
+                                                  "content": {"application/json": {"schema": ERROR_REF}}})
+        return schema
+
+
+def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """Any /api/ path that names no operation (e.g. /api/jobs/abc): JSON, like the rest."""
+    return JsonResponse({"detail": "Not found."}, status=404)
+
+
 def build_api(routers: Sequence[Router]) -> NinjaAPI:
     """The /api/ NinjaAPI: every role reads by default, routers tighten per operation."""
-    api = NinjaAPI(
+    api = PortalAPI(
         title="Spark Lanes Portal API", version="1", auth=can_view, urls_namespace="api",
         docs=OfflineSwagger(), docs_decorator=role_required(Capability.VIEW),
     )
+
+    @api.exception_handler(RequestDataTooBig)
+    def on_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        return api.create_response(request, {"detail": "The request body is larger than the limit."}, status=413)
 
     @api.exception_handler(PermissionDenied)
     def on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:

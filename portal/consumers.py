@@ -14,6 +14,10 @@ from portal.roles import Capability, user_can
 # Close codes (4000-4999 are the application's): the page shows why it was refused.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+# RFC 6455: a text frame that is not the JSON this socket speaks; a binary frame.
+CLOSE_INVALID_PAYLOAD = 1007
+CLOSE_UNSUPPORTED_DATA = 1003
 
 
 class PortalConsumer(AsyncJsonWebsocketConsumer):
@@ -49,6 +53,25 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
 
     async def portal_event(self, message: dict[str, Any]) -> None:
         await self.send_json({"event": message["event"], "data": message["data"]})
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """A bad message closes the socket with a code saying why (never a traceback)."""
+        if text_data is None:
+            await self.close(code=CLOSE_UNSUPPORTED_DATA)
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except ValueError:  # json.JSONDecodeError, and "NaN"-like constants
+            await self.close(code=CLOSE_INVALID_PAYLOAD)
+            return
+        await self.receive_json(content, **kwargs)
+
+
+class UnknownSocketConsumer(AsyncJsonWebsocketConsumer):
+    """Any /ws/ path that names no socket: refused with 4404, not a routing traceback."""
+
+    async def connect(self) -> None:
+        await self.close(code=CLOSE_NOT_FOUND)
 
 
 class DashboardConsumer(PortalConsumer):

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.RefuseControlCharacters",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -175,7 +176,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"forbidden_one_line": {"()": "portal.logfilters.ForbiddenOneLine"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
+                             "filters": ["forbidden_one_line"]}},
     "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
@@ -190,6 +193,11 @@ GATEWAY_DEFAULT_LANE = env_str("PORTAL_GATEWAY_DEFAULT_LANE", "")
 GATEWAY_CONNECT_TIMEOUT_S = env_float("PORTAL_GATEWAY_CONNECT_TIMEOUT_S", 3.0, minimum=0.1, maximum=60)
 GATEWAY_READ_TIMEOUT_S = env_float("PORTAL_GATEWAY_READ_TIMEOUT_S", 600.0, minimum=1, maximum=7200)
 GATEWAY_MAX_CONNECTIONS = env_int("PORTAL_GATEWAY_MAX_CONNECTIONS", 1000, minimum=1)
+# Largest /v1 request body (bytes): 413 above it, from content-length and while reading. A 1M-token
+# prompt is ~4 MB of text; JSON escaping and tool schemas can double it.
+GATEWAY_MAX_BODY_BYTES = env_int("PORTAL_GATEWAY_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=2**31)
+# Largest `n` (choices per request) a client may ask for: every choice is a sequence on the lane.
+GATEWAY_MAX_N = env_int("PORTAL_GATEWAY_MAX_N", 8, minimum=1, maximum=128)
 # In-process caches of API keys and lanes (revocation is immediate anyway, through Redis).
 GATEWAY_KEY_CACHE_TTL_S = env_float("PORTAL_GATEWAY_KEY_CACHE_TTL_S", 30.0, minimum=0, maximum=3600)
 GATEWAY_LANE_CACHE_TTL_S = env_float("PORTAL_GATEWAY_LANE_CACHE_TTL_S", 2.0, minimum=0, maximum=600)

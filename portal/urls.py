@@ -5,7 +5,7 @@ from django.urls import include, path
 from jobs.api import router as jobs_router
 from lanes.api import router as lanes_router
 from portal import views
-from portal.api import build_api
+from portal.api import api_not_found, build_api
 from routing.api import router as routing_router
 
 api = build_api([lanes_router, jobs_router, routing_router])
@@ -20,6 +20,7 @@ urlpatterns = [
     path("users/<int:user_id>/<slug:action>/", views.user_action, name="user_action"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("api/<path:rest>", api_not_found),
     path("", include("lanes.urls")),
     path("", include("jobs.urls")),
     path("", include("routing.urls")),

@@ -1,11 +1,11 @@
 """Every WebSocket route. Apps keep theirs in <app>/ws_urls.py (not routing.py: that name
 is our router app)."""
 
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, re_path
 
 from jobs.ws_urls import websocket_urlpatterns as jobs_ws
 from lanes.ws_urls import websocket_urlpatterns as lanes_ws
-from portal.consumers import DashboardConsumer
+from portal.consumers import DashboardConsumer, UnknownSocketConsumer
 from routing.ws_urls import websocket_urlpatterns as routing_ws
 
 websocket_urlpatterns: list[URLPattern] = [
@@ -13,4 +13,5 @@ websocket_urlpatterns: list[URLPattern] = [
     *lanes_ws,
     *jobs_ws,
     *routing_ws,
+    re_path(r"", UnknownSocketConsumer.as_asgi()),  # last: every other path is refused with a code
 ]

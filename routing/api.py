@@ -7,10 +7,11 @@ from typing import Any
 
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
-from ninja import Query, Router, Status
+from ninja import Path, Query, Router, Status
 from ninja.errors import HttpError
 
 from portal.api import can_operate
+from portal.validators import INT64_MAX
 from routing.models import ApiKey, RequestLog
 from routing.schemas import ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, RequestLogOut, TotalsOut
 from routing.selectors import LogFilters, api_key_list, request_log_list, request_totals
@@ -46,15 +47,16 @@ def keys_create(request: HttpRequest, payload: ApiKeyIn) -> Status[dict[str, Any
 
 
 @router.post("/gateway/keys/{key_id}/revoke", response=ApiKeyOut, auth=can_operate)
-def keys_revoke(request: HttpRequest, key_id: int) -> dict[str, Any]:
+def keys_revoke(request: HttpRequest, key_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
     key = api_key_revoke(actor=request.auth, key=get_object_or_404(ApiKey, pk=key_id))  # type: ignore[attr-defined]
     return key_out(key)
 
 
 @router.get("/gateway/requests", response=list[RequestLogOut], auth=can_operate)
 def requests_list(
-    request: HttpRequest, key: int | None = None, lane: str = "", status: str = "",
-    before: int | None = Query(None), limit: int = Query(100, ge=1, le=1000),
+    request: HttpRequest, key: int | None = Query(None, ge=1, le=INT64_MAX), lane: str = Query("", max_length=63),
+    status: str = Query("", max_length=16), before: int | None = Query(None, ge=1, le=INT64_MAX),
+    limit: int = Query(100, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     rows = request_log_list(filters=LogFilters(key_id=key, lane=lane, status=status), limit=limit, before_id=before)
     return [log_out(row) for row in rows]

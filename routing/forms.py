@@ -9,9 +9,9 @@ class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100)
     allowed_lanes = forms.MultipleChoiceField(required=False, help_text="None selected = every lane.")
     default_route = forms.ChoiceField(initial="auto")
-    rpm_limit = forms.IntegerField(required=False, min_value=1, label="Requests / minute")
-    tpm_limit = forms.IntegerField(required=False, min_value=1, label="Tokens / minute")
-    max_parallel = forms.IntegerField(required=False, min_value=1, label="Max in flight")
+    rpm_limit = forms.IntegerField(required=False, label="Requests / minute")
+    tpm_limit = forms.IntegerField(required=False, label="Tokens / minute")
+    max_parallel = forms.IntegerField(required=False, label="Max in flight")
     expires_at = forms.DateTimeField(required=False, help_text="YYYY-MM-DD HH:MM (UTC); empty = never.")
     log_prompts = forms.BooleanField(required=False, label="Store prompt text in the request log")
 

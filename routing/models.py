@@ -12,13 +12,14 @@ from django.db import models
 from django.utils import timezone
 
 from lanes.models import Lane
+from portal.validators import POSITIVE_INT, TEXT
 
 
 class ApiKey(models.Model):
     """An API client's credential. The secret is shown once at creation; only its SHA-256
     is stored (the token has 256 bits of entropy, so a plain hash is enough)."""
 
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=TEXT)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys"
     )
@@ -29,9 +30,9 @@ class ApiKey(models.Model):
     # Null = `auto` (the router decides); set = requests with model="auto" are pinned to it
     # (the seed's agents pin fast agents to qwen and long refactors to deepseek).
     default_lane = models.ForeignKey(Lane, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    rpm_limit = models.PositiveIntegerField(null=True, blank=True, help_text="Requests per minute; empty = no limit.")
-    tpm_limit = models.PositiveIntegerField(null=True, blank=True, help_text="Tokens per minute; empty = no limit.")
-    max_parallel = models.PositiveIntegerField(null=True, blank=True, help_text="Requests in flight; empty = no limit.")
+    rpm_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Requests per minute; empty = no limit.")
+    tpm_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Tokens per minute; empty = no limit.")
+    max_parallel = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Requests in flight; empty = no limit.")
     log_prompts = models.BooleanField(default=False, help_text="Store prompt text in the request log.")
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -89,6 +90,9 @@ class RequestLog(models.Model):
     error_code = models.CharField(max_length=64, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Who counted the tokens: "" the lane itself; "tokenize" the gateway, exactly, with the
+    # lane's /tokenize; "estimate" the gateway, about 4 characters a token (no /tokenize).
+    usage_source = models.CharField(max_length=8, blank=True, default="", db_default="")
     ttft_ms = models.FloatField(null=True, blank=True)
     latency_ms = models.FloatField()
     upstream_ms = models.FloatField(null=True, blank=True)

@@ -54,6 +54,7 @@ class RequestLogOut(Schema):
     error_code: str
     prompt_tokens: int | None
     completion_tokens: int | None
+    usage_source: str  # "" the lane's usage; "tokenize" counted exactly by the gateway; "estimate"
     ttft_ms: float | None
     latency_ms: float
     upstream_ms: float | None

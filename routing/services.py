@@ -17,6 +17,7 @@ from django.utils import timezone
 from lanes.models import Lane
 from portal.audit import audit_record
 from portal.roles import UserLike
+from portal.validators import has_control_characters
 from routing.gateway.directory import hash_secret
 from routing.gateway.limits import key_names, key_namespace
 from routing.gateway.runtime import invalidation_channel
@@ -74,33 +75,39 @@ def api_key_create(
     if not name:
         errors["name"] = ["Give the key a name (e.g. the agent that uses it)."]
     wanted = sorted(set(allowed_lanes or []))
-    lanes = list(Lane.objects.filter(name__in=wanted))
+    lanes = list(Lane.objects.filter(name__in=[name for name in wanted if not has_control_characters(name)]))
     missing = sorted(set(wanted) - {lane.name for lane in lanes})
     if missing:
         errors["allowed_lanes"] = [f"Unknown lane(s): {', '.join(missing)}."]
     default_lane = None
     if default_route and default_route != "auto":
-        default_lane = Lane.objects.filter(name=default_route).first()
+        default_lane = None if has_control_characters(default_route) else Lane.objects.filter(
+            name=default_route).first()
         if default_lane is None:
             errors["default_route"] = [f"`{default_route}` is neither `auto` nor a lane."]
         elif wanted and default_route not in wanted:
             errors["default_route"] = [f"The default lane `{default_route}` must be one of the allowed lanes."]
-    for field_name, value in (("rpm_limit", rpm_limit), ("tpm_limit", tpm_limit), ("max_parallel", max_parallel)):
-        if value is not None and value < 1:
-            errors[field_name] = ["Must be at least 1, or empty for no limit."]
+    if expires_at is not None and timezone.is_naive(expires_at):
+        expires_at = timezone.make_aware(expires_at)  # a time without zone is the portal's time zone
     if expires_at is not None and expires_at <= timezone.now():
         errors["expires_at"] = ["Must be in the future."]
-    if errors:
-        raise ValidationError(errors)
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)  # 256 bits: a plain SHA-256 is enough
     owner = actor if isinstance(actor, User) else None
+    key = ApiKey(
+        name=name, owner=owner,
+        prefix=secret[:VISIBLE_PREFIX_LEN], secret_hash=hash_secret(secret), default_lane=default_lane,
+        rpm_limit=rpm_limit, tpm_limit=tpm_limit, max_parallel=max_parallel, expires_at=expires_at,
+        log_prompts=log_prompts,
+    )
+    try:  # each field's declared rules (portal.validators): the same for the form, the API and the shell
+        key.full_clean(exclude=[*errors, "default_lane"])
+    except ValidationError as exc:
+        for field_name, messages in exc.message_dict.items():
+            errors.setdefault(field_name, []).extend(messages)
+    if errors:
+        raise ValidationError(errors)
     with transaction.atomic():
-        key = ApiKey.objects.create(
-            name=name, owner=owner,
-            prefix=secret[:VISIBLE_PREFIX_LEN], secret_hash=hash_secret(secret), default_lane=default_lane,
-            rpm_limit=rpm_limit, tpm_limit=tpm_limit, max_parallel=max_parallel, expires_at=expires_at,
-            log_prompts=log_prompts,
-        )
+        key.save()
         key.allowed_lanes.set(lanes)
         audit_record(actor=actor, action="api_key.create", obj=key, after=_key_snapshot(key))
     return CreatedKey(key=key, secret=secret)

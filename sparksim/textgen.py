@@ -5,8 +5,8 @@ The same prompt and choice index always give the same tokens, so tests can compa
 
 import json
 import zlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, overload
 
 from sparksim.tokenizer import split_tokens
 
@@ -35,9 +35,35 @@ def natural_length(seed: int) -> int:
     return NATURAL_LENGTH_MIN + seed % NATURAL_LENGTH_SPAN
 
 
-def text_tokens(seed: int, count: int) -> list[str]:
-    start = seed % len(CORPUS_TOKENS)
-    return [CORPUS_TOKENS[(start + offset) % len(CORPUS_TOKENS)] for offset in range(count)]
+class CorpusTokens(Sequence[str]):
+    """`count` tokens of the corpus from a seed's offset, computed when read: a choice of a
+    million tokens (ignore_eos up to a 1M context) holds no list of a million strings."""
+
+    def __init__(self, start: int, count: int) -> None:
+        self.start = start
+        self.length = count
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.length))]
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(index)
+        return CORPUS_TOKENS[(self.start + index) % len(CORPUS_TOKENS)]
+
+
+def text_tokens(seed: int, count: int) -> CorpusTokens:
+    return CorpusTokens(seed % len(CORPUS_TOKENS), count)
 
 
 def example_value(schema: Mapping[str, Any]) -> Any:

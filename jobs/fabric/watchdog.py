@@ -94,8 +94,8 @@ def lane_round_trip_us(lane: Lane) -> float:
 
 
 def rdma_alert_changed(*, lane: Lane, watchdog: LaneWatchdog, opened: bool) -> None:
-    """The one hook for the alerting app: open (or resolve) the lane's RDMA-latency alert.
-    Until an alerts API exists the transition is in the audit trail and on every page."""
+    """Logs the transition. The alert itself is the metrics app's `rdma_rtt_high` rule, which
+    reads this watchdog's state on every scrape tick (jobs never imports metrics)."""
     logger.warning("RDMA watchdog alert %s for lane %s: average %.2f us (threshold %.2f us)",
                    "opened" if opened else "resolved", lane.name, watchdog.average_us or 0, watchdog.threshold_us)
 

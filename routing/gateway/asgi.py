@@ -12,15 +12,17 @@ is still the only way to the database, off the hot path (caches, batched writes)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
+from django.conf import settings
 
 from routing.gateway.choose import AUTO
 from routing.gateway.directory import KeyInfo, LaneInfo, resolve_model
-from routing.gateway.handler import handle_completion
+from routing.gateway.handler import finish, handle_completion
 from routing.gateway.http import Receive, Scope, Send, authenticate, read_body, send_bytes, send_error
-from routing.gateway.outcome import new_request_id
+from routing.gateway.outcome import Outcome, new_request_id
 from routing.gateway.runtime import close_runtime, runtime
 from routing.gateway.wire import GatewayError
 
@@ -54,22 +56,27 @@ def model_card(model_id: str) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": CREATED, "owned_by": "spark-lanes"}
 
 
-def visible_models(lanes: dict[str, LaneInfo] | Any, key: KeyInfo, path_lane: str | None) -> list[str]:
+def visible_models(lanes: dict[str, LaneInfo] | Any, key: KeyInfo, path_lane: str | None,
+                   answering: Callable[[LaneInfo], bool]) -> list[str]:
+    """The models this key can call right now: lanes it may use that are serving with a
+    closed circuit (a stopped or failing lane is not offered to clients choosing a model)."""
     names = [lane.public_model_name for lane in lanes.values()
-             if key.may_use(lane.name) and (path_lane is None or lane.name == path_lane)]
+             if key.may_use(lane.name) and (path_lane is None or lane.name == path_lane) and answering(lane)]
     return names if path_lane is not None else [AUTO, *names]
 
 
 async def handle_models(scope: Scope, receive: Receive, send: Send, *, path_lane: str | None, model_id: str | None) -> None:
     rt = runtime()
+    started = time.perf_counter()
     headers = [(b"x-request-id", new_request_id().encode())]
     try:
-        await read_body(receive)
         key = await authenticate(rt, scope)
+        await read_body(receive, settings.GATEWAY_MAX_BODY_BYTES)
         lanes = await rt.lanes.get()
         if path_lane is not None and (path_lane not in lanes or not key.may_use(path_lane)):
             raise GatewayError(404, f"The lane `{path_lane}` does not exist.", code="model_not_found")
-        visible = visible_models(lanes, key, path_lane)
+        visible = visible_models(lanes, key, path_lane,
+                                 lambda lane: lane.serving and rt.breaker(lane.name).state != "open")
         if model_id is None:
             body = {"object": "list", "data": [model_card(name) for name in visible]}
         else:
@@ -80,6 +87,9 @@ async def handle_models(scope: Scope, receive: Receive, send: Send, *, path_lane
         await send_bytes(send, 200, orjson.dumps(body), headers)
     except GatewayError as error:
         await send_error(send, error, headers)
+        if error.status == 401:
+            outcome = Outcome(request_id=headers[0][1].decode(), started=started, status=401, error_code=error.code)
+            finish(rt, None, None, "models", outcome)
 
 
 async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -50,12 +50,15 @@ async def choose_lane(
             raise GatewayError(404, f"The lane `{path_lane}` does not exist.", code="model_not_found", param="model")
         decision = RouteDecision(lane=lane.name, reason=RouteReason.EXPLICIT)
     elif model == AUTO:
-        if key.default_lane is not None and key.default_lane in lanes:
+        if key.default_lane is not None and key.default_lane in lanes and key.may_use(key.default_lane):
             decision = RouteDecision(lane=key.default_lane, reason=RouteReason.KEY_DEFAULT)
         else:
-            auto = await route_auto(router, body=body, key=key, lanes=lanes, raw_bytes=raw_bytes)
+            # The router only ever sees the lanes this key may use.
+            allowed = lanes if key.allowed_lanes is None else {
+                name: lane for name, lane in lanes.items() if key.may_use(name)}
+            auto = await route_auto(router, body=body, key=key, lanes=allowed, raw_bytes=raw_bytes)
             decision = (RouteDecision(lane=auto.lane, reason=auto.reason, score=auto.score, label=auto.label, auto=auto)
-                        if auto is not None else await route_request(body=body, lanes=lanes))
+                        if auto is not None else await route_request(body=body, lanes=allowed))
     else:
         found = resolve_model(model, lanes)
         if found is None:

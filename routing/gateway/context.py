@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TEMPLATE_OVERHEAD_PER_MESSAGE = 8
-CHARS_PER_TOKEN_GUESS = 4  # used only when /tokenize cannot answer
 
 
 @dataclass(frozen=True)

@@ -26,20 +26,24 @@ from routing.gateway import limits
 from routing.gateway.choose import RouteDecision, choose_lane
 from routing.gateway.directory import KeyInfo, LaneInfo
 from routing.gateway.guard import check_context
-from routing.gateway.http import Receive, Scope, Send, authenticate, header, read_body, send_bytes, send_error
+from routing.gateway.http import (
+    Receive,
+    Scope,
+    Send,
+    authenticate,
+    check_declared_length,
+    header,
+    read_body,
+    send_bytes,
+    send_error,
+)
 from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
 from routing.gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
+from routing.gateway.request import ParsedRequest, parse_request, prompt_text, sized_call, upstream_body
 from routing.gateway.runtime import GatewayRuntime, runtime
 from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
 from routing.gateway.upstream import provably_not_received, upstream_send
-from routing.gateway.wire import (
-    GatewayError,
-    ParsedRequest,
-    completion_text,
-    parse_request,
-    prompt_text,
-    upstream_body,
-)
+from routing.gateway.wire import GatewayError, completion_text
 from routing.models import RouteReason
 
 log = logging.getLogger(__name__)
@@ -60,15 +64,21 @@ def fallback_chain(first: LaneInfo, lanes: dict[str, LaneInfo] | Any, key: KeyIn
     return chain
 
 
+async def parse_body(raw: bytes, endpoint: str) -> ParsedRequest:
+    return await sized_call(len(raw), parse_request, raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
+
+
 async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpoint: str, path_lane: str | None) -> None:
     rt = runtime()
     outcome = Outcome(request_id=new_request_id(), started=time.perf_counter())
     key: KeyInfo | None = None
     request: ParsedRequest | None = None
     try:
+        body_limit = settings.GATEWAY_MAX_BODY_BYTES
+        check_declared_length(scope, body_limit)
         key = await authenticate(rt, scope)
-        raw = await read_body(receive)
-        request = parse_request(raw, endpoint=endpoint)
+        raw = await read_body(receive, body_limit)
+        request = await parse_body(raw, endpoint)
         lanes = await rt.lanes.get()
         try:
             decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body,
@@ -96,37 +106,41 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
         with contextlib.suppress(Exception):  # the answer may already have started
             await send_error(send, failure, outcome.headers())
     finally:
-        if key is not None:
+        # A refused key is counted too (a row without key, never the secret it sent).
+        if key is not None or outcome.status == 401:
             finish(rt, key, request, endpoint, outcome)
 
 
-def idempotency_of(scope: Scope, raw: bytes) -> tuple[str, str]:
-    """(record key, mode). An explicit `Idempotency-Key` header is honoured as such. The
-    official Python SDK does not send one, but it marks its retries with
-    `x-stainless-retry-count`; so every request is registered under a fingerprint of its
-    body, and a retry (count > 0) of a request still in flight or answered after the
-    client gave up is recognised instead of being sent again."""
+async def idempotency_of(scope: Scope, raw: bytes) -> tuple[str, str, str]:
+    """(record key, mode, the body's fingerprint). An explicit `Idempotency-Key` header is
+    honoured as such, and bound to the body it first came with. The official Python SDK
+    does not send one, but it marks its retries with `x-stainless-retry-count`; so every
+    such request is registered under a fingerprint of its body, and a retry (count > 0) of
+    a request still in flight or answered after the client gave up is recognised instead
+    of being sent again."""
     explicit = header(scope, b"idempotency-key")
-    if explicit:
-        return explicit.decode("latin-1"), limits.IDEM_EXPLICIT
     retry = header(scope, b"x-stainless-retry-count")
-    if retry is None:  # not an SDK that retries on its own: nothing to recognise later
-        return "", limits.IDEM_NONE
-    fingerprint = "fp:" + hashlib.sha256(raw).hexdigest()[:40]
-    return fingerprint, limits.IDEM_RETRY if retry != b"0" else limits.IDEM_REGISTER
+    if not explicit and retry is None:  # not an SDK that retries on its own: nothing to recognise later
+        return "", limits.IDEM_NONE, ""
+    digest = await sized_call(len(raw), lambda: hashlib.sha256(raw).hexdigest())
+    fingerprint = digest[:limits.FINGERPRINT_CHARS]
+    if explicit:
+        return explicit.decode("latin-1"), limits.IDEM_EXPLICIT, fingerprint
+    return "fp:" + digest[:40], limits.IDEM_RETRY if retry != b"0" else limits.IDEM_REGISTER, fingerprint
 
 
 async def admit_and_send(
     rt: GatewayRuntime, scope: Scope, receive: Receive, send: Send, key: KeyInfo, request: ParsedRequest,
     raw: bytes, decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
 ) -> None:
-    idem_key, idem_mode = idempotency_of(scope, raw)
+    idem_key, idem_mode, fingerprint = await idempotency_of(scope, raw)
     names = limits.key_names(settings.REDIS_PREFIX, limits.key_namespace(key.secret_hash), idem_key)
     # While in flight, the idempotency record and the in-flight slot outlive the longest
     # possible upstream call, so a crashed process cannot hold them forever.
     lease_s = int(settings.GATEWAY_READ_TIMEOUT_S + 60)
     reply = await rt.admit_script(
-        keys=names, args=[key.rpm, key.tpm, key.max_parallel, outcome.request_id, lease_s * 1000, lease_s, idem_mode],
+        keys=names, args=[key.rpm, key.tpm, key.max_parallel, outcome.request_id, lease_s * 1000, lease_s, idem_mode,
+                          fingerprint],
     )
     admission = limits.admission_from_reply(reply, rpm=key.rpm, tpm=key.tpm)
     if admission.code != limits.ALLOWED:
@@ -135,24 +149,40 @@ async def admit_and_send(
     explicit = idem_mode == limits.IDEM_EXPLICIT
     outcome.shadow = shadow_enabled() and random.random() < settings.GATEWAY_SHADOW_SHARE
     outcome.keep_answer = explicit or outcome.shadow
-    watcher = asyncio.create_task(watch_disconnect(receive, outcome.gone))
+    # A client that left is not waited for: closing the upstream connection makes vLLM abort
+    # the request, and the in-flight slot is freed now, not when the lane would have
+    # answered. Except when the client said it will retry (an Idempotency-Key, or an SDK
+    # that marks its retries) and the answer is a whole one: then the lane finishes, and
+    # the retry gets that answer instead of a second run (never twice).
+    cancel_on_leave = idem_mode == limits.IDEM_NONE or request.stream
+    this_task = asyncio.current_task()
+    watcher = asyncio.create_task(watch_disconnect(receive, outcome, this_task if cancel_on_leave else None))
     try:
         await send_once(rt, send, key, request, raw, decision, lanes, endpoint, outcome)
+    except asyncio.CancelledError:
+        if not (cancel_on_leave and outcome.gone.is_set()) or this_task is None:
+            raise  # the server is stopping: not the client leaving
+        this_task.uncancel()
+        if not request.stream or not outcome.status:
+            outcome.status = 499  # nginx's "client closed request"
+        outcome.error_code = "client_disconnected"
     finally:
         watcher.cancel()
         tokens = (outcome.usage.prompt_tokens or 0) + (outcome.usage.completion_tokens or 0)
         # Keep the answer for a retry when the client asked for it (explicit key), or when
         # the client left before it had the answer (its SDK will retry); else forget.
-        keep = outcome.sent_upstream and (explicit or outcome.gone.is_set())
+        keep = outcome.sent_upstream and idem_mode != limits.IDEM_NONE and (explicit or outcome.gone.is_set())
         record = outcome.record or b""
         if keep and (not record or len(record) > settings.GATEWAY_IDEMPOTENCY_MAX_BYTES or outcome.gone.is_set()
-                     and request.stream):
+                     and (request.stream or outcome.status == 499)):
             record = b"D" + str(outcome.status or 502).encode() + b"X|" + outcome.lane.encode() + b"|"
         if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm:
+            in_flight = f"I{fingerprint}{outcome.request_id}"
             rt.spawn(rt.release_script(
                 keys=[names[4], names[3], names[1]],
-                args=[outcome.request_id, tokens, "keep" if keep else "forget", record if keep else b"",
-                      settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000],
+                args=[outcome.request_id, tokens, "keep" if keep else "forget",
+                      limits.stored_record(record, fingerprint) if keep else b"",
+                      settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000, in_flight],
             ))
 
 
@@ -166,8 +196,12 @@ async def refuse(send: Send, admission: limits.Admission, outcome: Outcome) -> N
                              "Retry later to receive its answer.", code="idempotent_request_in_flight",
                              type_="conflict_error", retry_after_s=2, retryable=True)
     elif code == limits.IDEMPOTENT_DONE:
-        await replay(send, admission.record, outcome)
+        await replay(send, limits.record_content(admission.record), outcome)
         return
+    elif code == limits.IDEMPOTENCY_MISMATCH:
+        error = GatewayError(422, "This Idempotency-Key was already used with a different request body. "
+                             "Use a new key for a new request.", code="idempotency_key_reused",
+                             param="Idempotency-Key", retryable=False)
     else:
         what = {limits.RPM_EXCEEDED: "requests per minute", limits.TPM_EXCEEDED: "tokens per minute",
                 limits.PARALLEL_EXCEEDED: "requests in flight"}[code]
@@ -210,7 +244,7 @@ async def send_once(
         if not breaker.allows():
             unavailable.append(f"{lane.name}'s circuit is open")
             continue
-        body = upstream_body(request, upstream_model=lane.public_model_name)
+        body = await sized_call(len(raw), upstream_body, request, upstream_model=lane.public_model_name)
         sent_at = time.perf_counter()
         try:
             response = await upstream_send(rt.transport, f"{lane.base_url}{UPSTREAM_PATHS[endpoint]}", body)
@@ -224,9 +258,9 @@ async def send_once(
         outcome.sent_upstream = True
         try:
             if request.stream and response.status_code == 200:
-                await relay_stream(send, response, request, breaker, outcome, sent_at)
+                await relay_stream(send, response, request, breaker, outcome, sent_at, rt=rt, lane=lane)
             else:
-                await relay_whole(send, response, breaker, outcome, sent_at)
+                await relay_whole(send, response, breaker, outcome, sent_at, rt=rt, lane=lane, request=request)
         finally:
             await response.aclose()
         return
@@ -234,21 +268,23 @@ async def send_once(
                        code="no_lane_available", type_="server_error", retry_after_s=5, retryable=True)
 
 
-def finish(rt: GatewayRuntime, key: KeyInfo, request: ParsedRequest | None, endpoint: str, outcome: Outcome) -> None:
+def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | None, endpoint: str,
+           outcome: Outcome) -> None:
     """After the answer: one request log row (batched), and maybe a shadow replay."""
     latency_ms = (time.perf_counter() - outcome.started) * 1000
     rt.log_writer.add({
-        "request_id": outcome.request_id, "key_id": key.id, "endpoint": endpoint,
+        "request_id": outcome.request_id, "key_id": key.id if key else None, "endpoint": endpoint,
         "requested_model": (request.model if request else "")[:200], "lane": outcome.lane,
         "route_reason": outcome.reason if outcome.reason != "replay" else "", "route_score": outcome.score,
         "route_label": outcome.label, "stream": bool(request and request.stream), "status": outcome.status,
         "error_code": outcome.error_code, "prompt_tokens": outcome.usage.prompt_tokens,
-        "completion_tokens": outcome.usage.completion_tokens, "ttft_ms": outcome.ttft_ms,
+        "completion_tokens": outcome.usage.completion_tokens, "usage_source": outcome.usage_source,
+        "ttft_ms": outcome.ttft_ms,
         "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms,
-        "prompt_text": prompt_text(request) if request and key.log_prompts else "",
+        "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
         **outcome.router_columns(),
     })
-    if request is not None and outcome.shadow and outcome.status == 200 and outcome.record is not None:
+    if key is not None and request is not None and outcome.shadow and outcome.status == 200 and outcome.record is not None:
         raw = outcome.record.partition(b"|")[2].partition(b"|")[2]
         if request.stream:
             text = text_of_stream(raw)

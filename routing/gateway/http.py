@@ -18,7 +18,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 JSON = b"application/json"
-MAX_BODY = 64 * 1024 * 1024  # a 1M-token prompt is ~4 MB of text; 64 MB leaves room for images
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
@@ -28,7 +27,21 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-async def read_body(receive: Receive) -> bytes:
+def too_large(limit: int) -> GatewayError:
+    return GatewayError(413, f"The request body is larger than {limit} bytes (PORTAL_GATEWAY_MAX_BODY_BYTES).",
+                        code="request_too_large", retryable=False)
+
+
+def check_declared_length(scope: Scope, limit: int) -> None:
+    """Refuse an announced oversize body before reading a byte of it."""
+    declared = header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it grows past `limit` (a chunked body
+    announces no length)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -38,8 +51,8 @@ async def read_body(receive: Receive) -> bytes:
         body = message.get("body", b"")
         if body:
             size += len(body)
-            if size > MAX_BODY:
-                raise GatewayError(413, f"The body is larger than {MAX_BODY} bytes.", code="request_too_large")
+            if size > limit:
+                raise too_large(limit)
             chunks.append(body)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)

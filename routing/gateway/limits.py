@@ -23,16 +23,24 @@ def sliding_count(previous: float, current: float, elapsed_in_window: float, win
 def seconds_until_below(
     limit: float, previous: float, current: float, elapsed_in_window: float, cost: float = 1.0, window: float = WINDOW_S
 ) -> float:
-    """How long until `cost` more fits under `limit` (for retry-after). The previous
-    window's weight falls linearly; after the current window ends, `current` becomes the
-    previous one."""
+    """How long until `cost` more fits under `limit` (for retry-after), never less than
+    the real wait. The previous window's weight falls linearly; when the current window
+    ends, `current` becomes the previous one and weighs in again, fading over the next."""
     if sliding_count(previous, current, elapsed_in_window, window) + cost <= limit:
         return 0.0
-    if previous > 0 and current + cost <= limit:
-        # Need previous*(1 - t/window) + current + cost <= limit.
-        t = window * (1.0 - (limit - current - cost) / previous)
-        return max(0.0, t - elapsed_in_window)
-    return window - elapsed_in_window
+    room = limit - current - cost
+    if previous > 0 and room >= 0:
+        # Still this window: previous*(1 - t/window) + current + cost <= limit.
+        t = window * (1.0 - room / previous)
+        if t < window:
+            return max(0.0, t - elapsed_in_window)
+    until_next = window - elapsed_in_window
+    if current + cost <= limit or current <= 0:
+        return until_next
+    if cost > limit:
+        return until_next + window
+    # The next window: current*(1 - t/window) + cost <= limit.
+    return until_next + window * (1.0 - (limit - cost) / current)
 
 
 def retry_after_seconds(value: float) -> int:
@@ -55,15 +63,22 @@ IDEMPOTENT_DONE = 3
 RPM_EXCEEDED = 4
 TPM_EXCEEDED = 5
 PARALLEL_EXCEEDED = 6
+IDEMPOTENCY_MISMATCH = 7
+
+FINGERPRINT_CHARS = 32
 
 # KEYS: 1 revoked marker, 2 idempotency record, 3 rpm prefix, 4 tpm prefix, 5 in-flight zset
 # ARGV: 1 rpm limit (0 = none), 2 tpm limit, 3 max parallel, 4 request id,
-#       5 idempotency ttl (ms), 6 in-flight lease (s), 7 idempotency mode (IDEM_*)
+#       5 idempotency ttl (ms), 6 in-flight lease (s), 7 idempotency mode (IDEM_*),
+#       8 the body's fingerprint (FINGERPRINT_CHARS hex)
+# A record is its kind ('I' in flight, 'D' done), the fingerprint of the body that made it,
+# then the request id or the answer: the same Idempotency-Key with another body is refused.
 ADMIT_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1, 0, ''} end
 if ARGV[7] == '1' or ARGV[7] == '2' then
   local record = redis.call('GET', KEYS[2])
   if record then
+    if string.sub(record, 2, 33) ~= ARGV[8] then return {7, 0, ''} end
     if string.sub(record, 1, 1) == 'I' then return {2, 0, record} end
     return {3, 0, record}
   end
@@ -102,7 +117,7 @@ if par > 0 then
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[6]), ARGV[4])
   redis.call('EXPIRE', KEYS[5], tonumber(ARGV[6]) + 5)
 end
-if ARGV[7] ~= '0' then redis.call('SET', KEYS[2], 'I' .. ARGV[4], 'PX', ARGV[5]) end
+if ARGV[7] ~= '0' then redis.call('SET', KEYS[2], 'I' .. ARGV[8] .. ARGV[4], 'PX', ARGV[5]) end
 return {0, 0, ''}
 """
 
@@ -125,11 +140,22 @@ def admission_from_reply(reply: list[object], *, rpm: int, tpm: int) -> Admissio
         if code == RPM_EXCEEDED:
             wait = seconds_until_below(rpm, previous, current, elapsed)
         else:
-            wait = seconds_until_below(tpm, previous, current, elapsed, cost=0.0)
+            # The script refuses at the limit itself (count >= tpm): the count must fall below it.
+            wait = seconds_until_below(tpm, previous, current, elapsed, cost=0.001)
         return Admission(code, retry_after_s=max(wait, 0.5))
     if code == PARALLEL_EXCEEDED:
         return Admission(code, retry_after_s=1.0)
     return Admission(code, record=record)
+
+
+def stored_record(kind_and_rest: bytes, fingerprint: str) -> bytes:
+    """A record as Redis keeps it: kind, the body's fingerprint, the rest."""
+    return kind_and_rest[:1] + fingerprint.encode() + kind_and_rest[1:]
+
+
+def record_content(stored: bytes) -> bytes:
+    """A stored record without its fingerprint."""
+    return stored[:1] + stored[1 + FINGERPRINT_CHARS:]
 
 
 def key_namespace(secret_hash: str) -> str:

@@ -27,10 +27,12 @@ class Outcome:
     error_code: str = ""
     sent_upstream: bool = False
     usage: Usage = field(default_factory=Usage)
+    usage_source: str = ""  # "" = the lane's own usage; "tokenize" or "estimate" = counted by the gateway
     ttft_ms: float | None = None
     upstream_ms: float | None = None
     keep_answer: bool = False  # an Idempotency-Key or a shadow sample needs the answer afterwards
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client disconnected
+    answered: bool = False  # the last byte of the answer is being sent
     shadow: bool = False  # sampled for shadow traffic
     record: bytes | None = None  # the answer, as an idempotency record
     auto: AutoRoute | None = None  # model="auto": the router's decision

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 # Finishing work of one request, in one round trip: free the in-flight slot, count the
 # tokens in the current minute, and keep (or forget) the idempotency record.
 # KEYS: 1 in-flight zset, 2 tpm prefix, 3 idempotency record
-# ARGV: 1 request id, 2 tokens, 3 mode (keep|forget|none), 4 record, 5 ttl ms
+# ARGV: 1 request id, 2 tokens, 3 mode (keep|forget|none), 4 record, 5 ttl ms, 6 the in-flight record
 RELEASE_LUA = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 local tokens = tonumber(ARGV[2])
@@ -41,7 +41,7 @@ if tokens > 0 then
 end
 if ARGV[3] == 'keep' then
   redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
-elseif ARGV[3] == 'forget' and redis.call('GET', KEYS[3]) == 'I' .. ARGV[1] then
+elseif ARGV[3] == 'forget' and redis.call('GET', KEYS[3]) == ARGV[6] then
   redis.call('DEL', KEYS[3])
 end
 return 1
@@ -65,6 +65,7 @@ class GatewayRuntime:
         self.keys = KeyCache()
         self.lanes = LaneCache()
         self.breakers: dict[str, CircuitBreaker] = {}
+        self.no_tokenize: dict[str, float] = {}  # lane -> when its /tokenize was found missing
         self.log_writer = RequestLogWriter()
         self.router = RouterRuntime(self.redis)
         self.background: set[asyncio.Task[Any]] = set()

@@ -77,3 +77,22 @@ def is_timeout(exc: BaseException) -> bool:
             return True
         cause = cause.__cause__ or cause.__context__
     return False
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What really happened to a connection, in words: httpx-aiohttp reports every aiohttp
+    connection error as ConnectTimeout, so the message reads the original cause."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, aiohttp.ServerDisconnectedError):
+            return "the lane closed the connection without answering"
+        if isinstance(cause, aiohttp.ClientPayloadError):
+            return "the lane's answer was cut off"
+        if isinstance(cause, ConnectionResetError):
+            return "the lane reset the connection"
+        if isinstance(cause, aiohttp.ClientConnectorError):
+            return "the connection to the lane could not be opened"
+        if isinstance(cause, aiohttp.ClientOSError | OSError) and str(cause):
+            return f"the connection to the lane failed ({cause})"
+        cause = cause.__cause__ or cause.__context__
+    return f"the connection to the lane failed ({type(exc).__name__})"

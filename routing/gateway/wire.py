@@ -1,8 +1,10 @@
-"""The OpenAI wire format, as pure functions: error bodies, request patching, usage
-extraction, and the streaming filter. No I/O here, so every rule is tested directly."""
+"""The OpenAI wire format, as pure functions: error bodies, usage extraction, upstream
+errors and the streaming filter (requests: routing.gateway.request). No I/O here, so every
+rule is tested directly."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +45,7 @@ class GatewayError(Exception):
         if self.retry_after_s is not None:
             seconds = max(1, int(self.retry_after_s + 0.999))
             headers.append((b"retry-after", str(seconds).encode()))
-            headers.append((b"retry-after-ms", str(max(1, int(self.retry_after_s * 1000))).encode()))
+            headers.append((b"retry-after-ms", str(max(1, math.ceil(self.retry_after_s * 1000))).encode()))
         if self.retryable is not None:
             headers.append((b"x-should-retry", b"true" if self.retryable else b"false"))
         return headers
@@ -56,78 +58,6 @@ def error_body(message: str, *, type_: str, code: str | None, param: str | None 
 def error_event(message: str, *, type_: str, code: str) -> bytes:
     """A mid-stream failure: the SDK raises APIError on a payload with an "error" key."""
     return b"data: " + error_body(message, type_=type_, code=code) + b"\n\n"
-
-
-# --- requests -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ParsedRequest:
-    body: dict[str, Any]
-    model: str
-    stream: bool
-    client_wants_usage: bool
-    max_tokens: int
-
-
-def parse_request(raw: bytes, *, endpoint: str) -> ParsedRequest:
-    """Validate only what the gateway reads; every other field passes through untouched."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise GatewayError(400, f"The body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise GatewayError(400, "The body must be a JSON object.", code="invalid_request")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise GatewayError(400, "`model` is required and must be a non-empty string.", code="invalid_value", param="model")
-    if endpoint == "chat.completions":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise GatewayError(400, "`messages` is required and must be a non-empty array.", code="invalid_value", param="messages")
-    elif "prompt" not in body:
-        raise GatewayError(400, "`prompt` is required.", code="invalid_value", param="prompt")
-    stream = body.get("stream") is True
-    options = body.get("stream_options")
-    wants_usage = bool(stream and isinstance(options, dict) and options.get("include_usage") is True)
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
-        field_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        raise GatewayError(400, f"`{field_name}` must be a positive integer.", code="invalid_value", param=field_name)
-    return ParsedRequest(body=body, model=model, stream=stream, client_wants_usage=wants_usage, max_tokens=max_tokens)
-
-
-def upstream_body(request: ParsedRequest, *, upstream_model: str) -> bytes:
-    """The client's body with two changes: the lane's served model name, and (streaming)
-    usage always requested so tokens are counted even when the client did not ask."""
-    body = dict(request.body)
-    body["model"] = upstream_model
-    if request.stream:
-        options = body.get("stream_options")
-        body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-    return orjson.dumps(body)
-
-
-def prompt_text(request: ParsedRequest) -> str:
-    """Text of the prompt, for the context estimate and (opt-in) the request log."""
-    body = request.body
-    if "messages" in body:
-        parts: list[str] = []
-        for message in body["messages"]:
-            if not isinstance(message, dict):
-                continue
-            content = message.get("content")
-            if isinstance(content, str):
-                parts.append(content)
-            elif isinstance(content, list):
-                parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            if message.get("tool_calls"):
-                parts.append(orjson.dumps(message["tool_calls"]).decode())
-        if body.get("tools"):
-            parts.append(orjson.dumps(body["tools"]).decode())
-        return "\n".join(parts)
-    prompt = body.get("prompt")
-    return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -164,26 +94,43 @@ def completion_text(payload: Any) -> str:
     return "\n".join(parts)
 
 
-def upstream_error(status: int, raw: bytes) -> GatewayError:
-    """An upstream (vLLM) error answer, reshaped into OpenAI's error body with a code."""
-    message = ""
+UPSTREAM_MESSAGE_MAX = 300
+
+
+def upstream_message(raw: bytes) -> str:
+    """The message of an upstream error body, safe to show a client: only the JSON error's
+    message, its first line, capped; never a traceback or a server path (llama.cpp answers
+    bad input with a 500 carrying its traceback)."""
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        payload = None
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        inner: dict[str, Any] = error if isinstance(error, dict) else payload
-        message = str(inner.get("message") or "")
-    if not message:
-        message = raw[:300].decode("utf-8", "replace") or f"Upstream answered {status}."
+        return ""
+    if not isinstance(payload, dict):
+        return ""
+    error = payload.get("error")
+    inner: dict[str, Any] = error if isinstance(error, dict) else payload
+    message = inner.get("message")
+    if not isinstance(message, str):
+        return ""
+    first = message.strip().split("\n", 1)[0].strip()
+    if "Traceback" in first or 'File "' in first:
+        return ""
+    return first[:UPSTREAM_MESSAGE_MAX]
+
+
+def upstream_error(status: int, raw: bytes) -> GatewayError:
+    """An upstream (vLLM) error answer, reshaped into OpenAI's error body with a code."""
+    message = upstream_message(raw)
     lowered = message.lower()
     if status == 400 and ("maximum context length" in lowered or "context length" in lowered):
         return GatewayError(400, message, code="context_length_exceeded", param="messages", retryable=False)
     if status < 500:
-        return GatewayError(status, message, code="upstream_rejected", retryable=False)
+        return GatewayError(status, message or f"The lane refused the request (HTTP {status}).",
+                            code="upstream_rejected", retryable=False)
     # The lane had the request: the client must not send it again (x-should-retry: false).
-    return GatewayError(502, f"The lane failed: {message}", code="upstream_error", type_="server_error", retryable=False)
+    # Its own 5xx text stays in the gateway's log: it may carry a traceback.
+    return GatewayError(502, f"The lane failed with HTTP {status}; the request is not sent again.",
+                        code="upstream_error", type_="server_error", retryable=False)
 
 
 # --- streaming ----------------------------------------------------------------------------
@@ -199,6 +146,8 @@ class StreamFilter:
     client_wants_usage: bool
     usage: Usage = field(default_factory=Usage)
     saw_done: bool = False
+    usage_seen: bool = False
+    held_done: bool = False  # [DONE] withheld: no usage came before it
     events: int = 0
     _pending: bytes = b""
 
@@ -223,6 +172,11 @@ class StreamFilter:
         stripped = event.strip()
         if stripped == b"data: [DONE]":
             self.saw_done = True
+            if not self.usage_seen:
+                # The lane sent no usage (llama.cpp ignores include_usage): the relay counts
+                # and sends the usage chunk before [DONE] itself.
+                self.held_done = True
+                return b""
             return event + b"\n\n"
         if not stripped.startswith(b"data:") or b'"usage"' not in stripped:
             return event + b"\n\n"
@@ -233,6 +187,7 @@ class StreamFilter:
         if not isinstance(payload, dict) or not isinstance(payload.get("usage"), dict):
             return event + b"\n\n"
         self.usage = usage_from(payload)
+        self.usage_seen = True
         choices = payload.get("choices") or []
         if not choices:
             return event + b"\n\n" if self.client_wants_usage else b""
@@ -250,3 +205,76 @@ class StreamFilter:
         """Bytes after the last complete event when the upstream ended (normally none)."""
         pending, self._pending = self._pending, b""
         return pending
+
+
+# --- usage the upstream did not send ------------------------------------------------------
+
+
+@dataclass
+class StreamAnswer:
+    """What a relayed stream said, read back only when the upstream sent no usage."""
+
+    text: str = ""
+    head: dict[str, Any] = field(default_factory=dict)  # id, object, created, model of the first chunk
+
+
+def _choice_texts(choice: Any, parts: list[str]) -> None:
+    if not isinstance(choice, dict):
+        return
+    for holder in (choice.get("delta"), choice.get("message")):
+        if not isinstance(holder, dict):
+            continue
+        for name in ("content", "reasoning_content", "reasoning"):
+            if isinstance(holder.get(name), str):
+                parts.append(holder[name])
+        for call in holder.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                parts.extend(str(function.get(name) or "") for name in ("name", "arguments"))
+    if isinstance(choice.get("text"), str):
+        parts.append(choice["text"])
+
+
+def answer_text(payload: Any) -> str:
+    """Every generated text of a whole answer (all choices: content, reasoning, tool calls)."""
+    parts: list[str] = []
+    for choice in (payload.get("choices") or []) if isinstance(payload, dict) else []:
+        _choice_texts(choice, parts)
+    return "".join(parts)
+
+
+def stream_answer(sse: bytes) -> StreamAnswer:
+    answer = StreamAnswer()
+    parts: list[str] = []
+    for event in sse.split(b"\n\n"):
+        event = event.strip()
+        if not event.startswith(b"data:") or event == b"data: [DONE]":
+            continue
+        try:
+            payload = orjson.loads(event[5:])
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(payload, dict):
+            continue
+        if not answer.head:
+            answer.head = {name: payload.get(name) for name in ("id", "object", "created", "model")}
+        for choice in payload.get("choices") or []:
+            _choice_texts(choice, parts)
+    answer.text = "".join(parts)
+    return answer
+
+
+def usage_payload(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def usage_event(head: dict[str, Any], usage: Usage, *, chat: bool) -> bytes:
+    """The usage-only chunk OpenAI sends before [DONE] (choices empty)."""
+    payload: dict[str, Any] = {
+        "id": head.get("id") or "", "object": head.get("object") or ("chat.completion.chunk" if chat else
+                                                                    "text_completion"),
+        "created": head.get("created") or 0, "model": head.get("model") or "", "choices": [],
+        "usage": usage_payload(usage.prompt_tokens or 0, usage.completion_tokens or 0),
+    }
+    return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -2,6 +2,7 @@
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ class ChoicePlan:
     """What one choice will say: text tokens, or one tool call streamed as argument pieces."""
 
     index: int
-    tokens: list[str]
+    tokens: Sequence[str]
     finish_reason: str
     tool_name: str | None = None
     tool_call_id: str = field(default_factory=lambda: f"chatcmpl-tool-{uuid.uuid4().hex}")

@@ -108,6 +108,9 @@ def plan_completion(
 
 def _text_plan(index: int, seed: int, body: dict[str, Any], max_tokens: int) -> ChoicePlan:
     min_tokens = int(body.get("min_tokens") or 0)
+    if min_tokens > max_tokens:
+        raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
+                          f"got {min_tokens}.", "min_tokens")
     if body.get("ignore_eos"):
         count, reason = max_tokens, "length"
     else:

@@ -28,9 +28,15 @@ from sparksim.engine.planning import (
     plan_completion,
 )
 from sparksim.engine.scheduler import ENGINE_DIED, EngineCore, ScheduledRequest
+from sparksim.engine.validation import validate_chat, validate_completion
 from sparksim.tokenizer import chat_prompt_token_ids, completion_prompt_token_ids
 
 VLLM_VERSION = "0.21.1rc1.dev339+g1967a5627"
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Bodies are bounded: a prompt of a whole context is ~4 bytes a token; JSON, tools and
+# images leave room up to 16 bytes a token, and never less than 32 MB.
+BODY_BYTES_PER_TOKEN = 16
+MIN_BODY_BYTES = 32 * 1024 * 1024
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -59,7 +65,8 @@ class EngineServer:
         self.received: deque[dict[str, Any]] = deque(maxlen=1000)
         self.on_death: Callable[[], None] = lambda: None
         self.set_listening: Callable[[bool], Awaitable[None]] | None = None
-        self.app = web.Application(client_max_size=512 * 1024**2, middlewares=[api_errors])
+        body_limit = max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * config.max_model_len)
+        self.app = web.Application(client_max_size=body_limit, middlewares=[api_errors])
         self.app.router.add_get("/health", self.health)
         self.app.router.add_get("/ping", self.health)
         self.app.router.add_get("/version", self.version)
@@ -135,8 +142,9 @@ class EngineServer:
         return web.json_response({"object": "list", "data": data})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.core.metrics.render(), content_type="text/plain",
-                            charset="utf-8")
+        # Prometheus' text exposition format, as vLLM (prometheus_client) labels it.
+        return web.Response(body=self.core.metrics.render().encode(),
+                            headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
@@ -156,12 +164,14 @@ class EngineServer:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
+        validate_chat(body, max_num_seqs=self.config.max_num_seqs)
         plan = plan_chat(body, self.config.served_model_names, self.config.max_model_len,
                          self.config.profile.vocab_size, self.config.reasoning_parser is not None)
         return await self._generate(request, plan, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
+        validate_completion(body, max_num_seqs=self.config.max_num_seqs)
         plan = plan_completion(body, self.config.served_model_names, self.config.max_model_len,
                                self.config.profile.vocab_size)
         return await self._generate(request, plan, chat=False)

@@ -14,7 +14,6 @@ from django.db import connection
 
 from benchmarks.models import BenchmarkRun
 from benchmarks.services import benchmark_start
-from jobs.services import job_run
 from sparksim.standalone import EngineHandle
 from tests.benchmarks.conftest import SERVED, lane_for
 from tests.conftest import SIM_QWEN, browser_login, wait_for
@@ -22,28 +21,8 @@ from tests.conftest import SIM_QWEN, browser_login, wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def worker_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
-    """Jobs run in a thread of this process (it sees the test database) instead of Celery."""
-    threads: list[threading.Thread] = []
-
-    def dispatch(job_id: int, time_limit_s: float) -> None:
-        def body() -> None:
-            try:
-                job_run(job_id=job_id)
-            finally:
-                connection.close()
-
-        thread = threading.Thread(target=body, daemon=True)
-        threads.append(thread)
-        thread.start()
-
-    monkeypatch.setattr("jobs.services.dispatch_job", dispatch)
-    return threads
-
-
 def test_admin_runs_a_sweep_compares_two_runs_and_exports_json(
-    asgi_server, page, admin_user, engine_factory: Callable[..., EngineHandle], worker_threads, tmp_path: Path
+    asgi_server, page, admin_user, engine_factory: Callable[..., EngineHandle], job_threads, tmp_path: Path
 ) -> None:
     # Real time (scale 1): 200 tokens at ~120 tok/s make each level last a couple of seconds.
     engine = engine_factory(SIM_QWEN, "--served-model-name", SERVED, time_scale=1.0)

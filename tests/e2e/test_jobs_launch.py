@@ -3,14 +3,11 @@ log lines arrive without reloading, and sees the lane become serving on its page
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from jobs.models import Job
-from jobs.services import job_run
 from sparksim.cluster import cluster_down
 from tests.conftest import browser_login, free_port, wait_for
 from tests.jobs.conftest import create_lane, make_sim_cluster
@@ -18,27 +15,7 @@ from tests.jobs.conftest import create_lane, make_sim_cluster
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def worker_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
-    """Jobs run in a thread of this process (it sees the test database) instead of Celery."""
-    threads: list[threading.Thread] = []
-
-    def dispatch(job_id: int, time_limit_s: float) -> None:
-        def body() -> None:
-            try:
-                job_run(job_id=job_id)
-            finally:
-                connection.close()
-
-        thread = threading.Thread(target=body, daemon=True)
-        threads.append(thread)
-        thread.start()
-
-    monkeypatch.setattr("jobs.services.dispatch_job", dispatch)
-    return threads
-
-
-def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_user, tmp_path: Path, worker_threads):
+def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_user, tmp_path: Path, job_threads):
     cluster = make_sim_cluster(tmp_path / "sim", ["spark3"], "local", tmp_path)
     try:
         node = cluster.node("spark3")
@@ -78,7 +55,7 @@ def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_use
         # the jobs list, opened before the launch, got the new row and its final state live
         list_tab.wait_for_selector(f"#job-row-{job.pk} .state-succeeded", timeout=30_000)
     finally:
-        for thread in worker_threads:
+        for thread in job_threads:
             thread.join(timeout=30)
         cluster_down(tmp_path / "sim")
 

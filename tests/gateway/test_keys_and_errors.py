@@ -96,8 +96,8 @@ def test_an_unknown_model_is_404_model_not_found(gateway: Gateway) -> None:
 
 
 def test_bad_bodies_are_400_naming_the_field(gateway: Gateway) -> None:
-    assert assert_error(post(gateway, {"messages": MESSAGES}), 400, "invalid_value")["param"] == "model"
-    assert assert_error(post(gateway, {"model": "qwen"}), 400, "invalid_value")["param"] == "messages"
+    assert assert_error(post(gateway, {"messages": MESSAGES}), 400, "missing_required_parameter")["param"] == "model"
+    assert assert_error(post(gateway, {"model": "qwen"}), 400, "missing_required_parameter")["param"] == "messages"
     bad_json = httpx.post(f"{gateway.base_url}/chat/completions", content=b"{nope", headers=gateway.headers())
     assert_error(bad_json, 400, "invalid_json")
     assert assert_error(post(gateway, {"model": "qwen", "messages": MESSAGES, "max_tokens": -1}), 400,
@@ -110,7 +110,8 @@ def test_requests_per_minute_are_limited_across_the_gateway_with_retry_after(gat
         assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200
     refused = post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret)
     assert_error(refused, 429, "rate_limit_exceeded")
-    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    # A full current minute still weighs in the next one (sliding window): up to two minutes.
+    assert 1 <= int(refused.headers["retry-after"]) <= 120
     assert refused.headers["x-should-retry"] == "true"
 
 

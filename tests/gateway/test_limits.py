@@ -15,8 +15,9 @@ def test_retry_after_is_when_the_previous_minute_has_faded_enough() -> None:
     # limit 50: 60 * (1 - t/60) + 10 + 1 <= 50  →  t >= 21 s into the window; we are at 15 s.
     assert round(seconds_until_below(50, previous=60, current=10, elapsed_in_window=15), 6) == 6.0
     assert seconds_until_below(50, previous=0, current=10, elapsed_in_window=15) == 0.0
-    # The current minute alone is full: wait for the next one.
-    assert seconds_until_below(10, previous=0, current=10, elapsed_in_window=15) == 45
+    # The current minute alone is full: at the next one it still weighs 10*(1 - t/60), so
+    # one more fits only 6 s into it: 45 + 6.
+    assert round(seconds_until_below(10, previous=0, current=10, elapsed_in_window=15), 6) == 51.0
 
 
 class Clock:
@@ -52,3 +53,26 @@ def test_a_success_resets_the_failure_count() -> None:
     breaker.record_success()
     breaker.record_failure()
     assert breaker.allows()
+
+
+def count_after(limit_window: float, previous: float, current: float, elapsed: float, wait: float) -> float:
+    """The script's sliding count `wait` seconds later, with nothing else admitted meanwhile."""
+    at = elapsed + wait
+    if at >= 2 * limit_window:
+        return 0.0
+    if at >= limit_window:
+        return sliding_count(current, 0.0, at - limit_window, limit_window)
+    return sliding_count(previous, current, at, limit_window)
+
+
+def test_retry_after_is_never_shorter_than_the_real_wait() -> None:
+    import random
+
+    rng = random.Random(11)
+    for _ in range(5000):
+        limit = rng.randint(1, 100)
+        previous, current = rng.randint(0, 2 * limit), rng.randint(0, 2 * limit)
+        elapsed = rng.uniform(0, 59.999)
+        wait = seconds_until_below(limit, previous, current, elapsed)
+        assert count_after(60, previous, current, elapsed, wait + 1e-6) + 1 <= limit + 1e-6, (
+            limit, previous, current, elapsed, wait)

@@ -98,3 +98,20 @@ def test_shadow_traffic_is_off_when_not_configured(sim_client: openai.OpenAI) ->
     sim_client.chat.completions.create(model="qwen", max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
     wait_for(lambda: RequestLog.objects.count() == 1, what="the request log")
     assert not ShadowSample.objects.exists()
+
+
+def test_five_invalid_requests_to_a_sparksim_lane_leave_it_answering_other_keys(
+    sim_client: openai.OpenAI, key_owner: User, asgi_server: AsgiServer, settings: Any
+) -> None:
+    settings.GATEWAY_BREAKER_FAILURES = 2
+    bad: list[dict[str, Any]] = [{"temperature": "hot"}, {"n": "two"}, {"messages": [1, 2]}, {"stream": 1},
+                                 {"tools": True}]
+    for fields in bad:
+        with pytest.raises(openai.BadRequestError) as caught:
+            sim_client.chat.completions.create(**{"model": "qwen", "messages": [{"role": "user", "content": "Hi"}],
+                                                  **fields})
+        assert caught.value.body["param"].split("[")[0] in fields  # type: ignore[index]
+    secret, _ = create_key(key_owner, name="other-team")
+    other = openai.OpenAI(base_url=f"{asgi_server.url}/v1", api_key=secret, max_retries=0)
+    answer = other.chat.completions.create(model="qwen", max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+    assert answer.choices[0].message.content

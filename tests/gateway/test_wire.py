@@ -7,9 +7,15 @@ import json
 import orjson
 import pytest
 
+from routing.gateway import request as gateway_request
 from routing.gateway.context import context_bound, exceeds
+from routing.gateway.request import ParsedRequest, upstream_body
 from routing.gateway.shadow import divergence, text_of_stream
-from routing.gateway.wire import GatewayError, StreamFilter, parse_request, upstream_body, upstream_error
+from routing.gateway.wire import GatewayError, StreamFilter, upstream_error
+
+
+def parse_request(raw: bytes, *, endpoint: str) -> ParsedRequest:
+    return gateway_request.parse_request(raw, endpoint=endpoint, max_n=8)
 
 
 def sse(payload: object) -> bytes:
@@ -39,7 +45,7 @@ def test_a_plain_request_gets_no_stream_options() -> None:
 @pytest.mark.parametrize("raw, param", [
     (b'{"messages": [{"role": "user"}]}', "model"),
     (b'{"model": "q", "messages": []}', "messages"),
-    (b'{"model": "q", "messages": [{}], "max_completion_tokens": "many"}', "max_completion_tokens"),
+    (b'{"model": "q", "messages": [{"role": "user"}], "max_completion_tokens": "many"}', "max_completion_tokens"),
 ])
 def test_it_refuses_bad_requests_naming_the_field(raw: bytes, param: str) -> None:
     with pytest.raises(GatewayError) as caught:

@@ -1,7 +1,10 @@
-"""A hand-written upstream for the two faults sparksim cannot make: a connection reset after
-the request arrived (no answer at all), and usage riding on a final chunk that also has
-choices (some OpenAI-compatible servers do it; vLLM never does). Otherwise it answers like a
-plain OpenAI-compatible server, and it counts every request it receives."""
+"""A hand-written upstream for the faults sparksim cannot make: a connection reset after the
+request arrived (no answer at all); usage riding on a final chunk that also has choices
+(some OpenAI-compatible servers do it; vLLM never does); and llama.cpp's server's ways — a
+500 carrying a Python-style traceback for a body it chokes on, no usage at all
+(`include_usage` ignored) and no `/tokenize`. Otherwise it answers like a plain
+OpenAI-compatible server, and it counts every request it receives.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +19,11 @@ from aiohttp import web
 
 from tests.conftest import free_port
 
-MODES = {"ok", "reset", "usage_on_choices"}
+MODES = {"ok", "reset", "usage_on_choices", "traceback_500"}
 TEXT = "Hello from the hand-written upstream."
+# What llama.cpp's server answered to a body it could not handle (server paths included).
+TRACEBACK = ('Traceback (most recent call last):\n  File "/srv/llama/server/handlers.py", line 212, in chat\n'
+             '    temperature = float(body["temperature"])\nValueError: could not convert string to float: \'hot\'')
 
 
 class CountingUpstream:
@@ -26,6 +32,9 @@ class CountingUpstream:
         self.port = free_port()
         self.mode = "ok"
         self.counts: Counter[str] = Counter()
+        self.sends_usage = True  # False: like llama.cpp, never any usage (include_usage ignored)
+        self.has_tokenize = True  # False: /tokenize answers 404, like an engine without it
+        self.tokenize_bodies: list[dict[str, Any]] = []
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -63,7 +72,12 @@ class CountingUpstream:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         self.counts["/tokenize"] += 1
+        if not self.has_tokenize:
+            raise web.HTTPNotFound()
         body = await request.json()
+        self.tokenize_bodies.append(body)
+        if "messages" not in body:  # a text (the gateway counting an answer): its words
+            return web.json_response({"count": len(str(body.get("prompt", "")).split()), "tokens": []})
         text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         return web.json_response({"count": len(text.split()) + 4, "max_model_len": 4096, "tokens": []})
 
@@ -75,12 +89,17 @@ class CountingUpstream:
             request.transport.close()  # the request arrived; the answer never will
             await asyncio.sleep(1)
             return web.Response(status=500)
+        if self.mode == "traceback_500":
+            return web.json_response({"error": {"code": 500, "message": TRACEBACK, "type": "server_error"}},
+                                     status=500)
         if body.get("stream"):
             return await self._stream(request, body)
-        return web.json_response({
+        whole: dict[str, Any] = {
             "id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT}, "finish_reason": "stop"}]}
+        if self.sends_usage:
+            whole["usage"] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+        return web.json_response(whole)
 
     async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -100,7 +119,7 @@ class CountingUpstream:
             await emit({**base, "choices": final, "usage": usage})
         else:
             await emit({**base, "choices": final})
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if self.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
                 await emit({**base, "choices": [], "usage": usage})
         await response.write(b"data: [DONE]\n\n")
         return response

@@ -77,7 +77,7 @@ def test_api_log_tail_after_and_before(viewer_client, job):
 
 def test_api_log_refuses_bad_windows_naming_the_field(viewer_client, job):
     response = viewer_client.get(f"/api/jobs/{job.pk}/log?limit=0")
-    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "limit"]
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["query", "limit"]
     response = viewer_client.get(f"/api/jobs/{job.pk}/log?after_seq=1&before_seq=5")
     assert response.status_code == 422 and "after_seq" in str(response.json())
 

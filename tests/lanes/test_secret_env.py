@@ -131,7 +131,7 @@ def test_the_migration_encrypts_existing_rows(nodes):
     LaneRevision.objects.create(lane=old, number=1, config={"container_env": {"HF_TOKEN": TOKEN, "KEEP": "1"}})
     AuditEvent.objects.create(action="lane.update", object_type="lanes.lane", object_id=str(old.pk),
                               diff={"container_env": [{}, {"HF_TOKEN": TOKEN}]})
-    migration = import_module("lanes.migrations.0004_encrypt_secret_env")
+    migration = import_module("lanes.migrations.0005_encrypt_secret_env")
     migration.encrypt_existing(apps, None)
     old.refresh_from_db()
     assert old.container_env == {"KEEP": "1"} and decrypt_secret(old.secret_env["HF_TOKEN"]) == TOKEN

@@ -146,3 +146,16 @@ def test_a_webhook_gives_up_after_the_last_attempt(receiver):
         webhooks_deliver_due(now=T0)
         assert webhooks_deliver_due(now=T0 + timedelta(seconds=1))["failed"] == 1
     assert WebhookDelivery.objects.get().state == "failed"
+
+
+def test_the_rdma_watchdogs_degraded_lane_opens_an_alert_that_resolves_on_recovery() -> None:
+    degraded = TargetView(kind="lane", name="deepseek", figures={}, consecutive_failures=0, lane_state="degraded",
+                          lane_desired="serving", rdma_degraded=True, rdma_avg_us=14.2, rdma_threshold_us=12.0)
+    alerts_evaluate(targets=[degraded], now=T0)
+    alert = Alert.objects.get(rule="rdma_rtt_high")
+    assert alert.state == "open" and alert.target == "deepseek" and "14.2 us (above 12 us)" in alert.message
+    recovered = TargetView(kind="lane", name="deepseek", figures={}, consecutive_failures=0, lane_state="serving",
+                           lane_desired="serving", rdma_degraded=False, rdma_avg_us=8.0, rdma_threshold_us=12.0)
+    alerts_evaluate(targets=[recovered], now=T0 + timedelta(seconds=10))
+    alert.refresh_from_db()
+    assert alert.state == "resolved"

@@ -10,8 +10,9 @@ import pytest
 from django.core.cache import cache
 from django.test import override_settings
 
+from jobs.models import LaneWatchdog
 from lanes.models import Node
-from metrics.models import Sample, ScrapeTarget
+from metrics.models import Alert, Sample, ScrapeTarget
 from metrics.nodeprobe import node_figures, parse_probe_output
 from metrics.services import scrape_tick
 from metrics.tasks import TICK_LOCK
@@ -120,3 +121,13 @@ def test_a_tick_skips_while_another_one_runs(qwen_engine):
         cache.delete(TICK_LOCK)
     assert scrape_tick_task()["targets"] == 2  # the lane and the node it runs on
     assert ScrapeTarget.objects.get(kind="lane", target="qwen").ok
+
+
+def test_a_lane_the_rdma_watchdog_holds_degraded_gets_its_alert_from_the_tick(qwen_engine):
+    lane = make_lane_for("qwen", "127.0.0.1", qwen_engine.port)
+    LaneWatchdog.objects.create(lane=lane, degraded=True, average_us=15.5, threshold_us=12.0)
+    scrape_tick()
+    assert Alert.objects.get(rule="rdma_rtt_high", target="qwen").state == "open"
+    LaneWatchdog.objects.filter(lane=lane).update(degraded=False, average_us=8.0)
+    scrape_tick()
+    assert Alert.objects.get(rule="rdma_rtt_high", target="qwen").state == "resolved"

@@ -21,7 +21,7 @@ FORBIDDEN = {
     ("sparksim", "benchmarks"), ("lanes", "benchmarks"), ("routing", "benchmarks"), ("portal", "benchmarks"),
     # metrics reads lanes, jobs (transports, job counts) and routing (the request log); none reads it.
     ("lanes", "metrics"), ("jobs", "metrics"), ("routing", "metrics"), ("sparksim", "metrics"),
-    ("portal", "metrics"),
+    ("portal", "metrics"), ("metrics", "benchmarks"),
 }
 # The demo's simulated cluster is the portal's one door into sparksim.
 SPARKSIM_USERS = {"portal.demo_cluster"}

@@ -41,5 +41,5 @@ def encrypt_existing(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("lanes", "0003_health_watcher_and_secret_env"), ("portal", "0002_roles")]
+    dependencies = [("lanes", "0004_health_watcher_and_secret_env"), ("portal", "0002_roles")]
     operations = [migrations.RunPython(encrypt_existing, migrations.RunPython.noop)]

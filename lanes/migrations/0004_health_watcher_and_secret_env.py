@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('lanes', '0002_node_host_key_pending'),
+        ('lanes', '0003_declared_field_rules'),
     ]
 
     operations = [
