@@ -105,8 +105,9 @@ def search_job_log(request: HttpRequest, job_id: int, q: str, limit: int = 200) 
 
 
 @router.post("/jobs/{int:job_id}/cancel", response=JobOut, auth=can_operate)
-def cancel_job(request: HttpRequest, job_id: int) -> Any:
-    return job_cancel(job=_job(job_id), user=request.user)
+def cancel_job(request: HttpRequest, job_id: int, keep_running: bool = False) -> Any:
+    """keep_running=true: a cancelled launch leaves its containers and engine for inspection."""
+    return job_cancel(job=_job(job_id), user=request.user, keep_running=keep_running)
 
 
 @router.post("/jobs/{int:job_id}/relaunch", response={201: JobOut, 409: ErrorOut}, auth=can_operate)

@@ -60,6 +60,8 @@ class Job(models.Model):
     worker = models.CharField(max_length=200, blank=True, default="")
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.CharField(max_length=150, blank=True, default="")
+    # A cancelled launch stops what it started, unless the admin chose to leave it for inspection.
+    cancel_keep_running = models.BooleanField(default=False)
     result = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")

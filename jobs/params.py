@@ -14,7 +14,7 @@ from jobs.models import JobKind
 
 # name -> (kinds it applies to, minimum, maximum)
 _NUMBERS: dict[str, tuple[tuple[str, ...], float, float]] = {
-    "time_limit_s": (tuple(JobKind.values), 5, 86_400),
+    "time_limit_s": (tuple(JobKind.values), 5, settings.JOBS_MAX_TIME_LIMIT_S),
     "wait_timeout_s": ((JobKind.LAUNCH, JobKind.RESTART), 1, 7_200),
     "wait_poll_s": ((JobKind.LAUNCH, JobKind.RESTART), 0.1, 120),
 }
@@ -75,8 +75,8 @@ def _fabric_param(kind: str, name: str, value: Any) -> tuple[Any, str]:
 def default_time_limit(kind: str, params: dict[str, Any]) -> float:
     if kind in (JobKind.LAUNCH, JobKind.RESTART):
         wait = float(params.get("wait_timeout_s") or settings.JOBS_LAUNCH_WAIT_DEFAULT_S)
-        return wait + settings.JOBS_DEFAULT_TIME_LIMIT_S
-    return float(settings.JOBS_DEFAULT_TIME_LIMIT_S)
+        return min(wait + settings.JOBS_DEFAULT_TIME_LIMIT_S, settings.JOBS_MAX_TIME_LIMIT_S)
+    return min(float(settings.JOBS_DEFAULT_TIME_LIMIT_S), settings.JOBS_MAX_TIME_LIMIT_S)
 
 
 def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:

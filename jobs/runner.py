@@ -26,6 +26,7 @@ from jobs.models import FINAL_STATES, Job, JobState, JobStep, StepState
 from jobs.states import publish_job_state, publish_step
 from jobs.transports import CommandResult, NodeEndpoint, Transport, TransportError, endpoint_for, transport_for
 from lanes.models import Node, NodeState
+from lanes.secrets import fill_secret_env
 from lanes.services import node_set_state
 
 logger = logging.getLogger(__name__)
@@ -129,6 +130,9 @@ class JobContext:
         self._transports: dict[str, Transport] = {}
         self._endpoints: dict[str, NodeEndpoint] = {}
         self._seen: set[str] = set()
+        # Secret env values a lane job decrypted: filled into commands only as they leave for the node.
+        self.secret_env: dict[str, str] = {}
+        self._cleanup_until: float | None = None
 
     # --- logging ------------------------------------------------------------------------
     def log(self, text: str, *, node: str = "", stream: str = "system") -> None:
@@ -136,11 +140,30 @@ class JobContext:
             self.sink.append(node, stream, line)
 
     # --- cancel / deadline --------------------------------------------------------------
+    def interrupted(self) -> bool:
+        if self._cleanup_until is not None:  # undoing after a cancel: only its own deadline counts
+            return time.monotonic() > self._cleanup_until
+        return self.cancel.is_set() or time.monotonic() > self.deadline
+
     def check(self) -> None:
+        if self._cleanup_until is not None:
+            if time.monotonic() > self._cleanup_until:
+                raise JobTimedOut()
+            return
         if self.cancel.is_set():
             raise JobCancelled()
         if time.monotonic() > self.deadline:
             raise JobTimedOut()
+
+    @contextmanager
+    def cleanup(self, seconds: float) -> Iterator[None]:
+        """After a cancel or a time-out, a kind may undo what it started (a launch stops its
+        containers): commands run again, within this deadline of their own."""
+        self._cleanup_until = time.monotonic() + seconds
+        try:
+            yield
+        finally:
+            self._cleanup_until = None
 
     def sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -149,7 +172,10 @@ class JobContext:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            self.cancel.wait(min(left, 0.2))
+            if self._cleanup_until is not None:
+                time.sleep(min(left, 0.2))
+            else:
+                self.cancel.wait(min(left, 0.2))
 
     def wait(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run transport work; on cancel or deadline stop it (which kills the process on
@@ -162,7 +188,7 @@ class JobContext:
                     return future.result(timeout=0.1)
                 except TimeoutError:
                     pass
-                if self.cancel.is_set() or time.monotonic() > self.deadline:
+                if self.interrupted():
                     stop.set()
                     with _suppress_all():
                         future.result(timeout=20)
@@ -206,7 +232,9 @@ class JobContext:
                 self.sink.append_raw(endpoint.name, stream, raw, dropped)
 
         transport = self.transport(endpoint)
-        timeout = max(0.1, min(timeout_s, self.deadline - time.monotonic() + 1))
+        until = self._cleanup_until if self._cleanup_until is not None else self.deadline
+        timeout = max(0.1, min(timeout_s, until - time.monotonic() + 1))
+        command = fill_secret_env(command, self.secret_env) if self.secret_env else command
         result = self.wait(transport.run(command, on_line=on_line, stdin=stdin, timeout_s=timeout, capture=capture))
         self._node_seen(endpoint.name)
         return result

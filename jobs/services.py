@@ -41,8 +41,10 @@ def dispatch_job(job_id: int, time_limit_s: float) -> None:
     """Queue the Celery task (called on commit). The runner's own deadline fires first;
     Celery's soft and hard limits are the safety net (a hard kill ends as `lost`)."""
     try:
-        celery_app.send_task(RUN_JOB_TASK, args=(job_id,), soft_time_limit=int(time_limit_s) + 30,
-                             time_limit=int(time_limit_s) + 90)
+        # Above the runner's own limit and a launch's clean-up after it (JOBS_CANCEL_CLEANUP_S).
+        margin = int(settings.JOBS_CANCEL_CLEANUP_S)
+        celery_app.send_task(RUN_JOB_TASK, args=(job_id,), soft_time_limit=int(time_limit_s) + margin + 30,
+                             time_limit=int(time_limit_s) + margin + 90)
     except Exception as exc:  # broker down: say so on the job instead of leaving it queued forever
         logger.exception("job %s could not be queued", job_id)
         if Job.objects.filter(pk=job_id, state=JobState.QUEUED).update(
@@ -151,9 +153,10 @@ def fabric_job_create(*, kind: str, nodes: list[Node], user: UserLike | None,
     return job_create(kind=kind, user=user, nodes=nodes, params=params)
 
 
-def job_cancel(*, job: Job, user: UserLike | None) -> Job:
+def job_cancel(*, job: Job, user: UserLike | None, keep_running: bool = False) -> Job:
     """Queued: cancelled at once. Running: the runner notices within a second, kills the
-    command on the node and ends the job `cancelled`."""
+    command on the node and ends the job `cancelled`; a cancelled launch then stops what it
+    started, or, with `keep_running`, leaves it for inspection and says so on the lane."""
     name = user.get_username() if user is not None and user.is_authenticated else "system"
     now = timezone.now()
     if Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
@@ -162,7 +165,7 @@ def job_cancel(*, job: Job, user: UserLike | None) -> Job:
     ):
         pass
     elif not Job.objects.filter(pk=job.pk, state=JobState.RUNNING, cancel_requested_at__isnull=True).update(
-        cancel_requested_at=now, cancel_requested_by=name
+        cancel_requested_at=now, cancel_requested_by=name, cancel_keep_running=keep_running
     ):
         job.refresh_from_db()
         if job.is_final:

@@ -74,7 +74,7 @@ def job_log_download(request: HttpRequest, job_id: int) -> HttpResponse:
 def job_cancel_action(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(job_id)
     try:
-        job_cancel(job=job, user=request.user)
+        job_cancel(job=job, user=request.user, keep_running=request.POST.get("keep_running") == "on")
         messages.info(request, f"Cancel requested for job #{job.pk}.")
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))

@@ -67,6 +67,7 @@ def lane_out(lane: Lane, check: LaneCheck | None = None) -> dict[str, Any]:
             for b in check.budgets
         ],
         kv_pool=asdict(check.kv_pool) if check.kv_pool else None,
+        secret_env={name: "set" for name in sorted(lane.secret_env or {})},
     )
     return data
 

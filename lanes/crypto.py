@@ -62,3 +62,17 @@ def host_key_fingerprint(line: str) -> str:
     if not line:
         return ""
     return str(asyncssh.import_public_key(line).get_fingerprint("sha256"))
+
+
+def encrypt_secret(text: str) -> str:
+    """A secret container env value, encrypted with the same Fernet key as SSH keys."""
+    return _fernet().encrypt(text.encode()).decode()
+
+
+def decrypt_secret(token: str) -> str:
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except InvalidToken:
+        raise CredentialError(
+            "A stored secret cannot be decrypted with PORTAL_CREDENTIALS_KEY (was the key changed?)."
+        ) from None

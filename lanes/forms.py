@@ -53,6 +53,14 @@ def apply_service_errors(form: forms.Form, error: ValidationError) -> None:
             form.add_error(field if field in form.fields else None, message)
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea that never renders its value: a form shown again after an error (a
+    duplicate name, say) must not echo a pasted private key or secret back into the page."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
+
+
 class NodeForm(forms.Form):
     name = forms.SlugField(max_length=63, help_text="A slug: spark1, spark-a.")
     address = forms.CharField(max_length=253, help_text="Management address or host name (SSH, API endpoint).")
@@ -60,8 +68,9 @@ class NodeForm(forms.Form):
     ssh_port = forms.IntegerField(initial=22)
     ssh_user = forms.CharField(max_length=64, initial="spark")
     ssh_private_key = forms.CharField(
-        required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
-        help_text="Stored encrypted; never shown again. Leave empty to keep the current key.",
+        required=False, strip=False, widget=SecretTextarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text="Stored encrypted; never shown again (paste it again if the form reports an error). "
+                  "Leave empty to keep the current key.",
     )
     clear_private_key = forms.BooleanField(required=False, label="Remove the stored private key")
     ssh_host_key = forms.CharField(
@@ -117,7 +126,12 @@ class LaneForm(forms.Form):
     extra_args = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                  help_text="More vLLM flags, written as on a command line (quotes work).")
     container_env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
-                                    help_text="NAME=value, one per line; set on the container.")
+                                    help_text="NAME=value, one per line; set on the container. Names ending in "
+                                              "_TOKEN, _KEY, _SECRET or _PASSWORD are kept as secrets.")
+    secret_env = forms.CharField(required=False, strip=False, widget=SecretTextarea(attrs={"rows": 2, "autocomplete": "off"}),
+                                 label="Secret env",
+                                 help_text="NAME=value sets or replaces a secret, NAME= clears it; stored encrypted, "
+                                           "never shown again.")
     weights_gib = forms.FloatField(initial=0, help_text="All weights; each node holds weights/TP.")
     kv_bytes_per_token = forms.IntegerField(required=False, help_text="Per node (per TP rank).")
     runtime_overhead_gib = forms.FloatField(initial=6)
@@ -133,7 +147,7 @@ class LaneForm(forms.Form):
         ("advanced", "Advanced", ("api_port", "master_port", "container_name", "max_num_seqs",
                                   "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
                                   "max_cudagraph_capture_size", "speculative_config", "extra_args",
-                                  "container_env", "degraded_context_limit")),
+                                  "container_env", "secret_env", "degraded_context_limit")),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -173,15 +187,10 @@ class LaneForm(forms.Form):
             raise ValidationError(f"Cannot split into arguments: {exc}.") from None
 
     def clean_container_env(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        for number, line in enumerate(self.cleaned_data["container_env"].splitlines(), start=1):
-            if not line.strip():
-                continue
-            if "=" not in line:
-                raise ValidationError(f"Line {number}: write NAME=value.")
-            key, value = line.split("=", 1)
-            env[key.strip()] = value.strip()
-        return env
+        return _env_lines(self.cleaned_data["container_env"])
+
+    def clean_secret_env(self) -> dict[str, str]:
+        return _env_lines(self.cleaned_data["secret_env"])
 
     def clean_fallback(self) -> str | None:
         return self.cleaned_data["fallback"] or None
@@ -201,11 +210,23 @@ class LaneForm(forms.Form):
         initial["kv_cache_memory_bytes"] = _bytes_text(config["kv_cache_memory_bytes"])
         initial["speculative_config"] = json.dumps(config["speculative_config"]) if config["speculative_config"] else ""
         initial["extra_args"] = shlex.join(config["extra_args"] or [])
-        initial["container_env"] = "\n".join(f"{k}={v}" for k, v in (config["container_env"] or {}).items())
+        initial["container_env"] = "\n".join(f"{k}={v}" for k, v in (lane.container_env or {}).items())
         for key in ("enable_prefix_caching", "enable_chunked_prefill"):
             initial[key] = "" if config[key] is None else ("true" if config[key] else "false")
         initial["fallback"] = config["fallback"] or ""
         return initial
+
+
+def _env_lines(text: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if "=" not in line:
+            raise ValidationError(f"Line {number}: write NAME=value.")
+        key, value = line.split("=", 1)
+        env[key.strip()] = value.strip()
+    return env
 
 
 def _bytes_text(value: int | None) -> str:

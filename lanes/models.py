@@ -53,6 +53,8 @@ class Node(models.Model):
     labels = models.JSONField(default=list, blank=True, validators=JSON)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UNKNOWN)
     last_seen = models.DateTimeField(null=True, blank=True)
+    # Consecutive failed probes of the health watcher (lanes.watcher): N of them → unreachable.
+    health_failures = models.PositiveIntegerField(default=0)
     network_report = models.JSONField(default=dict, blank=True, validators=JSON)
     network_checked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -86,6 +88,10 @@ class LaneState(models.TextChoices):
     DEGRADED = "degraded"
     FAILED = "failed"
     STOPPING = "stopping"
+    # The head node itself does not answer (not only the engine).
+    UNREACHABLE = "unreachable"
+    # The portal (re)started: not shown as true until the health watcher has probed it.
+    CHECKING = "checking"
 
 
 class DesiredState(models.TextChoices):
@@ -116,7 +122,9 @@ class Lane(models.Model):
     speculative_config = models.JSONField(null=True, blank=True, validators=JSON)
     max_cudagraph_capture_size = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
     extra_args = models.JSONField(default=list, blank=True, validators=JSON)
-    container_env = models.JSONField(default=dict, blank=True, validators=JSON)
+    container_env = models.JSONField(default=dict, blank=True, validators=JSON)  # plain values only
+    # Secret container env: name -> Fernet token (lanes.crypto); decrypted only in the worker at launch.
+    secret_env = models.JSONField(default=dict, blank=True, validators=JSON)
     # memory budget
     weights_gib = models.FloatField(default=0, validators=GIB)
     kv_bytes_per_token = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
@@ -129,6 +137,10 @@ class Lane(models.Model):
     desired_state = models.CharField(max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED)
     observed_state = models.CharField(max_length=16, choices=LaneState.choices, default=LaneState.STOPPED)
     state_changed_at = models.DateTimeField(null=True, blank=True)
+    state_reason = models.CharField(max_length=500, blank=True, default="")
+    # The health watcher (lanes.watcher): consecutive failed probes, and the last probe's time.
+    health_failures = models.PositiveIntegerField(default=0)
+    health_checked_at = models.DateTimeField(null=True, blank=True)
     revision = models.PositiveIntegerField(default=0, help_text="Number of the current revision.")
     nodes = models.ManyToManyField(Node, through="LaneNode", related_name="lanes")
     created_at = models.DateTimeField(auto_now_add=True)

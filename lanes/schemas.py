@@ -92,6 +92,8 @@ class LaneIn(Schema):
     max_cudagraph_capture_size: int | None = None
     extra_args: list[str] = []
     container_env: dict[str, str] = {}
+    # NAME → value sets or replaces a secret (write-only: never returned); NAME → null or "" clears it.
+    secret_env: dict[str, str | None] | None = None
     weights_gib: float = 0.0
     kv_bytes_per_token: int | None = None
     runtime_overhead_gib: float = 6.0
@@ -123,6 +125,7 @@ class LanePatch(Schema):
     max_cudagraph_capture_size: int | None = None
     extra_args: list[str] | None = None
     container_env: dict[str, str] | None = None
+    secret_env: dict[str, str | None] | None = None
     weights_gib: float | None = None
     kv_bytes_per_token: int | None = None
     runtime_overhead_gib: float | None = None
@@ -179,6 +182,7 @@ class LaneOut(Schema):
     max_cudagraph_capture_size: int | None
     extra_args: list[str]
     container_env: dict[str, Any]
+    secret_env: dict[str, str]  # NAME → "set": values are never returned
     weights_gib: float
     kv_bytes_per_token: int | None
     runtime_overhead_gib: float
@@ -187,6 +191,8 @@ class LaneOut(Schema):
     current_context_limit: int
     desired_state: str
     observed_state: str
+    state_reason: str  # why it is in that state (the job, or the health watcher, that said so)
+    state_changed_at: datetime | None
     revision: int
     base_url: str
     rules: list[RuleOut]

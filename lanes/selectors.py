@@ -14,6 +14,7 @@ from lanes.models import Lane, LaneRevision, LaneState, Node
 from lanes.plan_shell import Fabric, fabric_env, fabric_of
 from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
 from lanes.rules import LaneCheck, NodeFacts, OtherLane, check_lane, lane_footprint_gib
+from lanes.secrets import env_with_marks
 from portal.audit import audit_diff
 
 # The lane's configuration as a revision stores it (and as rules and plans read it).
@@ -56,6 +57,7 @@ def lane_get(name: str) -> Lane:
 def lane_config(lane: Lane, nodes: Sequence[Node] | None = None) -> dict[str, Any]:
     """The snapshot of a (possibly unsaved) lane: its settings, fallback and ranked nodes."""
     config = {key: getattr(lane, key) for key in CONFIG_FIELDS}
+    config["container_env"] = env_with_marks(lane.container_env or {}, lane.secret_env or {})
     config["fallback"] = lane.fallback.name if lane.fallback_id and lane.fallback else None
     ranked = list(nodes) if nodes is not None else (lane.ranked_nodes() if lane.pk else [])
     config["nodes"] = [node.name for node in ranked]

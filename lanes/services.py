@@ -9,15 +9,18 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from lanes.crypto import CredentialError, encrypt_private_key, host_key_fingerprint, normalize_host_key
-from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node, NodeState
-from lanes.rules import LaneCheck, check_lane, rule_max_model_len_pinned
+from lanes.crypto import CredentialError, encrypt_private_key, encrypt_secret, host_key_fingerprint, normalize_host_key
+from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node, NodeState, Transport
+from lanes.rules import ENV_NAME, LaneCheck, check_lane, rule_max_model_len_pinned
+from lanes.secrets import SECRET_MARK, is_secret_name
 from lanes.selectors import CONFIG_FIELDS, lane_check, lane_config, node_facts, other_lanes_on
 from portal.audit import audit_record
 from portal.broadcast import DASHBOARD_GROUP, broadcast
@@ -73,8 +76,30 @@ def _apply_node_data(node: Node, data: Mapping[str, Any], private_key: str | Non
         words = shlex.split(node.runtime_command)
     except ValueError:
         words = []
-    if not words or not all(SAFE_WORD.match(word) for word in words):
-        _merge(errors, "runtime_command", "Enter a command such as 'docker' or 'sudo -n docker'.")
+    # Plain words only: no quotes, control characters (a newline would start a second command) or shell syntax.
+    if not words or " ".join(words) != node.runtime_command.strip() or not all(SAFE_WORD.match(w) for w in words):
+        _merge(errors, "runtime_command", "Enter one or more plain words, such as 'docker' or 'sudo -n docker' "
+                                          "(letters, digits and . _ / = : + - only).")
+    sim_dir_problem = sim_dir_error(node.sim_dir, required=node.transport == Transport.LOCAL)
+    if sim_dir_problem:
+        _merge(errors, "sim_dir", sim_dir_problem)
+
+
+def sim_dir_error(sim_dir: str, *, required: bool) -> str:
+    """A sparksim node directory must exist under settings.SIM_ROOT: a local node with a bad
+    one would run the host's real tools (docker, ping) as if they were the node's."""
+    root = Path(settings.SIM_ROOT).resolve()
+    if not sim_dir:
+        return f"A local node needs its sparksim directory (under {root})." if required else ""
+    if any(ord(ch) < 32 for ch in sim_dir):
+        return "Control characters are not allowed in a path."
+    path = Path(sim_dir)
+    resolved = (path if path.is_absolute() else root / path).resolve()
+    if resolved != root and root not in resolved.parents:
+        return f"Must be a directory under the simulated-cluster root {root}."
+    if not resolved.is_dir():
+        return f"No such directory under {root}."
+    return ""
 
 
 def _full_clean(instance: Node | Lane, errors: dict[str, list[str]], exclude: Sequence[str] = ()) -> None:
@@ -226,9 +251,49 @@ def _resolve_nodes(names: Sequence[str], errors: dict[str, list[str]]) -> list[N
     return [found[name] for name in names if name in found]
 
 
-def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list[str]]) -> None:
+def _apply_secret_env(lane: Lane, updates: Mapping[str, Any], errors: dict[str, list[str]]) -> dict[str, str]:
+    """NAME → value sets or replaces a secret, NAME → None/"" clears it, NAME → "[secret]"
+    keeps it (a form or client sending back what it was shown). Returns what changed, by name
+    ("set", "replaced", "cleared"): never a value."""
+    secrets = dict(lane.secret_env or {})
+    changes: dict[str, str] = {}
+    for name, value in updates.items():
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            _merge(errors, "secret_env", f"{str(name)[:40]!r} is not an environment variable name "
+                                         "(letters, digits and _, not starting with a digit).")
+            continue
+        if value == SECRET_MARK:
+            continue
+        if value is None or value == "":
+            if name in secrets:
+                del secrets[name]
+                changes[name] = "cleared"
+            continue
+        if not isinstance(value, str) or any(ord(ch) < 32 for ch in value):
+            _merge(errors, "secret_env", f"{name}: the value must be one line of text.")
+            continue
+        changes[name] = "replaced" if name in secrets else "set"
+        secrets[name] = encrypt_secret(value)
+        lane.container_env = {k: v for k, v in (lane.container_env or {}).items() if k != name}
+    lane.secret_env = secrets
+    return changes
+
+
+def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list[str]]) -> dict[str, str]:
+    """Sets the lane's fields from data; returns the secret env changes (by name)."""
+    secret_updates: dict[str, Any] = dict(data.get("secret_env") or {})
     for key, value in data.items():
-        if key == "fallback":
+        if key in ("fallback", "secret_env"):
+            continue
+        if key == "container_env":
+            # Secret-looking names (and names already secret) go to the encrypted secrets.
+            plain = {}
+            for name, item in (value or {}).items():
+                if is_secret_name(str(name)) or name in (lane.secret_env or {}):
+                    secret_updates.setdefault(name, item)
+                else:
+                    plain[name] = item
+            lane.container_env = plain
             continue
         if key not in CONFIG_FIELDS:
             raise ValueError(f"unknown lane field {key!r}")
@@ -252,6 +317,12 @@ def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list
                 _merge(errors, "fallback", f"No lane named {name!r}.")
             else:
                 lane.fallback = fallback
+    return _apply_secret_env(lane, secret_updates, errors)
+
+
+def _secret_audit(changes: Mapping[str, str]) -> dict[str, Any]:
+    """What the audit log says about secrets: which names changed and how, never a value."""
+    return {"secret_env_changes": dict(sorted(changes.items()))} if changes else {}
 
 
 def lane_validate(lane: Lane, nodes: Sequence[Node]) -> LaneCheck:
@@ -293,17 +364,33 @@ def _set_members(lane: Lane, nodes: Sequence[Node]) -> None:
     LaneNode.objects.bulk_create([LaneNode(lane=lane, node=node, replica=0, rank=r) for r, node in enumerate(nodes)])
 
 
+def _check_rename(lane: Lane, errors: dict[str, list[str]]) -> None:
+    """A lane's name is the model name clients send and the engine serves (when no served
+    name is set), and other lanes name it as their fallback: renaming a running lane would
+    send requests for a name its engine does not know, and a silent follow of a fallback
+    would change another lane without its own revision. So: only stopped lanes, and only
+    when no lane falls back to it."""
+    if lane.observed_state != LaneState.STOPPED or lane.desired_state != "stopped":
+        _merge(errors, "name", f"Lane {lane.name} is {lane.observed_state}: stop it before renaming it "
+                               "(clients and its engine know it by this name).")
+    dependents = sorted(lane.fallback_for.values_list("name", flat=True))
+    if dependents:
+        _merge(errors, "name", f"Lane {lane.name} is the fallback of {', '.join(dependents)}: "
+                               "choose another fallback there before renaming it.")
+
+
 @transaction.atomic
 def lane_create(*, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str]) -> Lane:
     lane = Lane()
     errors: dict[str, list[str]] = {}
-    _apply_lane_data(lane, data, errors)
+    secret_changes = _apply_lane_data(lane, data, errors)
     ranked = _resolve_nodes(nodes, errors)
     _raise_unless_valid(lane, ranked, errors)
     lane.save()
     _set_members(lane, ranked)
     revision = _save_revision(lane, actor, ranked)
-    audit_record(actor=actor, action="lane.create", obj=lane, after=revision.config)
+    audit_record(actor=actor, action="lane.create", obj=lane,
+                 after={**revision.config, **_secret_audit(secret_changes)})
     return lane
 
 
@@ -314,17 +401,21 @@ def lane_update(
     lane = Lane.objects.select_for_update(of=("self",)).select_related("fallback").get(pk=lane.pk)
     before = lane_config(lane)
     errors: dict[str, list[str]] = {}
-    _apply_lane_data(lane, data, errors)
+    if "name" in data and data["name"] != lane.name:
+        _check_rename(lane, errors)
+    secret_changes = _apply_lane_data(lane, data, errors)
     ranked = _resolve_nodes(nodes, errors) if nodes is not None else lane.ranked_nodes()
     _raise_unless_valid(lane, ranked, errors)
     after = lane_config(lane, ranked)
-    if {k: v for k, v in after.items() if k != "revision"} == {k: v for k, v in before.items() if k != "revision"}:
+    unchanged = {k: v for k, v in after.items() if k != "revision"} == {k: v for k, v in before.items() if k != "revision"}
+    if unchanged and not secret_changes:
         return lane  # nothing in the configuration changed: no new revision
     lane.save()
     if nodes is not None:
         _set_members(lane, ranked)
     revision = _save_revision(lane, actor, ranked)
-    audit_record(actor=actor, action="lane.update", obj=lane, before=before, after=revision.config)
+    audit_record(actor=actor, action="lane.update", obj=lane, before=before,
+                 after={**revision.config, **_secret_audit(secret_changes)})
     return lane
 
 
@@ -342,18 +433,53 @@ def lane_delete(*, lane: Lane, actor: UserLike | None) -> None:
     lane.delete()
 
 
-def lane_set_observed_state(*, lane: Lane, state: str, reason: str = "") -> Lane:
-    """Called by the jobs app (launch, stop, status, watchdog): save, then broadcast."""
+def lane_state_payload(lane: Lane) -> dict[str, Any]:
+    data = {"name": lane.name, "observed_state": lane.observed_state, "desired_state": lane.desired_state,
+            "state_changed_at": lane.state_changed_at.isoformat() if lane.state_changed_at else None}
+    if lane.state_reason:
+        data["reason"] = lane.state_reason
+    return data
+
+
+def lane_set_observed_state(
+    *, lane: Lane, state: str, reason: str = "", source: str = "job", expected: str | None = None
+) -> bool:
+    """Called by the jobs app (launch, stop, status, watchdog) and the health watcher: save,
+    then broadcast `lane.state`. A change of state is also an audit event (the lane's state
+    history, with its reason and who saw it: a job or the watcher). With `expected`, nothing
+    changes unless the lane is still in that state (a job moved it meanwhile): returns False."""
     if state not in LaneState.values:
         raise ValueError(f"unknown lane state {state!r}")
-    lane.observed_state = state
-    lane.state_changed_at = timezone.now()
-    lane.save(update_fields=["observed_state", "state_changed_at", "updated_at"])
-    data = {"name": lane.name, "observed_state": lane.observed_state, "desired_state": lane.desired_state}
-    if reason:
-        data["reason"] = reason
-    broadcast(DASHBOARD_GROUP, "lane.state", data)
-    return lane
+    with transaction.atomic():
+        current = Lane.objects.select_for_update().get(pk=lane.pk)
+        previous = current.observed_state
+        if expected is not None and previous != expected:
+            return False
+        current.observed_state = state
+        current.state_reason = reason[:500]
+        fields = ["observed_state", "state_reason", "updated_at"]
+        if previous != state:
+            current.state_changed_at = timezone.now()
+            current.health_failures = 0
+            fields += ["state_changed_at", "health_failures"]
+            audit_record(actor=None, action="lane.state", obj=current,
+                         before={"observed_state": previous},
+                         after={"observed_state": state, "reason": reason[:500], "seen_by": source})
+        current.save(update_fields=fields)
+    for field in ("observed_state", "state_reason", "state_changed_at", "health_failures", "desired_state"):
+        setattr(lane, field, getattr(current, field))
+    broadcast(DASHBOARD_GROUP, "lane.state", lane_state_payload(current))
+    return True
+
+
+def lanes_mark_checking(*, reason: str) -> list[str]:
+    """The portal's processes (re)started: every lane not stopped is shown `checking` until
+    the health watcher has probed it (what ran before may be gone, or may still run)."""
+    names = []
+    for lane in Lane.objects.exclude(observed_state__in=(LaneState.STOPPED, LaneState.CHECKING)):
+        lane_set_observed_state(lane=lane, state=LaneState.CHECKING, reason=reason, source="start")
+        names.append(lane.name)
+    return names
 
 
 def lane_set_desired_state(*, lane: Lane, state: str, actor: UserLike | None) -> Lane:

@@ -1,4 +1,9 @@
+"""Audit events are evidence: nobody edits or deletes them through the portal, admins included."""
+
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from portal.models import AuditEvent
 
@@ -9,3 +14,12 @@ class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
     list_filter = ("action", "object_type")
     search_fields = ("object_repr", "actor_name")
     readonly_fields = [f.name for f in AuditEvent._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

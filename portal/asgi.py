@@ -9,8 +9,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from portal.ws_origin import SameOriginValidator  # noqa: E402
 from portal.ws_urls import websocket_urlpatterns  # noqa: E402
 from routing.gateway.asgi import with_gateway  # noqa: E402
 from routing.router.engine import router_unavailable_reason  # noqa: E402
@@ -26,7 +26,7 @@ application = with_gateway(
     ProtocolTypeRouter(
         {
             "http": django_asgi_app,
-            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         }
     )
 )

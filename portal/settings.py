@@ -153,7 +153,20 @@ CELERY_TASK_ACKS_LATE = True  # a job survives a worker crash; the runner's clai
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_PREFIX}-default"
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "global_keyprefix": f"{REDIS_PREFIX}:"}
+# Periodic work (beat's tasks: heartbeat, reaper, purge, lane health watcher, scrapes) has its own
+# queue and worker process, so four 40-minute launches can never starve it. Every task named in
+# CELERY_BEAT_SCHEDULE goes there (portal.celery routes it); a periodic task also run on demand
+# opts in by being listed in PERIODIC_TASKS.
+PERIODIC_QUEUE = f"{REDIS_PREFIX}-periodic"
+PERIODIC_TASKS: list[str] = []
+WORKER_CONCURRENCY = env_int("PORTAL_WORKER_CONCURRENCY", 4, minimum=1, maximum=256)
+PERIODIC_WORKER_CONCURRENCY = env_int("PORTAL_PERIODIC_WORKER_CONCURRENCY", 3, minimum=1, maximum=64)
+# The longest a job may run (its time_limit_s parameter); Celery's hard limit adds 90 s.
+JOBS_MAX_TIME_LIMIT_S = env_float("PORTAL_JOBS_MAX_TIME_LIMIT_S", 86_400.0, minimum=60, maximum=7 * 86_400)
+# Redis redelivers an unacknowledged task after the visibility timeout: below the longest job's
+# limit, a launch still waiting for health would be handed to a second worker.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(JOBS_MAX_TIME_LIMIT_S) + 600,
+                                   "global_keyprefix": f"{REDIS_PREFIX}:"}
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "portal-heartbeat": {"task": "portal.tasks.publish_heartbeat", "schedule": 10.0},
@@ -224,6 +237,8 @@ JOBS_LOST_AFTER_S = env_float("PORTAL_JOBS_LOST_AFTER_S", 60.0, minimum=1, maxim
 JOBS_REAPER_INTERVAL_S = env_float("PORTAL_JOBS_REAPER_INTERVAL_S", 30.0, minimum=1, maximum=3600)
 # Time limit of a job (launch: the health wait plus this); Celery's soft/hard limits sit above it.
 JOBS_DEFAULT_TIME_LIMIT_S = env_float("PORTAL_JOBS_DEFAULT_TIME_LIMIT_S", 900.0, minimum=5, maximum=86_400)
+# After a cancel or time-out, how long a launch may take to stop what it started (stop plan).
+JOBS_CANCEL_CLEANUP_S = env_float("PORTAL_JOBS_CANCEL_CLEANUP_S", 150.0, minimum=5, maximum=480)
 JOBS_LAUNCH_WAIT_DEFAULT_S = env_float("PORTAL_JOBS_LAUNCH_WAIT_DEFAULT_S", 2400.0, minimum=1, maximum=86_400)
 # Live logs: lines are cut at this many characters; batches are flushed this often / this big.
 JOBS_LOG_MAX_LINE_CHARS = env_int("PORTAL_JOBS_LOG_MAX_LINE_CHARS", 8192, minimum=80, maximum=1_000_000)
@@ -252,6 +267,17 @@ SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))
 # How the worker reaches the portal's own /v1/ gateway (benchmarks through the gateway).
 GATEWAY_URL = env_str("PORTAL_GATEWAY_URL", "http://127.0.0.1:8080")
 SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
+# The lane health watcher (lanes.watcher, on the periodic queue): probe interval, failed probes in a
+# row before a serving lane is failed / a node unreachable, and the probes' timeouts (seconds).
+LANES_WATCH_INTERVAL_S = env_float("PORTAL_LANES_WATCH_INTERVAL_S", 10.0, minimum=0.2, maximum=3600)
+LANES_WATCH_FAILURES = env_int("PORTAL_LANES_WATCH_FAILURES", 2, minimum=1, maximum=100)
+LANES_WATCH_CONNECT_TIMEOUT_S = env_float("PORTAL_LANES_WATCH_CONNECT_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)
+LANES_WATCH_TIMEOUT_S = env_float("PORTAL_LANES_WATCH_TIMEOUT_S", 2.0, minimum=0.05, maximum=60)
+CELERY_BEAT_SCHEDULE.update(
+    {"lanes-health-watcher": {"task": "lanes.tasks.watch_lane_health", "schedule": LANES_WATCH_INTERVAL_S,
+                              # a tick queued behind a slow one is stale by the next: drop it
+                              "options": {"expires": LANES_WATCH_INTERVAL_S}}}
+)
 
 # --- router --- (routing.router: the semantic router behind model="auto"; DESIGN.md §9)
 # The decision's matrix product (200 × 384) is tiny: OpenBLAS's own thread pool only adds

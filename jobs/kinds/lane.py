@@ -6,13 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
+
 from jobs.kinds.plan_exec import PlanRunner, StepFailed
+from jobs.models import Job, JobKind
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
 from jobs.transports import TransportError
+from lanes.crypto import CredentialError, decrypt_secret
 from lanes.models import Lane, LaneState, Node
 from lanes.plans import Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.secrets import SECRET_MARK, marked_names
 from lanes.selectors import plan_targets
-from lanes.services import lane_set_observed_state
+from lanes.services import lane_set_desired_state, lane_set_observed_state
 
 # Job parameters that may tune a launch (validated in jobs.params).
 CONFIG_OVERRIDES = ("wait_timeout_s", "wait_poll_s")
@@ -37,11 +42,29 @@ class LaneJob:
         by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
         self.nodes = [by_name[name] for name in names]
         ctx.sink.add_secrets(self.secret_values())
+        if job.kind in (JobKind.LAUNCH, JobKind.RESTART):  # only a launch puts them on a container
+            ctx.secret_env = self.decrypt_secret_env()
+            ctx.sink.add_secrets(ctx.secret_env.values())
         self.runner = PlanRunner(ctx, self.nodes)
 
     def secret_values(self) -> list[str]:
+        """Plain env values that still look secret (a revision saved before secrets were separated)."""
         env = self.config.get("container_env") or {}
-        return [str(v) for k, v in env.items() if any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))]
+        return [str(v) for k, v in env.items()
+                if v != SECRET_MARK and any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))]
+
+    def decrypt_secret_env(self) -> dict[str, str]:
+        """The secrets this revision's plan marks, decrypted here in the worker and nowhere else."""
+        wanted = marked_names(self.config.get("container_env") or {})
+        stored = Lane.objects.filter(pk=self.lane.pk).values_list("secret_env", flat=True).first() or {}
+        missing = [name for name in wanted if name not in stored]
+        if missing:
+            raise JobFailed(f"secret env {', '.join(missing)} was cleared after revision {self.config.get('revision')}: "
+                            "set it again on the lane before launching")
+        try:
+            return {name: decrypt_secret(stored[name]) for name in wanted}
+        except CredentialError as exc:
+            raise JobFailed(str(exc)) from None
 
     def render(self, renderer: Callable[..., Plan]) -> Plan:
         try:
@@ -70,8 +93,9 @@ class LaneJob:
         try:
             self.runner.run(plan, rows, on_phase=on_phase)
         except (JobCancelled, JobTimedOut) as exc:
-            what = "cancelled" if isinstance(exc, JobCancelled) else "timed out"
-            self.set_state(LaneState.FAILED, f"launch #{job_id} {what}; {self.left_for_inspection()}")
+            step = current.get("step")
+            started = step is not None and step.phase != "preflight"  # preflight only reads
+            self.undo_launch("cancelled" if isinstance(exc, JobCancelled) else "timed out", started=started)
             raise
         except (JobFailed, TransportError) as exc:
             failed = exc.step if isinstance(exc, StepFailed) else current.get("step")
@@ -83,6 +107,35 @@ class LaneJob:
             raise JobFailed(reason) from None
         self.set_state(LaneState.SERVING, f"launch #{job_id}: /health and /v1/models answer")
         return {"lane": self.lane.name, "revision": plan.revision, "state": LaneState.SERVING}
+
+    def undo_launch(self, what: str, *, started: bool) -> None:
+        """A cancelled or timed-out launch never leaves a lane that says `failed` while its
+        engine runs: it stops what it started, or (the admin's choice when cancelling) leaves
+        it running and says so."""
+        job_id = self.ctx.job.pk
+        if not started:
+            lane_set_desired_state(lane=self.lane, state="stopped", actor=None)
+            self.set_state(LaneState.STOPPED, f"launch #{job_id} {what} in preflight: nothing was started")
+            return
+        keep = what == "cancelled" and bool(
+            Job.objects.filter(pk=job_id).values_list("cancel_keep_running", flat=True).first())
+        if keep:
+            self.set_state(LaneState.FAILED, f"launch #{job_id} cancelled; the engine may still be running: "
+                                             f"{self.left_for_inspection()}")
+            return
+        self.ctx.log(f"launch {what}: stopping what it started")
+        with self.ctx.cleanup(settings.JOBS_CANCEL_CLEANUP_S):
+            plan = self.render(render_stop_plan)
+            rows = self.runner.declare(plan)
+            self.set_state(LaneState.STOPPING, f"launch #{job_id} {what}: stopping what it started")
+            try:
+                self.runner.run(plan, rows)
+            except (JobFailed, TransportError) as exc:
+                self.set_state(LaneState.FAILED, f"launch #{job_id} {what}; stopping what it started failed: {exc}; "
+                                                 f"{self.left_for_inspection()}")
+                return
+        lane_set_desired_state(lane=self.lane, state="stopped", actor=None)
+        self.set_state(LaneState.STOPPED, f"launch #{job_id} {what}: stopped what it started")
 
     def left_for_inspection(self) -> str:
         container = self.config.get("container_name") or "vllm_node"

@@ -13,6 +13,7 @@ from lanes.models import Lane, LaneState, Node, NodeState
 from tests.conftest import free_port, wait_for
 from tests.jobs.conftest import job_log_text, run_in_thread, run_job
 from tests.jobs.sshd import client_keypair, keygen
+from tests.portal.processes import engine_processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,20 +87,39 @@ def test_engine_that_never_becomes_healthy_fails_and_leaves_containers(ssh_clust
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.FAILED
 
 
-def test_cancel_during_the_health_wait_stops_the_job(ssh_cluster, make_lane, admin_user):
-    spark3 = ssh_cluster.node("spark3")
+def cancel_in_health_wait(cluster, make_lane, admin_user, keep_running: bool):
+    spark3 = cluster.node("spark3")
     lane = make_lane("qwen", [spark3], extra_args=["--sim-startup-s", "100000"], wait_timeout_s=600)
     job = lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user)
     thread = run_in_thread(lambda: job_run(job_id=job.pk))
     wait_for(lambda: JobStep.objects.filter(job=job, key="wait.health", state=StepState.RUNNING).exists(),
              timeout=60, what="the health wait")
-    job_cancel(job=job, user=admin_user)
-    thread.join(timeout=30)
+    assert "vllm_node" in docker_ps(spark3)
+    job_cancel(job=job, user=admin_user, keep_running=keep_running)
+    thread.join(timeout=120)
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED
     assert job.error == f"cancelled by {admin_user.username}"
     assert JobStep.objects.get(job=job, key="wait.health").state == StepState.CANCELLED
-    assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.FAILED
+    return spark3, Lane.objects.get(pk=lane.pk), job
+
+
+def test_cancel_during_the_health_wait_stops_what_the_launch_started(ssh_cluster, make_lane, admin_user):
+    spark3, lane, job = cancel_in_health_wait(ssh_cluster, make_lane, admin_user, keep_running=False)
+    assert "vllm_node" not in docker_ps(spark3)  # the container is gone...
+    assert engine_processes(lane.api_port) == []  # ...and no engine process is left behind
+    assert (lane.observed_state, lane.desired_state) == (LaneState.STOPPED, "stopped")
+    assert "stopped what it started" in lane.state_reason
+    assert JobStep.objects.filter(job=job, key__startswith="stop.", state=StepState.SUCCEEDED).exists()
+
+
+def test_cancel_leaving_it_for_inspection_says_the_engine_still_runs(ssh_cluster, make_lane, admin_user):
+    spark3, lane, job = cancel_in_health_wait(ssh_cluster, make_lane, admin_user, keep_running=True)
+    assert "vllm_node" in docker_ps(spark3)
+    assert engine_processes(lane.api_port)
+    assert lane.observed_state == LaneState.FAILED and "the engine may still be running" in lane.state_reason
+    assert "left on spark3 for inspection" in lane.state_reason
+    subprocess.run([f"{spark3.sim_dir}/bin/docker", "rm", "-f", "vllm_node"], check=True, capture_output=True)
 
 
 def test_cancel_kills_the_remote_command_over_ssh(ssh_cluster, admin_user, tmp_path):

@@ -175,3 +175,20 @@ def test_recent_jobs_and_live_events_name_the_kind_in_words(viewer_client, job, 
     assert job_payload(job)["kind_label"] == "Status"
     page = viewer_client.get(f"/lanes/{lane.name}/").content.decode()
     assert f"#{job.pk} Status</a>" in page and f"#{job.pk} status</a>" not in page
+
+
+def test_cancel_can_leave_a_launch_for_inspection_from_the_page_and_the_api(admin_client, lane, admin_user):
+    launch = job_create(kind=JobKind.LAUNCH, user=admin_user, nodes=lane.ranked_nodes(), lane=lane)
+    Job.objects.filter(pk=launch.pk).update(state=JobState.RUNNING)
+    page = admin_client.get(f"/jobs/{launch.pk}/").content.decode()
+    assert 'name="keep_running"' in page and "leave for inspection" in page
+    admin_client.post(f"/jobs/{launch.pk}/cancel/", {"keep_running": "on"})
+    launch.refresh_from_db()
+    assert launch.cancel_requested_at is not None and launch.cancel_keep_running
+
+    other = job_create(kind=JobKind.STATUS, user=admin_user, nodes=lane.ranked_nodes(), lane=lane)
+    Job.objects.filter(pk=other.pk).update(state=JobState.RUNNING)
+    assert 'name="keep_running"' not in admin_client.get(f"/jobs/{other.pk}/").content.decode()
+    admin_client.post(f"/api/jobs/{other.pk}/cancel?keep_running=false")
+    other.refresh_from_db()
+    assert other.cancel_requested_at is not None and not other.cancel_keep_running

@@ -87,9 +87,13 @@ def test_rising_rtt_degrades_the_lane_gateway_holds_512k_then_recovers(
     accepted = wait_for(lambda: (r := chat(asgi_server.url, secret, prompt)).status_code == 200 and r,
                         timeout=60, what="the gateway to take the long prompt again")
     assert accepted.json()["usage"]["prompt_tokens"] > 600_000
+    # lane.state events (the state history every change writes) sit between them
     actions = list(AuditEvent.objects.filter(object_id=str(lane.pk), action__startswith="lane.")
-                   .order_by("id").values_list("action", flat=True))
+                   .exclude(action="lane.state").order_by("id").values_list("action", flat=True))
     assert actions[-2:] == ["lane.degraded", "lane.recovered"]
+    states = [diff["observed_state"] for diff in AuditEvent.objects.filter(
+        object_id=str(lane.pk), action="lane.state").order_by("id").values_list("diff", flat=True)]
+    assert states[-2:] == [["serving", "degraded"], ["degraded", "serving"]]
 
 
 def test_a_lane_that_opted_out_is_never_degraded(ssh_cluster, admin_user) -> None:

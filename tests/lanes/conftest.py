@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,9 +11,19 @@ from tests.lanes.rule_cases import lane_data
 
 
 @pytest.fixture
-def nodes(db: None) -> dict[str, Node]:
+def sim_root(settings: Any, tmp_path: Path) -> Path:
+    """A simulated-cluster root for this test: local nodes' sim_dir must lie under it."""
+    settings.SIM_ROOT = tmp_path / "sim"
+    for name in ("spark1", "spark2", "spark3", "spark9"):
+        (settings.SIM_ROOT / name).mkdir(parents=True)
+    return Path(settings.SIM_ROOT)
+
+
+@pytest.fixture
+def nodes(db: None, sim_root: Path) -> dict[str, Node]:
     return {
-        name: Node.objects.create(name=name, address=f"127.0.0.{10 + i}", transport="local")
+        name: Node.objects.create(name=name, address=f"127.0.0.{10 + i}", transport="local",
+                                  sim_dir=str(sim_root / name))
         for i, name in enumerate(["spark1", "spark2", "spark3"], start=1)
     }
 

@@ -144,8 +144,12 @@ def test_observed_state_is_saved_then_broadcast_to_the_dashboard_and_lane_groups
     lane = make_lane("qwen")
     lane_set_observed_state(lane=lane, state="starting", reason="launch job 7")
     assert Lane.objects.get(pk=lane.pk).observed_state == "starting"
-    data = {"name": "qwen", "observed_state": "starting", "desired_state": "stopped", "reason": "launch job 7"}
+    changed_at = Lane.objects.get(pk=lane.pk).state_changed_at
+    data = {"name": "qwen", "observed_state": "starting", "desired_state": "stopped", "reason": "launch job 7",
+            "state_changed_at": changed_at.isoformat()}
     assert sent == [("dashboard", "lane.state", data)]
+    event = AuditEvent.objects.get(action="lane.state", object_id=str(lane.pk))
+    assert event.diff["observed_state"] == ["stopped", "starting"] and event.diff["reason"] == [None, "launch job 7"]
     with pytest.raises(ValueError):
         lane_set_observed_state(lane=lane, state="bogus")
 

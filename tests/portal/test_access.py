@@ -95,7 +95,7 @@ def test_api_writes_need_the_csrf_token(admin_user):
 
     client = Client(enforce_csrf_checks=True)
     client.force_login(admin_user)
-    body = {"name": "spark9", "address": "127.0.0.19", "transport": "local"}
+    body = {"name": "spark9", "address": "127.0.0.19", "transport": "ssh"}
     refused = client.post("/api/nodes", body, content_type="application/json")
     assert refused.status_code == 403
     assert not Node.objects.filter(name="spark9").exists()

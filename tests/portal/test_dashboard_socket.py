@@ -60,3 +60,37 @@ async def test_foreign_origin_is_refused(viewer_user):
     ws = communicator(await session_cookie(viewer_user), origin="http://evil.example")
     connected, _ = await ws.connect()
     assert not connected
+
+
+async def test_same_host_on_another_port_is_refused(viewer_user):
+    # A page on http://localhost:9999 (another app on this machine) must not ride the cookie.
+    ws = communicator(await session_cookie(viewer_user), origin="http://localhost:9999")
+    connected, _ = await ws.connect()
+    assert not connected
+
+
+async def test_same_host_with_another_scheme_is_refused(viewer_user):
+    ws = communicator(await session_cookie(viewer_user), origin="https://localhost")
+    connected, _ = await ws.connect()
+    assert not connected
+
+
+async def test_socket_without_origin_is_refused(viewer_user):
+    headers = [(b"host", b"localhost"), (b"cookie", f"sessionid={await session_cookie(viewer_user)}".encode())]
+    connected, _ = await WebsocketCommunicator(application, "/ws/dashboard/", headers=headers).connect()
+    assert not connected
+
+
+async def test_same_port_explicit_is_accepted_and_a_trusted_origin_too(viewer_user, settings):
+    cookie = await session_cookie(viewer_user)
+    headers = [(b"origin", b"http://localhost:8080"), (b"host", b"localhost:8080"),
+               (b"cookie", f"sessionid={cookie}".encode())]
+    ws = WebsocketCommunicator(application, "/ws/dashboard/", headers=headers)
+    connected, _ = await ws.connect()
+    assert connected
+    await ws.disconnect()
+    settings.CSRF_TRUSTED_ORIGINS = ["https://portal.example:8443"]
+    ws = communicator(cookie, origin="https://portal.example:8443")
+    connected, _ = await ws.connect()
+    assert connected
+    await ws.disconnect()

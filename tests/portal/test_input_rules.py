@@ -75,10 +75,8 @@ def test_a_bad_node_value_gets_the_same_message_from_shell_api_and_admin(
     site_admin = Client()
     site_admin.force_login(User.objects.create_superuser("root", password="x"))
     page = site_admin.post("/admin/lanes/node/add/", form)
-    html = page.content.decode().replace("&#x27;", "'")
-    # NaN and NUL never reach the model in a form: Django's own form fields refuse them first.
-    assert page.status_code == 200 and (message in html or "Enter a number." in html
-                                        or "Null characters are not allowed." in html)
+    # The Django admin is read-only for nodes: changes go through the services (pages, API).
+    assert page.status_code == 403
     assert not Node.objects.filter(name="spark9").exists()
 
 
