@@ -135,6 +135,10 @@ async def relay_stream(
                     else:
                         keep.append(out)
                 await send({"type": "http.response.body", "body": out, "more_body": True})
+                if stream_filter.saw_done and not stream_filter.held_done:
+                    # The client has its whole answer and may hang up now (the openai SDK
+                    # does on [DONE]): that is not a client leaving mid-answer.
+                    outcome.answered = True
             if gone.is_set():  # the client left: stop the lane's work too
                 break
     except Exception as exc:

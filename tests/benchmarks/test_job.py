@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from typing import Any
@@ -94,8 +95,10 @@ def test_cancel_mid_sweep_keeps_the_finished_levels(transactional_db: None, engi
     done = BenchmarkLevel.objects.filter(run__job=job).count()
     assert 1 <= done < 4
     steps = list(job.steps.order_by("position").values_list("state", flat=True))
-    # The level under way when Cancel came is cancelled (or finishes); the levels never reached are skipped.
-    assert steps[0] == "succeeded" and steps[-1] == "skipped" and set(steps) <= {"succeeded", "cancelled", "skipped"}
+    # Finished levels stay succeeded; the level under way when Cancel came is cancelled (or
+    # finishes); the levels never reached are skipped. How far the sweep got depends on timing.
+    letters = "".join({"succeeded": "s", "cancelled": "c", "skipped": "k"}.get(state, "?") for state in steps)
+    assert re.fullmatch(r"s+c?k*", letters) and letters != "s" * len(steps), steps
 
 
 def test_a_saturated_client_is_reported(qwen_bench_engine: EngineHandle) -> None:

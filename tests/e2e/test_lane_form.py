@@ -39,6 +39,7 @@ def test_admin_defines_a_lane_picking_and_ranking_nodes(asgi_server: Any, page: 
     page.wait_for_selector("#field-gpu_memory_utilization .rule-error")
     assert "froze" in page.inner_text("#field-gpu_memory_utilization .rule-error")
     assert page.input_value("#id_nodes") == "spark1, spark2"  # the pick survives the refusal
+    page.wait_for_selector("#nodes-chosen li[data-node=spark2] .fw-semibold")  # the picker has drawn it again
     assert [li.split("\n")[0].strip() for li in page.locator("#nodes-chosen li .fw-semibold").all_inner_texts()] == [
         "spark1", "spark2"]
     page.fill("#id_gpu_memory_utilization", "0.5")

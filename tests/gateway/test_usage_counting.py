@@ -41,6 +41,18 @@ def test_a_stream_without_upstream_usage_ends_with_the_usage_chunk_counted_by_to
     assert row.usage_source == "tokenize" and row.completion_tokens == 5
 
 
+def test_a_client_hanging_up_on_done_before_the_lane_closes_keeps_the_usage_in_the_log(
+    fault_gateway: Gateway, upstream: CountingUpstream
+) -> None:
+    """The openai SDK closes the connection as soon as it reads [DONE]: the answer was whole,
+    so the request is logged with the lane's usage, not as a client that left."""
+    upstream.mode = "linger_after_done"
+    chunks = list(sdk(fault_gateway).chat.completions.create(model="qwen", stream=True, messages=MESSAGES))
+    assert chunks and all(chunk.usage is None for chunk in chunks)
+    row = wait_for(lambda: RequestLog.objects.filter(stream=True).first(), what="the log row")
+    assert (row.status, row.prompt_tokens, row.completion_tokens, row.usage_source) == (200, 11, 5, "")
+
+
 def test_tokens_per_minute_hold_for_streams_from_a_lane_that_reports_no_usage(
     fault_gateway: Gateway, upstream: CountingUpstream, key_owner: User
 ) -> None:

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from tests.conftest import free_port
 
-MODES = {"ok", "reset", "usage_on_choices", "traceback_500"}
+MODES = {"ok", "reset", "usage_on_choices", "traceback_500", "linger_after_done"}
 TEXT = "Hello from the hand-written upstream."
 # What llama.cpp's server answered to a body it could not handle (server paths included).
 TRACEBACK = ('Traceback (most recent call last):\n  File "/srv/llama/server/handlers.py", line 212, in chat\n'
@@ -122,4 +122,7 @@ class CountingUpstream:
             if self.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
                 await emit({**base, "choices": [], "usage": usage})
         await response.write(b"data: [DONE]\n\n")
+        if self.mode == "linger_after_done":
+            # The client has its [DONE] (and may hang up) before the stream closes.
+            await asyncio.sleep(1)
         return response
