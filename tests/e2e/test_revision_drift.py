@@ -87,5 +87,5 @@ def test_another_admins_save_and_the_restart_show_live_on_an_open_lane_page(
                                                      params={"wait_poll_s": 0.3, "wait_timeout_s": 60}))
     wait_for(lambda: Job.objects.get(pk=restart.pk).is_final, timeout=90, what="the restart")
     page.wait_for_selector("#lane-drift", state="hidden", timeout=15_000)
-    page.wait_for_selector("#lane-running .running-number:text-is('2')", timeout=5_000)
+    page.wait_for_selector("#lane-running .running-number:text-is('2')", timeout=30_000)
     assert page.evaluate("window.__notReloaded") is True

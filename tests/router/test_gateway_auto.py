@@ -70,11 +70,11 @@ def test_a_publish_and_a_rollback_reach_the_running_gateway_without_restart(auto
     router_version_update(actor=key_owner, version=draft, data={"label_lanes": {"long_reasoning": "qwen"}})
     router_version_publish(actor=key_owner, version=draft)
     moved = wait_for(lambda: (r := ask(auto_gateway, user(DEEP))).headers["x-spark-router-version"] == "2" and r,
-                     timeout=5, what="the gateway to use v2")
+                     timeout=30, what="the gateway to use v2")
     assert moved.headers["x-spark-lane"] == "qwen" and moved.headers["x-spark-route-label"] == "long_reasoning"
     router_version_publish(actor=key_owner, version=RouterVersion.objects.get(number=1))
     back = wait_for(lambda: (r := ask(auto_gateway, user(DEEP))).headers["x-spark-router-version"] == "1" and r,
-                    timeout=5, what="the gateway to roll back to v1")
+                    timeout=30, what="the gateway to roll back to v1")
     assert back.headers["x-spark-lane"] == "deepseek"
 
 
