@@ -119,7 +119,7 @@ def test_a_shadow_draft_decides_beside_the_published_version(auto_gateway, key_o
     router_version_set_shadow(actor=key_owner, version=draft)
     answer = wait_for(lambda: (r := ask(auto_gateway, user(DEEP + " Carefully."))) and r.headers["x-spark-lane"] == "deepseek"
                       and RequestLog.objects.filter(shadow_version=draft.number).exists() and r,
-                      timeout=10, what="a shadow decision in the log")
+                      timeout=30, what="a shadow decision in the log")
     row = RequestLog.objects.filter(shadow_version=draft.number).first()
     assert row is not None and (row.lane, row.shadow_lane, row.shadow_label) == ("deepseek", "qwen", "long_reasoning")
     assert answer.headers["x-spark-lane"] == "deepseek"  # the client's answer follows the published version

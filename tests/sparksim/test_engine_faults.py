@@ -199,7 +199,7 @@ def test_refuse_connections_flag_delays_the_listener(
     engine = engine_factory(QWEN, "--sim-refuse-connections-s", str(WINDOW_S), wait=False)
     wait_for(lambda: "refusing connections" in engine.log(), what="refusal logged")
     assert refused(engine)
-    engine.wait_healthy(timeout=10)
+    engine.wait_healthy(timeout=30)
 
 
 def test_slow_start_up_keeps_the_port_closed(engine_factory: Callable[..., EngineHandle]) -> None:
