@@ -97,8 +97,8 @@ def test_dashboard_and_charts_follow_the_scrapes_and_a_slow_lane_raises_an_alert
             f"parseFloat(document.querySelector(\"{LANE_CARD} [data-figure='ttft_p95_ms']\").textContent) > {slow_threshold}"
         )
         page.wait_for_selector("#open-alerts li:has-text('TTFT p95')")
-        page.wait_for_selector("#alerts-card", state="visible")
-        page.wait_for_selector("#alert-badge:text-is('1 alert')")
+        assert page.is_visible("#alerts-card")
+        assert page.inner_text("#alert-badge") == "1 alert"
 
         httpx.post(f"{qwen_engine.url}/_sim/faults", json={"clear": True}).raise_for_status()
         send_traffic(asgi_server.url, secret, n=2)
@@ -107,8 +107,8 @@ def test_dashboard_and_charts_follow_the_scrapes_and_a_slow_lane_raises_an_alert
             f"parseFloat(document.querySelector(\"{LANE_CARD} [data-figure='ttft_p95_ms']\").textContent) < {slow_threshold}"
         )
         page.wait_for_selector("#open-alerts li", state="detached")
-        page.wait_for_selector("#alerts-card", state="hidden")
-        page.wait_for_selector("#alert-badge:text-is('no alerts')")
+        assert page.is_hidden("#alerts-card")
+        assert page.inner_text("#alert-badge") == "no alerts"
     assert page.evaluate("window.__notReloaded") is True
 
     page.goto(f"{asgi_server.url}/monitor/lanes/qwen/")
