@@ -55,7 +55,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -229,7 +229,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context()
     tab = context.new_page()
-    tab.set_default_timeout(15_000)
+    tab.set_default_timeout(30_000)
     yield tab
     context.close()
 

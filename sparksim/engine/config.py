@@ -24,6 +24,7 @@ class FaultSwitches:
     die_after_requests: int | None = None
     die_mid_stream_after_tokens: int | None = None
     latency_s: float = 0.0  # real seconds before each request is handled
+    hold: bool = False  # requests wait, once received, until the hold is lifted (a lane that is slow for as long as a test needs)
     slow_prefill_factor: float = 1.0  # prefill and first-token time multiplied (a struggling lane: TTFT grows)
     exit_on_death: bool = False
 

@@ -58,6 +58,9 @@ class EngineServer:
         self.config = config
         self.core = EngineCore(config)
         self.faults = config.faults
+        self.released = asyncio.Event()  # set while no hold is on: held requests wait for it
+        if not self.faults.hold:
+            self.released.set()
         self.requests_served = 0
         self.tokens_streamed = 0
         # The last requests to the model routes as they arrived (before any fault acts), so
@@ -87,6 +90,7 @@ class EngineServer:
             self.received.append({"path": request.path, "body": await _body_as_sent(request)})
             if self.faults.latency_s:
                 await asyncio.sleep(self.faults.latency_s)
+            await self.released.wait()
             if self.faults.unavailable:
                 return json_error(ApiError(503, "Service Unavailable", "ServiceUnavailableError"))
             if self.core.dead:
@@ -276,6 +280,10 @@ class EngineServer:
             self.requests_served = 0
         if "die_mid_stream_after_tokens" in body:
             self.tokens_streamed = 0
+        if self.faults.hold:
+            self.released.clear()
+        else:
+            self.released.set()  # the held requests go on
         if body.get("die"):
             self.die("simulated death by control request")
         refuse = body.get("refuse_connections_s")

@@ -79,7 +79,10 @@ def test_a_level_with_failures_counts_them(bench_lane: Lane, qwen_bench_engine: 
 
 def test_cancel_mid_sweep_keeps_the_finished_levels(transactional_db: None, engine_factory: Any,
                                                     admin_user: User, dispatched: list[int]) -> None:
-    engine = engine_factory(SIM_QWEN, "--served-model-name", SERVED, time_scale=0.05)
+    # Real time: a level lasts seconds. Once the first level is stored, the lane holds every
+    # request that arrives, so the sweep cannot finish before Cancel, however slow the machine
+    # (it would need levels 2 to 4 done in the moment the test takes to notice level 1).
+    engine = engine_factory(SIM_QWEN, "--served-model-name", SERVED, time_scale=1.0)
     lane = lane_for(engine, "slow")
     job = benchmark_start(lane=lane, user=admin_user, params={
         "concurrency": [1, 2, 4, 8], "prompt_tokens": 64, "output_tokens": 200})
@@ -87,6 +90,7 @@ def test_cancel_mid_sweep_keeps_the_finished_levels(transactional_db: None, engi
     worker.start()
     try:
         wait_for(lambda: BenchmarkLevel.objects.filter(run__job=job).exists(), timeout=120, what="a first level")
+        httpx.post(f"{engine.url}/_sim/faults", json={"hold": True}).raise_for_status()
         job_cancel(job=job, user=admin_user)
     finally:
         worker.join(timeout=120)

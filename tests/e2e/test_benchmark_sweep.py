@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from django.db import connection
 
@@ -33,10 +34,14 @@ def test_admin_runs_a_sweep_compares_two_runs_and_exports_json(
     page.fill("#id_prompt_tokens", "64")
     page.fill("#id_output_tokens", "200")
     page.fill("#id_label", "first")
+    # The lane holds the sweep's requests until the run page is live, so the page sees every
+    # level end however long a loaded machine takes to open it.
+    httpx.post(f"{engine.url}/_sim/faults", json={"hold": True}).raise_for_status()
     page.click("#start-button")
     page.wait_for_url(f"{asgi_server.url}/benchmarks/*/")
     page.evaluate("window.__notReloaded = true")
     page.wait_for_selector("#live-status[data-state=open]")
+    httpx.post(f"{engine.url}/_sim/faults", json={"hold": False}).raise_for_status()
     # The bar moves part of the way while levels remain, and the chart gains points.
     page.wait_for_function("() => { const w = parseInt(document.getElementById('bench-progress').style.width);"
                            " return w > 0 && w < 100; }", timeout=60_000)

@@ -33,8 +33,8 @@ def test_the_cancel_button_disappears_live_when_the_job_ends(asgi_server: Any, p
     Job.objects.filter(pk=job.pk).update(state="succeeded")
     job.refresh_from_db()
     call_in_thread(lambda: publish_job_state(job))  # the test thread runs Playwright's event loop
-    page.wait_for_selector("#job-state .state-succeeded", timeout=15_000)
-    page.wait_for_selector("#cancel-button", state="hidden", timeout=5_000)
+    page.wait_for_selector("#job-state .state-succeeded", timeout=30_000)
+    page.wait_for_selector("#cancel-button", state="hidden", timeout=30_000)
     assert page.evaluate("window.__notReloaded") is True
 
 

@@ -38,7 +38,7 @@ def test_a_cancelled_launch_shows_its_later_steps_skipped(
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("#cancel-button")
     page.wait_for_selector("#job-state .state-cancelled", timeout=30_000)
-    page.wait_for_selector(f"#step-{total - 1} .state-skipped", timeout=10_000)
+    page.wait_for_selector(f"#step-{total - 1} .state-skipped", timeout=30_000)
     assert page.locator("#job-steps .state-pending").count() == 0
     assert page.locator("#job-steps .state-skipped").count() == total - 1
     assert page.locator("#step-0 .state-cancelled").count() == 1

@@ -20,8 +20,9 @@ def test_admin_launches_qwen_and_watches_it_come_up(asgi_server, page, admin_use
     try:
         node = cluster.node("spark3")
         port = free_port(node.address)
-        # ~2 s to load, so the log visibly grows while the admin watches
-        create_lane("qwen", [node], api_port=port, extra_args=["--sim-startup-s", "20"], wait_poll_s=0.3)
+        # ~10 s to load (a health poll line every 0.3 s), so the log visibly grows while the
+        # admin watches, even when a loaded machine takes seconds to open the job page
+        create_lane("qwen", [node], api_port=port, extra_args=["--sim-startup-s", "100"], wait_poll_s=0.3)
 
         browser_login(page, asgi_server.url, admin_user.username)
         lane_tab = page.context.new_page()

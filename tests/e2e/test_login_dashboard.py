@@ -45,5 +45,5 @@ def test_the_dashboard_follows_a_lanes_observed_and_desired_state_live(asgi_serv
     sender.start()
     sender.join()
     page.wait_for_selector("#lane-states tr[data-lane='qwen'] .state-stopping")
-    page.wait_for_selector("#lane-states tr[data-lane='qwen'] .desired:text-is('stopped')", timeout=5_000)
+    page.wait_for_selector("#lane-states tr[data-lane='qwen'] .desired:text-is('stopped')", timeout=30_000)
     assert page.evaluate("window.__notReloaded") is True

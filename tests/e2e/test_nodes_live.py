@@ -59,7 +59,7 @@ def test_the_node_page_and_the_dashboard_summary_follow_the_node_state_live(
     assert page.inner_text("#node-state-counts") == "2 unknown"
     set_state_from_a_worker_thread("spark1", "online")
     page.wait_for_selector("#node-states li[data-node='spark1'] .state-online")
-    page.wait_for_selector("#node-state-counts .state-online:text-is('1 online')", timeout=5_000)
+    page.wait_for_selector("#node-state-counts .state-online:text-is('1 online')", timeout=30_000)
     assert page.locator("#node-state-counts .state").all_inner_texts() == ["1 online", "1 unknown"]
 
     page.goto(f"{asgi_server.url}/nodes/spark1/")

@@ -75,7 +75,7 @@ def test_another_admins_save_and_the_restart_show_live_on_an_open_lane_page(
 
     call_in_thread(lambda: lane_update(lane=Lane.objects.get(pk=lane.pk), actor=admin_user,
                                        data={"max_num_seqs": 8}))
-    page.wait_for_selector("#lane-revision:text-is('2')", timeout=15_000)
+    page.wait_for_selector("#lane-revision:text-is('2')", timeout=30_000)
     page.wait_for_selector("#lane-saved-notice:not([hidden])")
     assert "r2 was just saved by ada-admin" in page.inner_text("#lane-saved-notice")
     page.wait_for_selector("#lane-drift:not([hidden])")
@@ -86,6 +86,6 @@ def test_another_admins_save_and_the_restart_show_live_on_an_open_lane_page(
                                                      user=admin_user,
                                                      params={"wait_poll_s": 0.3, "wait_timeout_s": 60}))
     wait_for(lambda: Job.objects.get(pk=restart.pk).is_final, timeout=90, what="the restart")
-    page.wait_for_selector("#lane-drift", state="hidden", timeout=15_000)
-    page.wait_for_selector("#lane-running .running-number:text-is('2')", timeout=5_000)
+    page.wait_for_selector("#lane-drift", state="hidden", timeout=30_000)
+    page.wait_for_selector("#lane-running .running-number:text-is('2')", timeout=30_000)
     assert page.evaluate("window.__notReloaded") is True

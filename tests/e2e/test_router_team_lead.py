@@ -86,4 +86,4 @@ def test_a_team_lead_changes_the_router_and_the_gateway_follows(asgi_server: Any
     assert "v2" in page.inner_text("#versions tbody tr:first-child")
 
     # 6. the running gateway follows the new version without a restart
-    assert wait_for(lambda: auto_lane() == ("deepseek", "2"), timeout=5, what="auto to follow v2")
+    assert wait_for(lambda: auto_lane() == ("deepseek", "2"), timeout=30, what="auto to follow v2")

@@ -126,14 +126,14 @@ def test_requests_in_flight_are_limited(gateway: Gateway, key_owner: User, qwen_
     import threading
 
     secret, _ = create_key(key_owner, name="one-at-a-time", max_parallel=1)
-    set_engine_faults(qwen_engine, latency_s=1.0)
+    set_engine_faults(qwen_engine, hold=True)  # the first stays in flight until the second was refused
     thread = threading.Thread(target=post, args=(gateway, {"model": "qwen", "messages": MESSAGES}, secret))
     thread.start()
     wait_for(lambda: sent(qwen_engine) == 1, what="the first request upstream")
     refused = post(gateway, {"model": "qwen", "messages": [{"role": "user", "content": "other"}]}, secret=secret)
     assert_error(refused, 429, "rate_limit_exceeded")
-    thread.join(10)
     set_engine_faults(qwen_engine, clear=True)
+    thread.join(60)
     wait_for(lambda: post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200,
              what="the slot to be freed")
 

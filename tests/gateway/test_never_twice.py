@@ -47,7 +47,7 @@ def test_a_connection_reset_after_sending_is_not_retried(fault_gateway: Gateway,
 
 def test_an_upstream_timeout_is_not_retried(gateway: Gateway, qwen_engine: EngineHandle, settings: Any) -> None:
     settings.GATEWAY_READ_TIMEOUT_S = 1.0
-    set_engine_faults(qwen_engine, latency_s=3.0)
+    set_engine_faults(qwen_engine, hold=True)  # the lane never answers in time, however slow the machine
     with pytest.raises(openai.APIStatusError) as caught:
         client(gateway).chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
     assert caught.value.status_code == 504
@@ -83,33 +83,55 @@ def test_a_stream_that_dies_midway_ends_with_an_error_event(gateway: Gateway, qw
 def test_a_client_retry_after_its_own_timeout_gets_the_first_answer(
     gateway: Gateway, qwen_engine: EngineHandle
 ) -> None:
-    """The SDK times out, retries with the same Idempotency-Key: the gateway answers 409
-    (retry later) while the first is in flight, then replays the first's answer."""
+    """The SDK times out and retries the same body (marked x-stainless-retry-count): the
+    gateway answers 409 (retry later) while the first is in flight, then replays the first's
+    answer. The lane holds the first request until the gateway has refused a retry, so the
+    order is the same however slow the machine."""
     expected = httpx.post(f"{qwen_engine.url}/v1/chat/completions",
                           json={"model": "qwen-test", "max_tokens": 8, "messages": MESSAGES}).json()
-    set_engine_faults(qwen_engine, latency_s=2.0)
-    completion = client(gateway, timeout=0.5).chat.completions.create(
-        model="qwen", max_tokens=8, messages=MESSAGES)  # type: ignore[arg-type]
+    set_engine_faults(qwen_engine, hold=True)
+    attempts: list[tuple[str | None, bytes]] = []
+    answers: list[tuple[int, str | None]] = []
+
+    def first_attempt_is_impatient(request: httpx.Request) -> None:
+        attempts.append((request.headers.get("x-stainless-retry-count"), request.read()))
+        if len(attempts) == 1:  # the lane holds it: this attempt times out, whatever the machine's speed
+            request.extensions["timeout"] = httpx.Timeout(60, read=0.5).as_dict()
+
+    def on_answer(response: httpx.Response) -> None:
+        answers.append((response.status_code, response.headers.get("x-idempotent-replay")))
+        if response.status_code == 409:
+            set_engine_faults(qwen_engine, hold=False)  # the first request may finish now
+
+    hooks: dict[str, list[Any]] = {"request": [first_attempt_is_impatient], "response": [on_answer]}
+    with httpx.Client(event_hooks=hooks) as http_client:
+        completion = client(gateway, timeout=60, max_retries=20, http_client=http_client).chat.completions.create(
+            model="qwen", max_tokens=8, messages=MESSAGES)  # type: ignore[arg-type]
     assert completion.choices[0].message.content == expected["choices"][0]["message"]["content"]
+    # Timed out, refused, replayed: retries of one body.
+    assert [count for count, _ in attempts] == [str(n) for n in range(len(attempts))] and len(attempts) >= 3
+    assert {body for _, body in attempts} == {attempts[0][1]}
+    assert answers[0][0] == 409 and answers[-1] == (200, "true"), answers
     assert sent(qwen_engine) == 2  # the direct call above, and the client's request once
 
 
 def test_a_repeated_idempotency_key_is_refused_while_in_flight_then_replayed(
     gateway: Gateway, qwen_engine: EngineHandle
 ) -> None:
-    set_engine_faults(qwen_engine, latency_s=1.5)
+    set_engine_faults(qwen_engine, hold=True)  # the first stays in flight until the second was refused
     headers = {**gateway.headers(), "idempotency-key": "stainless-python-retry-1"}
     body = {"model": "qwen", "max_tokens": 8, "messages": MESSAGES}
     first: dict[str, httpx.Response] = {}
     thread = threading.Thread(target=lambda: first.setdefault(
-        "r", httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body, timeout=10)))
+        "r", httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body, timeout=60)))
     thread.start()
     wait_for(lambda: sent(qwen_engine) == 1, what="the first request upstream")
     second = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body)
     assert second.status_code == 409
     assert second.json()["error"]["code"] == "idempotent_request_in_flight"
     assert second.headers["x-should-retry"] == "true" and int(second.headers["retry-after"]) >= 1
-    thread.join(10)
+    set_engine_faults(qwen_engine, hold=False)
+    thread.join(60)
     assert first["r"].status_code == 200
     wait_for(lambda: httpx.post(f"{gateway.base_url}/chat/completions", headers=headers,
                                 json=body).status_code == 200, what="the finished answer to be kept")
@@ -138,7 +160,7 @@ def test_a_refused_connection_fails_over_to_the_fallback(gateway: Gateway, secon
     assert [body["model"] for body in engine_received(second_engine)] == ["deepseek-test"]
 
 
-@pytest.mark.parametrize("fault", [{"latency_s": 3.0}, {"die": True}])
+@pytest.mark.parametrize("fault", [{"hold": True}, {"die": True}])
 def test_it_never_fails_over_once_the_lane_may_have_the_request(
     gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle, settings: Any,
     fault: dict[str, object]
@@ -212,10 +234,10 @@ def test_a_retry_of_a_timed_out_request_gets_the_same_error_not_a_second_send(
     gateway: Gateway, qwen_engine: EngineHandle, settings: Any
 ) -> None:
     settings.GATEWAY_READ_TIMEOUT_S = 1.0
-    set_engine_faults(qwen_engine, latency_s=3.0)
+    set_engine_faults(qwen_engine, hold=True)  # the lane never answers in time
     headers = {**gateway.headers(), "idempotency-key": "agent-42"}
     body = {"model": "qwen", "messages": MESSAGES}
-    first = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body, timeout=10)
+    first = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body, timeout=60)
     assert first.status_code == 504
     again = wait_for(lambda: (r := httpx.post(f"{gateway.base_url}/chat/completions", headers=headers, json=body))
                      .headers.get("x-idempotent-replay") and r, what="the recorded answer")

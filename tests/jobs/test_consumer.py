@@ -62,7 +62,7 @@ def make_job(lines: int) -> Job:
 async def receive_lines(ws: WebsocketCommunicator, until_seq: int) -> list[int]:
     seqs: list[int] = []
     while not seqs or seqs[-1] < until_seq:
-        message = await ws.receive_json_from(timeout=10)
+        message = await ws.receive_json_from(timeout=30)
         if message["event"] == "job.log":
             seqs.extend(line[0] for line in message["data"]["lines"])
     return seqs
@@ -72,7 +72,7 @@ async def receive_lines(ws: WebsocketCommunicator, until_seq: int) -> list[int]:
 async def test_resume_replays_the_missing_lines_then_follows_without_repeats(viewer_user):
     job = await make_job(3000)
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(viewer_user))
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert connected
     await ws.send_json_to({"after_seq": 10})
     sink = LogSink(job.pk, start_seq=3000)
@@ -81,38 +81,38 @@ async def test_resume_replays_the_missing_lines_then_follows_without_repeats(vie
     await database_sync_to_async(sink.flush)()
     seqs = await receive_lines(ws, 3050)
     assert seqs == list(range(11, 3051))  # every line once, in order
-    await ws.disconnect()
+    await ws.disconnect(timeout=30)
 
 
 @in_fresh_loop
 async def test_live_lines_before_resume_are_not_lost(viewer_user):
     job = await make_job(5)
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(viewer_user))
-    await ws.connect()
+    await ws.connect(timeout=30)
     sink = LogSink(job.pk, start_seq=5)
     sink.append("", "system", "early")
     await database_sync_to_async(sink.flush)()
     await ws.send_json_to({"after_seq": 2})
     assert await receive_lines(ws, 6) == [3, 4, 5, 6]
-    await ws.disconnect()
+    await ws.disconnect(timeout=30)
 
 
 @in_fresh_loop
 async def test_bad_resume_is_answered_with_an_error_naming_the_field(viewer_user):
     job = await make_job(1)
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(viewer_user))
-    await ws.connect()
+    await ws.connect(timeout=30)
     await ws.send_json_to({"after_seq": "x"})
-    message = await ws.receive_json_from(timeout=5)
+    message = await ws.receive_json_from(timeout=30)
     assert message == {"event": "error", "data": {"after_seq": "must be a whole number >= 0"}}
-    await ws.disconnect()
+    await ws.disconnect(timeout=30)
 
 
 @in_fresh_loop
 async def test_anonymous_socket_is_closed_4401():
     job = await make_job(1)
     ws = socket(f"/ws/jobs/{job.pk}/", None)
-    connected, code = await ws.connect()
+    connected, code = await ws.connect(timeout=30)
     assert not connected and code == CLOSE_UNAUTHENTICATED
 
 
@@ -120,5 +120,5 @@ async def test_anonymous_socket_is_closed_4401():
 async def test_outsider_socket_is_closed_4403(outsider_user):
     job = await make_job(1)
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(outsider_user))
-    connected, code = await ws.connect()
+    connected, code = await ws.connect(timeout=30)
     assert not connected and code == CLOSE_FORBIDDEN

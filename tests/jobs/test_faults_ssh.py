@@ -3,6 +3,7 @@ exiting non-zero, an engine that never becomes healthy, cancel during the health
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -129,10 +130,11 @@ def test_cancel_kills_the_remote_command_over_ssh(ssh_cluster, admin_user, tmp_p
 
     spark1 = ssh_cluster.node("spark1")
     marker = tmp_path / "remote-still-ran"
+    sleep = f"sleep 47.{os.getpid()}"  # no other test run on this machine runs this very command
     job = job_create(kind=Kind.STATUS, user=admin_user, nodes=[spark1])
 
     def kind(ctx: JobContext) -> dict:
-        ctx.run(ctx.endpoint(spark1), f"echo started; sleep 47; touch {marker}")
+        ctx.run(ctx.endpoint(spark1), f"echo started; {sleep}; touch {marker}")
         return {}
 
     outcome: list[str | None] = []
@@ -142,7 +144,7 @@ def test_cancel_kills_the_remote_command_over_ssh(ssh_cluster, admin_user, tmp_p
     thread.join(timeout=30)
     assert outcome == [JobState.CANCELLED]
     processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "sleep 47" not in processes  # killed on the node, not just disconnected
+    assert sleep not in processes  # killed on the node, not just disconnected
     assert not marker.exists()
 
 

@@ -49,5 +49,5 @@ def test_the_lane_list_follows_observed_and_desired_state_live(asgi_server, page
     sender.start()
     sender.join()
     page.wait_for_selector("#lanes tr[data-lane='qwen'] .state-starting")
-    page.wait_for_selector("#lanes tr[data-lane='qwen'] .lane-desired:text-is('serving')", timeout=5_000)
+    page.wait_for_selector("#lanes tr[data-lane='qwen'] .lane-desired:text-is('serving')", timeout=30_000)
     assert page.evaluate("window.__notReloaded") is True

@@ -32,52 +32,52 @@ def communicator(cookie: str | None, origin: str = "http://localhost") -> Websoc
 
 async def test_viewer_receives_hello_then_broadcasts(viewer_user):
     ws = communicator(await session_cookie(viewer_user))
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert connected
-    hello = await ws.receive_json_from(timeout=5)
+    hello = await ws.receive_json_from(timeout=30)
     assert hello["event"] == "hello"
     await abroadcast(DASHBOARD_GROUP, "lane.state", {"name": "qwen", "observed_state": "serving"})
-    message = await ws.receive_json_from(timeout=5)
+    message = await ws.receive_json_from(timeout=30)
     assert message == {"event": "lane.state", "data": {"name": "qwen", "observed_state": "serving"}}
-    await ws.disconnect()
+    await ws.disconnect(timeout=30)
 
 
 async def test_anonymous_socket_is_closed_4401():
     ws = communicator(None)
-    connected, code = await ws.connect()
+    connected, code = await ws.connect(timeout=30)
     assert not connected
     assert code == CLOSE_UNAUTHENTICATED
 
 
 async def test_outsider_socket_is_closed_4403(outsider_user):
     ws = communicator(await session_cookie(outsider_user))
-    connected, code = await ws.connect()
+    connected, code = await ws.connect(timeout=30)
     assert not connected
     assert code == CLOSE_FORBIDDEN
 
 
 async def test_foreign_origin_is_refused(viewer_user):
     ws = communicator(await session_cookie(viewer_user), origin="http://evil.example")
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert not connected
 
 
 async def test_same_host_on_another_port_is_refused(viewer_user):
     # A page on http://localhost:9999 (another app on this machine) must not ride the cookie.
     ws = communicator(await session_cookie(viewer_user), origin="http://localhost:9999")
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert not connected
 
 
 async def test_same_host_with_another_scheme_is_refused(viewer_user):
     ws = communicator(await session_cookie(viewer_user), origin="https://localhost")
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert not connected
 
 
 async def test_socket_without_origin_is_refused(viewer_user):
     headers = [(b"host", b"localhost"), (b"cookie", f"sessionid={await session_cookie(viewer_user)}".encode())]
-    connected, _ = await WebsocketCommunicator(application, "/ws/dashboard/", headers=headers).connect()
+    connected, _ = await WebsocketCommunicator(application, "/ws/dashboard/", headers=headers).connect(timeout=30)
     assert not connected
 
 
@@ -86,11 +86,11 @@ async def test_same_port_explicit_is_accepted_and_a_trusted_origin_too(viewer_us
     headers = [(b"origin", b"http://localhost:8080"), (b"host", b"localhost:8080"),
                (b"cookie", f"sessionid={cookie}".encode())]
     ws = WebsocketCommunicator(application, "/ws/dashboard/", headers=headers)
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert connected
-    await ws.disconnect()
+    await ws.disconnect(timeout=30)
     settings.CSRF_TRUSTED_ORIGINS = ["https://portal.example:8443"]
     ws = communicator(cookie, origin="https://portal.example:8443")
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert connected
-    await ws.disconnect()
+    await ws.disconnect(timeout=30)

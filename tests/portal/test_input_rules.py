@@ -177,20 +177,20 @@ async def _socket(user: User, path: str) -> WebsocketCommunicator:
 @pytest.mark.django_db(transaction=True)
 async def test_an_unknown_socket_path_is_refused_with_a_code(viewer_user: User) -> None:
     ws = await _socket(viewer_user, "/ws/lanes/x/")
-    connected, code = await ws.connect()
+    connected, code = await ws.connect(timeout=30)
     assert not connected and code == CLOSE_NOT_FOUND
 
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_socket_closes_with_a_code_on_a_message_that_is_not_json(viewer_user: User) -> None:
     ws = await _socket(viewer_user, "/ws/dashboard/")
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert connected
-    await ws.receive_json_from(timeout=5)  # hello
+    await ws.receive_json_from(timeout=30)  # hello
     await ws.send_to(text_data="not json {")
-    assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": CLOSE_INVALID_PAYLOAD}
+    assert (await ws.receive_output(timeout=30)) == {"type": "websocket.close", "code": CLOSE_INVALID_PAYLOAD}
     ws = await _socket(viewer_user, "/ws/dashboard/")
-    await ws.connect()
-    await ws.receive_json_from(timeout=5)
+    await ws.connect(timeout=30)
+    await ws.receive_json_from(timeout=30)
     await ws.send_to(bytes_data=b"\x00\x01")
-    assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": CLOSE_UNSUPPORTED_DATA}
+    assert (await ws.receive_output(timeout=30)) == {"type": "websocket.close", "code": CLOSE_UNSUPPORTED_DATA}

@@ -1,6 +1,7 @@
 """Every fault switch, by command-line flag and by the /_sim/faults control endpoint."""
 
 import asyncio
+import threading
 from collections.abc import Callable
 
 import httpx
@@ -94,6 +95,22 @@ def test_added_latency_is_set_by_control_endpoint(engine_factory: Callable[..., 
     assert httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT).status_code == 200
 
 
+
+def test_held_requests_wait_until_the_hold_is_lifted(engine_factory: Callable[..., EngineHandle]) -> None:
+    engine = engine_factory(QWEN)
+    assert set_faults(engine, hold=True)["hold"] is True
+    answers: list[httpx.Response] = []
+    sender = threading.Thread(target=lambda: answers.append(
+        httpx.post(f"{engine.url}/v1/chat/completions", json=CHAT, timeout=120)))
+    sender.start()
+    wait_for(lambda: httpx.get(f"{engine.url}/_sim/requests").json(), what="the request to arrive")
+    assert engine.health_status() == 200  # only requests to the model routes wait
+    sender.join(timeout=1)
+    assert sender.is_alive() and not answers  # held, however long the machine takes
+    assert set_faults(engine, hold=False)["hold"] is False
+    sender.join(timeout=60)
+    assert [answer.status_code for answer in answers] == [200]
+
 def qwen_server(*flags: str) -> EngineServer:
     return EngineServer(build_engine_config(parse_serve_args([QWEN, "--time-scale", "1", *flags])))
 
@@ -182,7 +199,7 @@ def test_refuse_connections_flag_delays_the_listener(
     engine = engine_factory(QWEN, "--sim-refuse-connections-s", str(WINDOW_S), wait=False)
     wait_for(lambda: "refusing connections" in engine.log(), what="refusal logged")
     assert refused(engine)
-    engine.wait_healthy(timeout=10)
+    engine.wait_healthy(timeout=30)
 
 
 def test_slow_start_up_keeps_the_port_closed(engine_factory: Callable[..., EngineHandle]) -> None:

@@ -1,6 +1,7 @@
 """/metrics in Prometheus text with vLLM's names, and the capacity limits behind the gauges."""
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 import httpx
@@ -74,36 +75,58 @@ async def test_kv_pool_makes_excess_requests_wait(
 ) -> None:
     # 4 MiB of KV at ~104K tokens/GiB is ~400 tokens: one 300-token request at a time.
     engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
-                            "--max-model-len", "400", time_scale=0.2)
+                            "--max-model-len", "400", *SLOW_DECODE, time_scale=0.2)
     await assert_second_request_waits(engine)
 
 
 async def test_max_num_seqs_makes_excess_requests_wait(
     engine_factory: Callable[..., EngineHandle],
 ) -> None:
-    engine = engine_factory(QWEN, "--max-num-seqs", "1", "--max-model-len", "4096",
+    engine = engine_factory(QWEN, "--max-num-seqs", "1", "--max-model-len", "4096", *SLOW_DECODE,
                             time_scale=0.2)
     await assert_second_request_waits(engine)
 
 
+# One token a simulated second: a 300-token request runs for a minute of real time, so the
+# first is still running when the second arrives however slow the machine (it is cut short).
+SLOW_DECODE = ("--sim-decode-tok-s", "1")
+
+
 async def assert_second_request_waits(engine: EngineHandle) -> None:
-    body = {"model": QWEN, "messages": [{"role": "user", "content": "wait"}], "max_tokens": 300,
-            "ignore_eos": True}
-    async with httpx.AsyncClient(timeout=60) as client:
-        requests = [asyncio.create_task(client.post(f"{engine.url}/v1/chat/completions",
-                                                    json=body)) for _ in range(2)]
-        gauges: dict[str, float] = {}
-        for _ in range(200):
-            await asyncio.sleep(0.02)
-            gauges = gauge_values(engine)
-            if gauges["vllm:num_requests_waiting"]:
-                break
-        assert gauges["vllm:num_requests_waiting"] == 1
-        assert gauges["vllm:num_requests_running"] == 1
-        assert gauges["vllm:kv_cache_usage_perc"] > 0
-        responses = await asyncio.gather(*requests)
-    assert [response.status_code for response in responses] == [200, 200]
-    assert sample(engine, "vllm:num_requests_waiting") == 0
+    """The first request is running (its first token arrived) before the second is sent: the
+    second waits. When the first's client leaves (vLLM aborts it), the second runs."""
+    url = f"{engine.url}/v1/chat/completions"
+
+    def body(content: str) -> dict[str, object]:
+        return {"model": QWEN, "messages": [{"role": "user", "content": content}], "max_tokens": 300,
+                "ignore_eos": True, "stream": True}
+
+    async def gauges_once(done: Callable[[dict[str, float]], bool]) -> dict[str, float]:
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            gauges = await asyncio.to_thread(gauge_values, engine)
+            if done(gauges) or asyncio.get_running_loop().time() > deadline:
+                return gauges
+            await asyncio.sleep(0.05)
+
+    async with httpx.AsyncClient(timeout=120) as client, contextlib.AsyncExitStack() as streams:
+        first = await streams.enter_async_context(client.stream("POST", url, json=body("first")))
+        first_lines = first.aiter_lines()  # kept: an iterator dropped half-read closes its response
+        await anext(first_lines)  # a token: it runs
+        second = await client.send(client.build_request("POST", url, json=body("second")), stream=True)
+        try:
+            gauges = await gauges_once(lambda g: g["vllm:num_requests_waiting"] > 0)
+            assert gauges["vllm:num_requests_waiting"] == 1
+            assert gauges["vllm:num_requests_running"] == 1
+            assert gauges["vllm:kv_cache_usage_perc"] > 0
+            await streams.aclose()  # the first's client leaves
+            assert first.status_code == second.status_code == 200
+            second_lines = second.aiter_lines()
+            await anext(second_lines)  # the second runs now
+            gauges = await gauges_once(lambda g: g["vllm:num_requests_waiting"] == 0)
+            assert (gauges["vllm:num_requests_waiting"], gauges["vllm:num_requests_running"]) == (0, 1)
+        finally:
+            await second.aclose()
 
 
 def gauge_values(engine: EngineHandle) -> dict[str, float]:
