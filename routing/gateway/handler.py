@@ -76,7 +76,7 @@ async def parse_body(raw: bytes, endpoint: str, key: KeyInfo) -> ParsedRequest:
     inspection = await POOL.inspect(
         raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N, affinity_messages=settings.ROUTER_AFFINITY_MESSAGES,
         want_prompt=key.log_prompts, workers=settings.GATEWAY_LARGE_BODY_WORKERS,
-        queue=settings.GATEWAY_LARGE_BODY_QUEUE)
+        queue=settings.GATEWAY_LARGE_BODY_QUEUE, niceness=settings.GATEWAY_LARGE_BODY_NICENESS)
     return request_of(inspection, raw)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import multiprocessing
+import os
 import re
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -224,6 +225,12 @@ class LargeBody:
         return b"".join([*parts, b"}"])
 
 
+def _lower_priority(niceness: int) -> None:
+    """A worker yields the CPU to the web processes: a small request's few hundred
+    microseconds come before a large body's tens of milliseconds of parsing."""
+    os.nice(niceness)
+
+
 def busy_error() -> GatewayError:
     return GatewayError(503, "The gateway is processing too many large request bodies; retry shortly.",
                         code="server_busy", type_="server_error", retry_after_s=1, retryable=True)
@@ -236,24 +243,37 @@ class LargeBodyPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # tests run several event loops (servers) in one process
         self._executor: ProcessPoolExecutor | None = None
-        self._workers = 0
+        self._shape = (0, 0)
         self.pending = 0
 
     def full(self, limit: int) -> bool:
         return self.pending >= limit
 
-    def _take(self, limit: int, workers: int) -> ProcessPoolExecutor:
+    def _take(self, limit: int, workers: int, niceness: int) -> ProcessPoolExecutor:
         with self._lock:
             if self.pending >= limit:
                 raise busy_error()
-            if self._executor is None or self._workers != workers:
-                if self._executor is not None:
-                    self._executor.shutdown(wait=False)
-                # spawn: a fork of a threaded web process could inherit a held lock.
-                self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-                self._workers = workers
+            executor = self._executor_for(workers, niceness)
             self.pending += 1
-            return self._executor
+            return executor
+
+    def warm(self, workers: int, niceness: int) -> None:
+        """Start the worker processes now (at the web process's start), not on the first
+        large body: a spawned interpreter takes a while to import, longer at low priority."""
+        with self._lock:
+            executor = self._executor_for(workers, niceness)
+        for _ in range(workers):
+            executor.submit(os.getpid)
+
+    def _executor_for(self, workers: int, niceness: int) -> ProcessPoolExecutor:
+        if self._executor is None or self._shape != (workers, niceness):
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+            # spawn: a fork of a threaded web process could inherit a held lock.
+            self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_lower_priority, initargs=(niceness,))
+            self._shape = (workers, niceness)
+        return self._executor
 
     def _release(self, _: Future[Inspection]) -> None:
         with self._lock:
@@ -265,8 +285,8 @@ class LargeBodyPool:
                 self._executor = None
 
     async def inspect(self, raw: bytes, *, endpoint: str, max_n: int, affinity_messages: int, want_prompt: bool,
-                      workers: int, queue: int) -> Inspection:
-        executor = self._take(workers + queue, workers)
+                      workers: int, queue: int, niceness: int) -> Inspection:
+        executor = self._take(workers + queue, workers, niceness)
         try:
             future = executor.submit(inspect, raw, endpoint, max_n, affinity_messages, want_prompt)
         except (BrokenProcessPool, RuntimeError):
