@@ -15,7 +15,9 @@ import httpx
 import orjson
 import pytest
 from django.contrib.auth.models import User
-from hypothesis import given, settings as hypothesis_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from routing.gateway.directory import KeyInfo
 from routing.gateway.large import POOL, inspect, member_spans, outline, request_of
