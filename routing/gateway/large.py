@@ -151,16 +151,18 @@ def outline(body: dict[str, Any], spans: dict[str, list[Span]], *, affinity_mess
     view = {name: value for name, value in body.items()
             if name not in PROMPT_FIELDS and spans[name][-1][1] - spans[name][-1][0] <= OUTLINE_MEMBER_MAX}
     view["model"] = body["model"]
-    messages = body.get("messages")
+    messages = body.get("messages")  # on /v1/completions an unchecked extra: any JSON
     if isinstance(messages, list):
+        auto = body["model"] == "auto"
         keep: set[int] = set()
-        if body["model"] == "auto":
+        if auto:
             keep = set(range(min(affinity_messages, len(messages))))
-            keep.update(next(([i] for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), []))
-        view["messages"] = [{"role": messages[i].get("role"), "content": messages[i].get("content")} if i in keep
-                            else {} for i in range(len(messages))]
-    prompt = body.get("prompt")
-    if prompt is not None and body["model"] == "auto":
+            keep.update(next(([i] for i in range(len(messages) - 1, -1, -1)
+                              if isinstance(messages[i], dict) and messages[i].get("role") == "user"), []))
+        view["messages"] = [{"role": messages[i].get("role"), "content": messages[i].get("content")}
+                            if i in keep and isinstance(messages[i], dict) else {} for i in range(len(messages))]
+    prompt = body.get("prompt")  # likewise on /v1/chat/completions
+    if body["model"] == "auto" and isinstance(prompt, str | list):
         view["prompt"] = prompt if isinstance(prompt, str) else prompt[-1:]
     return view
 

@@ -82,9 +82,12 @@ def prompt_text(request: ParsedRequest) -> str:
     if request.large is not None:
         return request.large.prompt or ""
     body = request.body
-    if "messages" in body:
+    messages = body.get("messages")
+    if isinstance(messages, list):  # on /v1/completions an unchecked extra: any JSON
         parts: list[str] = []
-        for message in body["messages"]:
+        for message in messages:
+            if not isinstance(message, dict):
+                continue
             content = message.get("content")
             if isinstance(content, str):
                 parts.append(content)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from routing.gateway.directory import KeyInfo
 from routing.gateway.large import POOL, inspect, member_spans, outline, request_of
-from routing.gateway.request import parse_request, upstream_body
+from routing.gateway.request import parse_request, prompt_text, upstream_body
 from routing.router.route import conversation_key, last_user_text, prompt_upper_bound
 from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
@@ -32,7 +32,7 @@ from tests.gateway.upstreams import CountingUpstream
 LARGE = 1024  # PORTAL_GATEWAY_LARGE_BODY_BYTES in these tests: every padded body goes to the pool
 PAD = "p" * 2048
 
-TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=12)
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
     | st.floats(allow_nan=False, allow_infinity=False) | TEXT,
@@ -108,6 +108,20 @@ def test_the_outline_keeps_what_the_router_reads_of_a_large_auto_body() -> None:
     assert prompt_upper_bound(len(raw), view) == prompt_upper_bound(len(raw), body)
     explicit = outline({**body, "model": "qwen"}, member_spans(raw)[0], affinity_messages=2)
     assert explicit["messages"] == [{}] * 5  # only their number, when no router reads them
+
+
+@pytest.mark.parametrize("endpoint, body", [
+    ("completions", {"model": "auto", "prompt": "x", "messages": [1, "two", None, {"role": 3}]}),
+    ("chat.completions", {"model": "auto", "messages": [{"role": "user", "content": "x"}], "prompt": 5}),
+    ("chat.completions", {"model": "auto", "messages": [{"role": "user", "content": "x"}], "prompt": {"a": 1}}),
+])
+def test_unchecked_extras_named_like_prompt_fields_do_not_break_a_large_body(endpoint: str, body: Any) -> None:
+    raw = orjson.dumps({**body, "x_pad": PAD})
+    request = request_of(inspect(raw, endpoint, 8, 2, False), raw)
+    assert not request.validated and orjson.loads(upstream_body(request, upstream_model="m"))["model"] == "m"
+    assert len(request.body.get("messages", [])) == len(body.get("messages", []))
+    small = parse_request(orjson.dumps(body), endpoint=endpoint, max_n=8)  # the small path reads them too
+    assert isinstance(prompt_text(small), str) and isinstance(prompt_text(request), str)
 
 
 @pytest.mark.parametrize("case, body, path, code, param", BAD_INPUT, ids=[case[0] for case in BAD_INPUT])
