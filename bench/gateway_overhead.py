@@ -4,8 +4,11 @@
         .venv/bin/python bench/gateway_overhead.py [--quick] [--large-bodies] \\
         [--litellm-python PATH/bin/python] [--json PATH]
 
---large-bodies: small requests' p50/p99 through the gateway alone, then while clients post
-8 MB bodies to it without pause (a long-context lane; the body is parsed and sent on).
+--large-bodies: small requests' p50/p99 through the gateway (and directly to the upstream,
+in alternation: the difference is what the gateway adds on a shared machine) alone, then
+while clients in another process post 8 MB bodies to it without pause (a long-context
+lane; the body is validated and sent on; the fake upstream does not parse bodies over
+1 MB, as a real lane does that on its own machine).
 --litellm-python: an interpreter with `litellm[proxy]` installed (kept out of this
 project's requirements: e.g. its own venv); a LiteLLM proxy (1 worker) in front of the
 same upstream is driven like the gateway and the req/s are put side by side.
@@ -60,7 +63,10 @@ def serve_upstream(port: int) -> None:
                                                              "total_tokens": 12 + CHUNKS}}).encode() + b"\n\n"
 
     async def chat(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
+        raw = await request.read()
+        # A lane runs on a Spark, not on this machine: the 8 MB bodies (never streamed) are not
+        # parsed here, so their parsing does not take this machine's CPU from the gateway.
+        body = json.loads(raw) if len(raw) < 1024 * 1024 else {}
         if not body.get("stream"):
             return web.Response(body=whole, content_type="application/json")
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -257,23 +263,75 @@ async def post_large_until(url: str, headers: dict[str, str], stop: asyncio.Even
                 counts[str(resp.status)] = counts.get(str(resp.status), 0) + 1
 
 
-async def small_under_large(gateway_url: str, auth: dict[str, str], *, large_clients: int,
-                            requests: int) -> list[dict[str, Any]]:
-    """Small requests' latency at one client, alone, then while `large_clients` post 8 MB
-    bodies back to back."""
-    alone = await drive(gateway_url, auth, stream=False, concurrency=1, requests=requests)
-    stop, counts = asyncio.Event(), {}  # type: ignore[var-annotated]
-    posters = [asyncio.create_task(post_large_until(gateway_url, auth, stop, counts)) for _ in range(large_clients)]
-    await asyncio.sleep(1.0)  # the large posts are under way
-    loaded = await drive(gateway_url, auth, stream=False, concurrency=1, requests=requests)
-    stop.set()
-    await asyncio.gather(*posters)
+def post_large(url: str, secret: str, clients: int) -> None:
+    """The large-body clients, in their own process (so the client measuring the small
+    requests is not busy sending 8 MB bodies): post until SIGINT, then print the answers'
+    statuses as JSON."""
+    async def main() -> dict[str, int]:
+        stop, counts = asyncio.Event(), {}  # type: ignore[var-annotated]
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+        auth = {"authorization": f"Bearer {secret}", "x-stainless-retry-count": "0"}
+        await asyncio.gather(*(post_large_until(url, auth, stop, counts) for _ in range(clients)))
+        return counts
+
+    print(json.dumps(asyncio.run(main())), flush=True)
+
+
+async def alternate(direct_url: str, gateway_url: str, auth: dict[str, str], seconds: float) -> tuple[Result, Result]:
+    """One client, one small request directly to the upstream then one through the gateway,
+    for `seconds`: both see the same moment of a shared machine, so the difference is what
+    the gateway adds, whatever else the machine is doing."""
+    import aiohttp
+
+    body = json.dumps({**BODY, "stream": False}).encode()
+    direct, gateway = Result(), Result()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        begin = time.perf_counter()
+        while time.perf_counter() - begin < seconds:
+            for url, headers, result in ((direct_url, {}, direct), (gateway_url, auth, gateway)):
+                started = time.perf_counter()
+                try:
+                    async with session.post(url, data=body,
+                                            headers={**headers, "content-type": "application/json"}) as resp:
+                        await resp.read()
+                        ok = resp.status == 200
+                except aiohttp.ClientError:
+                    ok = False
+                if ok:
+                    result.latencies.append(time.perf_counter() - started)
+                else:
+                    result.errors += 1
+        direct.elapsed = gateway.elapsed = time.perf_counter() - begin
+    return direct, gateway
+
+
+async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, str], secret: str, *,
+                            large_clients: int, seconds: float) -> list[dict[str, Any]]:
+    """Small requests' latency at one client (through the gateway, and directly to the
+    upstream in alternation), alone, then while `large_clients` (another process) post
+    8 MB bodies to the gateway back to back."""
+    await alternate(direct_url, gateway_url, auth, 1.0)  # warm-up
+    alone = await alternate(direct_url, gateway_url, auth, seconds)
+    posters = subprocess.Popen([sys.executable, __file__, "--post-large", gateway_url, "--secret", secret,
+                                "--large-clients", str(large_clients)], stdout=subprocess.PIPE, text=True)
+    await asyncio.sleep(2.0)  # the large posts are under way
+    began = time.perf_counter()
+    loaded = await alternate(direct_url, gateway_url, auth, seconds)
+    posters.send_signal(signal.SIGINT)
+    counts = json.loads(posters.communicate(timeout=120)[0] or "{}")
+    counts["per_s"] = round(sum(counts.values()) / (time.perf_counter() - began + 2.0), 1)
     rows = []
-    for label, result in (("small requests alone", alone),
-                          (f"small requests, {large_clients} clients posting 8 MB bodies", loaded)):
-        rows.append({"case": label, "p50_ms": round(result.pct(result.latencies, 0.5), 2),
-                     "p99_ms": round(result.pct(result.latencies, 0.99), 2), "errors": result.errors,
-                     "large_bodies_answered": counts if result is loaded else None})
+    for label, (direct, gateway) in (("small requests alone", alone),
+                                     (f"small requests, {large_clients} clients posting 8 MB bodies", loaded)):
+        rows.append({"case": label, "p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
+                     "p99_ms": round(gateway.pct(gateway.latencies, 0.99), 2),
+                     "direct_p50_ms": round(direct.pct(direct.latencies, 0.5), 2),
+                     "direct_p99_ms": round(direct.pct(direct.latencies, 0.99), 2),
+                     "added_p50_ms": round(gateway.pct(gateway.latencies, 0.5) - direct.pct(direct.latencies, 0.5), 2),
+                     "added_p99_ms": round(gateway.pct(gateway.latencies, 0.99) - direct.pct(direct.latencies, 0.99),
+                                           2),
+                     "requests": len(gateway.latencies), "errors": gateway.errors + direct.errors,
+                     "large_bodies_answered": counts if gateway is loaded[1] else None})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -377,9 +435,14 @@ def main() -> None:
     parser.add_argument("--large-clients", type=int, default=3)
     parser.add_argument("--litellm-python")
     parser.add_argument("--skip-overhead", action="store_true", help="only the --large-bodies / LiteLLM parts")
+    parser.add_argument("--post-large", help=argparse.SUPPRESS)  # the large-body clients' process
+    parser.add_argument("--secret", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
+        return
+    if args.post_large:
+        post_large(args.post_large, args.secret, args.large_clients)
         return
     upstream_port, gateway_port = free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING", "PORTAL_GATEWAY_DEFAULT_LANE": "bench"}
@@ -413,8 +476,10 @@ def main() -> None:
             print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
         if args.large_bodies:
             report["large_bodies"] = asyncio.run(small_under_large(
-                gateway_url, auth, large_clients=args.large_clients, requests=300 if args.quick else 1500))
-            print_table(report["large_bodies"], ["case", "p50_ms", "p99_ms", "errors", "large_bodies_answered"])
+                f"http://127.0.0.1:{upstream_port}/v1/chat/completions", gateway_url, auth, secret, large_clients=args.large_clients, seconds=10 if args.quick else 30))
+            print_table(report["large_bodies"], ["case", "p50_ms", "p99_ms", "direct_p50_ms", "direct_p99_ms",
+                                                 "added_p50_ms", "added_p99_ms", "requests", "errors",
+                                                 "large_bodies_answered"])
         if args.litellm_python:
             wait_port(litellm_port, timeout=120)
             report["litellm"] = asyncio.run(versus_litellm(

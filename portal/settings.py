@@ -196,6 +196,14 @@ GATEWAY_MAX_CONNECTIONS = env_int("PORTAL_GATEWAY_MAX_CONNECTIONS", 1000, minimu
 # Largest /v1 request body (bytes): 413 above it, from content-length and while reading. A 1M-token
 # prompt is ~4 MB of text; JSON escaping and tool schemas can double it.
 GATEWAY_MAX_BODY_BYTES = env_int("PORTAL_GATEWAY_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=2**31)
+# Bodies above this size are parsed and validated in worker processes (routing.gateway.large) and
+# forwarded as the client's bytes with the gateway's few edits, so they never hold the web process's
+# GIL; at most WORKERS run at once and QUEUE wait, beyond that 503 with retry-after. The workers run
+# at this niceness (0-19): on a busy machine the web process's small requests get the CPU first.
+GATEWAY_LARGE_BODY_BYTES = env_int("PORTAL_GATEWAY_LARGE_BODY_BYTES", 256 * 1024, minimum=1024, maximum=2**31)
+GATEWAY_LARGE_BODY_WORKERS = env_int("PORTAL_GATEWAY_LARGE_BODY_WORKERS", 2, minimum=1, maximum=64)
+GATEWAY_LARGE_BODY_QUEUE = env_int("PORTAL_GATEWAY_LARGE_BODY_QUEUE", 4, minimum=0, maximum=1024)
+GATEWAY_LARGE_BODY_NICENESS = env_int("PORTAL_GATEWAY_LARGE_BODY_NICENESS", 10, minimum=0, maximum=19)
 # Largest `n` (choices per request) a client may ask for: every choice is a sequence on the lane.
 GATEWAY_MAX_N = env_int("PORTAL_GATEWAY_MAX_N", 8, minimum=1, maximum=128)
 # In-process caches of API keys and lanes (revocation is immediate anyway, through Redis).

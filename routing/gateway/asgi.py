@@ -22,6 +22,7 @@ from routing.gateway.choose import AUTO
 from routing.gateway.directory import KeyInfo, LaneInfo, resolve_model
 from routing.gateway.handler import finish, handle_completion
 from routing.gateway.http import Receive, Scope, Send, authenticate, read_body, send_bytes, send_error
+from routing.gateway.large import POOL
 from routing.gateway.outcome import Outcome, new_request_id
 from routing.gateway.runtime import close_runtime, runtime
 from routing.gateway.wire import GatewayError
@@ -121,6 +122,7 @@ def with_gateway(django_app: Any) -> Any:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    POOL.warm(settings.GATEWAY_LARGE_BODY_WORKERS, settings.GATEWAY_LARGE_BODY_NICENESS)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await close_runtime()

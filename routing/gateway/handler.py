@@ -37,9 +37,10 @@ from routing.gateway.http import (
     send_bytes,
     send_error,
 )
+from routing.gateway.large import POOL, busy_error, request_of
 from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
 from routing.gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
-from routing.gateway.request import ParsedRequest, parse_request, prompt_text, sized_call, upstream_body
+from routing.gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
 from routing.gateway.runtime import GatewayRuntime, runtime
 from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
 from routing.gateway.upstream import provably_not_received, upstream_send
@@ -64,8 +65,24 @@ def fallback_chain(first: LaneInfo, lanes: dict[str, LaneInfo] | Any, key: KeyIn
     return chain
 
 
-async def parse_body(raw: bytes, endpoint: str) -> ParsedRequest:
-    return await sized_call(len(raw), parse_request, raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
+def large_body_limit() -> int:
+    return settings.GATEWAY_LARGE_BODY_WORKERS + settings.GATEWAY_LARGE_BODY_QUEUE
+
+
+async def parse_body(raw: bytes, endpoint: str, key: KeyInfo) -> ParsedRequest:
+    """Parsed and validated here, or (a large body) in a worker process: routing.gateway.large."""
+    if len(raw) <= settings.GATEWAY_LARGE_BODY_BYTES:
+        return parse_request(raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
+    inspection = await POOL.inspect(
+        raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N, affinity_messages=settings.ROUTER_AFFINITY_MESSAGES,
+        want_prompt=key.log_prompts, workers=settings.GATEWAY_LARGE_BODY_WORKERS,
+        queue=settings.GATEWAY_LARGE_BODY_QUEUE, niceness=settings.GATEWAY_LARGE_BODY_NICENESS)
+    return request_of(inspection, raw)
+
+
+def declared_large(scope: Scope) -> bool:
+    declared = header(scope, b"content-length")
+    return declared is not None and declared.isdigit() and int(declared) > settings.GATEWAY_LARGE_BODY_BYTES
 
 
 async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpoint: str, path_lane: str | None) -> None:
@@ -77,8 +94,10 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
         body_limit = settings.GATEWAY_MAX_BODY_BYTES
         check_declared_length(scope, body_limit)
         key = await authenticate(rt, scope)
+        if declared_large(scope) and POOL.full(large_body_limit()):
+            raise busy_error()  # before reading a byte of it
         raw = await read_body(receive, body_limit)
-        request = await parse_body(raw, endpoint)
+        request = await parse_body(raw, endpoint, key)
         lanes = await rt.lanes.get()
         try:
             decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body,
@@ -111,7 +130,7 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
             finish(rt, key, request, endpoint, outcome)
 
 
-async def idempotency_of(scope: Scope, raw: bytes) -> tuple[str, str, str]:
+def idempotency_of(scope: Scope, raw: bytes, request: ParsedRequest) -> tuple[str, str, str]:
     """(record key, mode, the body's fingerprint). An explicit `Idempotency-Key` header is
     honoured as such, and bound to the body it first came with. The official Python SDK
     does not send one, but it marks its retries with `x-stainless-retry-count`; so every
@@ -122,7 +141,8 @@ async def idempotency_of(scope: Scope, raw: bytes) -> tuple[str, str, str]:
     retry = header(scope, b"x-stainless-retry-count")
     if not explicit and retry is None:  # not an SDK that retries on its own: nothing to recognise later
         return "", limits.IDEM_NONE, ""
-    digest = await sized_call(len(raw), lambda: hashlib.sha256(raw).hexdigest())
+    # A large body's digest was taken in its worker process.
+    digest = request.large.digest if request.large is not None else hashlib.sha256(raw).hexdigest()
     fingerprint = digest[:limits.FINGERPRINT_CHARS]
     if explicit:
         return explicit.decode("latin-1"), limits.IDEM_EXPLICIT, fingerprint
@@ -133,7 +153,7 @@ async def admit_and_send(
     rt: GatewayRuntime, scope: Scope, receive: Receive, send: Send, key: KeyInfo, request: ParsedRequest,
     raw: bytes, decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
 ) -> None:
-    idem_key, idem_mode, fingerprint = await idempotency_of(scope, raw)
+    idem_key, idem_mode, fingerprint = idempotency_of(scope, raw, request)
     names = limits.key_names(settings.REDIS_PREFIX, limits.key_namespace(key.secret_hash), idem_key)
     # While in flight, the idempotency record and the in-flight slot outlive the longest
     # possible upstream call, so a crashed process cannot hold them forever.
@@ -147,7 +167,8 @@ async def admit_and_send(
         await refuse(send, admission, outcome)
         return
     explicit = idem_mode == limits.IDEM_EXPLICIT
-    outcome.shadow = shadow_enabled() and random.random() < settings.GATEWAY_SHADOW_SHARE
+    # Large bodies are not shadowed: the replay would parse them in this process.
+    outcome.shadow = shadow_enabled() and request.large is None and random.random() < settings.GATEWAY_SHADOW_SHARE
     outcome.keep_answer = explicit or outcome.shadow
     # A client that left is not waited for: closing the upstream connection makes vLLM abort
     # the request, and the in-flight slot is freed now, not when the lane would have
@@ -244,7 +265,7 @@ async def send_once(
         if not breaker.allows():
             unavailable.append(f"{lane.name}'s circuit is open")
             continue
-        body = await sized_call(len(raw), upstream_body, request, upstream_model=lane.public_model_name)
+        body = upstream_body(request, upstream_model=lane.public_model_name)
         sent_at = time.perf_counter()
         try:
             response = await upstream_send(rt.transport, f"{lane.base_url}{UPSTREAM_PATHS[endpoint]}", body)

@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from routing.gateway.validation import validate_body
 from routing.gateway.wire import GatewayError
 
+if TYPE_CHECKING:
+    from routing.gateway.large import LargeBody
+
 T = TypeVar("T")
-# Work on a body above this size (parsing, serialising, hashing) runs in a worker thread,
-# so one large prompt does not hold every other request of the process while it is walked.
+# Work above this size (serialising a /tokenize body or an answer) runs in a worker thread.
+# Large request bodies are parsed in worker processes instead (routing.gateway.large).
 INLINE_BODY_MAX = 256 * 1024
 
 
@@ -34,6 +37,9 @@ class ParsedRequest:
     max_tokens: int  # the client's cap (max_completion_tokens, else max_tokens), 0 = none
     validated: bool  # every field was checked here (no engine-only extras)
     size: int  # bytes of the raw body
+    # A large body (routing.gateway.large): parsed in a worker process, `body` is only its
+    # outline, and what goes upstream is cut from the raw bytes.
+    large: LargeBody | None = None
 
 
 def parse_request(raw: bytes, *, endpoint: str, max_n: int) -> ParsedRequest:
@@ -56,7 +62,10 @@ def upstream_body(request: ParsedRequest, *, upstream_model: str) -> bytes:
     """The client's body with three changes: the lane's served model name; the client's
     `max_completion_tokens` also sent as `max_tokens` (engines that only know the older
     name would otherwise ignore the cap); and (streaming) usage always requested so tokens
-    are counted even when the client did not ask."""
+    are counted even when the client did not ask. A large body gets the same changes made
+    in its raw bytes (routing.gateway.large.forward_bytes)."""
+    if request.large is not None:
+        return request.large.forward(upstream_model)
     body = dict(request.body)
     body["model"] = upstream_model
     if body.get("max_completion_tokens") is not None:
@@ -68,11 +77,17 @@ def upstream_body(request: ParsedRequest, *, upstream_model: str) -> bytes:
 
 
 def prompt_text(request: ParsedRequest) -> str:
-    """Text of the prompt, for the context estimate and (opt-in) the request log."""
+    """Text of the prompt, for the context estimate and (opt-in) the request log. Of a
+    large body, only what its worker kept (the text when the key logs prompts)."""
+    if request.large is not None:
+        return request.large.prompt or ""
     body = request.body
-    if "messages" in body:
+    messages = body.get("messages")
+    if isinstance(messages, list):  # on /v1/completions an unchecked extra: any JSON
         parts: list[str] = []
-        for message in body["messages"]:
+        for message in messages:
+            if not isinstance(message, dict):
+                continue
             content = message.get("content")
             if isinstance(content, str):
                 parts.append(content)
@@ -85,3 +100,8 @@ def prompt_text(request: ParsedRequest) -> str:
         return "\n".join(parts)
     prompt = body.get("prompt")
     return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
+
+
+def prompt_length(request: ParsedRequest) -> int:
+    """Characters of the prompt's text (for the token estimate)."""
+    return request.large.prompt_chars if request.large is not None else len(prompt_text(request))

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import orjson
 
 from routing.gateway.directory import LaneInfo
-from routing.gateway.request import ParsedRequest, prompt_text, sized_call
+from routing.gateway.request import ParsedRequest, prompt_length, sized_call
 from routing.gateway.runtime import GatewayRuntime
 from routing.gateway.wire import Usage
 
@@ -36,7 +37,11 @@ USAGE_ESTIMATE = "estimate"
 
 
 def estimate_tokens(text: str, messages: int = 0) -> int:
-    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * messages
+    return estimate_from_chars(len(text), messages)
+
+
+def estimate_from_chars(chars: int, messages: int = 0) -> int:
+    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * messages
 
 
 def tokenize_cap(lane: LaneInfo) -> int:
@@ -53,12 +58,17 @@ def lane_has_tokenize(rt: GatewayRuntime, lane: LaneInfo) -> bool:
     return False
 
 
-async def tokenize(rt: GatewayRuntime, lane: LaneInfo, body: dict[str, Any], size: int) -> int | None:
+async def tokenize(rt: GatewayRuntime, lane: LaneInfo, body: dict[str, Any] | Callable[[str], bytes],
+                   size: int) -> int | None:
     """The lane's exact count for `body` (messages/tools or prompt; `size` bounds its
-    bytes), None if it cannot say."""
+    bytes; a large body's members come already serialised, cut from its raw bytes), None
+    if it cannot say."""
     if not lane_has_tokenize(rt, lane) or size > tokenize_cap(lane):
         return None
-    content = await sized_call(size, orjson.dumps, {"model": lane.public_model_name, **body})
+    if callable(body):
+        content = body(lane.public_model_name)
+    else:
+        content = await sized_call(size, orjson.dumps, {"model": lane.public_model_name, **body})
     if len(content) > tokenize_cap(lane):
         return None
     try:
@@ -84,11 +94,12 @@ def prompt_fields(request: ParsedRequest) -> dict[str, Any]:
 
 async def count_prompt(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> tuple[int, bool]:
     """(prompt tokens, estimated?)."""
-    exact = await tokenize(rt, lane, prompt_fields(request), request.size)
+    fields = request.large.prompt_members if request.large is not None else prompt_fields(request)
+    exact = await tokenize(rt, lane, fields, request.size)
     if exact is not None:
         return exact, False
-    messages = request.body.get("messages")
-    return estimate_tokens(prompt_text(request), len(messages) if isinstance(messages, list) else 0), True
+    messages = request.body.get("messages")  # a large body's outline keeps their number
+    return estimate_from_chars(prompt_length(request), len(messages) if isinstance(messages, list) else 0), True
 
 
 async def count_usage(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest, answer: str,

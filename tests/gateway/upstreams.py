@@ -35,6 +35,7 @@ class CountingUpstream:
         self.sends_usage = True  # False: like llama.cpp, never any usage (include_usage ignored)
         self.has_tokenize = True  # False: /tokenize answers 404, like an engine without it
         self.tokenize_bodies: list[dict[str, Any]] = []
+        self.raw_bodies: list[bytes] = []  # the completion requests' bodies, byte for byte
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -83,7 +84,9 @@ class CountingUpstream:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.counts[request.path] += 1
-        body = await request.json()
+        raw = await request.read()
+        self.raw_bodies.append(raw)
+        body = json.loads(raw)
         if self.mode == "reset":
             assert request.transport is not None
             request.transport.close()  # the request arrived; the answer never will

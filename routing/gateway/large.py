@@ -1,0 +1,328 @@
+"""Large request bodies, kept off the web process's GIL.
+
+orjson parses an 8 MB body in ~8 ms and writes it back in ~6 ms, holding the GIL all that
+time even in a worker thread: every other request of the process waits for it. So a body
+above PORTAL_GATEWAY_LARGE_BODY_BYTES is parsed and validated (the same
+`parse_request`, the same rules) in a small pool of worker processes, which send back
+only what the web process needs: the body's outline (its small top-level members and the
+shape of its messages), counts for the context guard, its digest, and where each
+top-level member lies in the raw bytes. The body sent upstream is then the client's own
+bytes with the few members the gateway changes (`model`, `max_tokens`, `stream_options`)
+replaced in place (`forward_bytes`): a large body is never parsed nor re-serialised in the
+web process, and everything else in it reaches the lane byte for byte.
+
+The pool is bounded: PORTAL_GATEWAY_LARGE_BODY_WORKERS bodies are inspected at once and
+PORTAL_GATEWAY_LARGE_BODY_QUEUE more may wait; beyond that a large body is refused with
+503 and `retry-after`, so a flood of huge bodies cannot take the process's memory or
+starve the small requests.
+
+No Django here: the worker processes import this module alone."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import multiprocessing
+import os
+import re
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from routing.gateway.request import ParsedRequest, parse_request, prompt_text
+from routing.gateway.wire import GatewayError
+
+PROMPT_FIELDS = ("messages", "tools", "prompt")
+# A top-level member larger than this (an engine extra carrying a blob) stays out of the outline.
+OUTLINE_MEMBER_MAX = 64 * 1024
+MODEL = None  # in an edit: "the lane's served model name", known only after routing
+
+_WS = re.compile(rb"[ \t\n\r]*")
+_STRUCTURE = re.compile(rb'[\[\]{}"]')
+_SCALAR = re.compile(rb"[^,}\] \t\n\r]+")
+_QUOTE, _BACKSLASH, _CLOSE_BRACE = 0x22, 0x5C, 0x7D
+_OPEN, _CLOSE = frozenset(b"[{"), frozenset(b"]}")
+
+Span = tuple[int, int]
+Edit = tuple[int, int, bytes | None]  # replace raw[start:end] (an insertion when start == end)
+
+
+def member_spans(raw: bytes) -> tuple[dict[str, list[Span]], int]:
+    """Where the value of each top-level member lies in `raw`, a JSON object that orjson
+    accepted (every occurrence of a repeated name), and the offset of its closing brace.
+    Strings are skipped with `bytes.find` (memchr), so an 8 MB prompt costs a few ms."""
+    spans: dict[str, list[Span]] = {}
+    pos = _skip_ws(raw, _skip_ws(raw, 0) + 1)  # past "{"
+    if raw[pos] == _CLOSE_BRACE:
+        return spans, pos
+    while True:
+        key_end = _string_end(raw, pos)
+        name = orjson.loads(raw[pos:key_end])  # escapes decoded: "mod\u0065l" is `model`
+        start = pos = _skip_ws(raw, _skip_ws(raw, key_end) + 1)  # past ":"
+        first = raw[pos]
+        if first == _QUOTE:
+            pos = _string_end(raw, pos)
+        elif first in _OPEN:
+            pos = _container_end(raw, pos)
+        else:
+            pos = _SCALAR.match(raw, pos).end()  # type: ignore[union-attr]
+        spans.setdefault(name, []).append((start, pos))
+        pos = _skip_ws(raw, pos)
+        if raw[pos] == _CLOSE_BRACE:
+            return spans, pos
+        pos = _skip_ws(raw, pos + 1)  # past ","
+
+
+def _skip_ws(raw: bytes, pos: int) -> int:
+    return _WS.match(raw, pos).end()  # type: ignore[union-attr]
+
+
+def _string_end(raw: bytes, pos: int) -> int:
+    """The offset after the string that opens at `pos`."""
+    while True:
+        pos = raw.index(b'"', pos + 1)
+        before = pos - 1
+        while raw[before] == _BACKSLASH:
+            before -= 1
+        if (pos - 1 - before) % 2 == 0:  # an even run of backslashes escapes none of the quote
+            return pos + 1
+
+
+def _container_end(raw: bytes, pos: int) -> int:
+    depth = 0
+    while True:
+        found = _STRUCTURE.search(raw, pos)
+        if found is None:
+            raise ValueError("unbalanced JSON")  # orjson accepted the body: cannot happen
+        pos = found.start()
+        char = raw[pos]
+        if char == _QUOTE:
+            pos = _string_end(raw, pos)
+            continue
+        pos += 1
+        depth += 1 if char in _OPEN else -1
+        if depth == 0:
+            return pos
+
+
+def upstream_edits(body: dict[str, Any], spans: dict[str, list[Span]], end: int, *, stream: bool) -> list[Edit]:
+    """The changes `request.upstream_body` makes, as edits of the raw bytes: every `model`
+    value becomes the lane's model (MODEL), `max_completion_tokens` is also written as
+    `max_tokens`, and a stream always asks for usage. A member the body lacks is added
+    before its closing brace; a repeated member is replaced everywhere."""
+    edits: list[Edit] = [(start, stop, MODEL) for start, stop in spans["model"]]
+
+    def put(name: str, value: bytes) -> None:
+        if name in spans:
+            edits.extend((start, stop, value) for start, stop in spans[name])
+        else:
+            edits.append((end, end, b"," + orjson.dumps(name) + b":" + value))
+
+    if body.get("max_completion_tokens") is not None:
+        put("max_tokens", orjson.dumps(body["max_completion_tokens"]))
+    if stream:
+        options = body.get("stream_options")
+        put("stream_options", orjson.dumps({**(options if isinstance(options, dict) else {}), "include_usage": True}))
+    return sorted(edits, key=lambda edit: edit[0])  # stable: insertions keep their order
+
+
+def forward_bytes(raw: bytes, edits: list[Edit], model: str) -> bytes:
+    """The client's bytes with the edits applied, `model` written where MODEL stands."""
+    view, served = memoryview(raw), orjson.dumps(model)
+    parts: list[bytes | memoryview] = []
+    pos = 0
+    for start, stop, value in edits:
+        parts += [view[pos:start], served if value is None else value]
+        pos = stop
+    parts.append(view[pos:])
+    return b"".join(parts)
+
+
+def outline(body: dict[str, Any], spans: dict[str, list[Span]], *, affinity_messages: int) -> dict[str, Any]:
+    """What the web process may read of a large body: its small top-level members, and its
+    messages as a list of the same length in which only what the router reads for
+    model="auto" is kept (the first `affinity_messages` and the last user message, role
+    and content); every other message is `{}`. The prompt fields themselves (messages,
+    tools, prompt) are read from the raw bytes or the worker's counts, never from here."""
+    view = {name: value for name, value in body.items()
+            if name not in PROMPT_FIELDS and spans[name][-1][1] - spans[name][-1][0] <= OUTLINE_MEMBER_MAX}
+    view["model"] = body["model"]
+    messages = body.get("messages")  # on /v1/completions an unchecked extra: any JSON
+    if isinstance(messages, list):
+        auto = body["model"] == "auto"
+        keep: set[int] = set()
+        if auto:
+            keep = set(range(min(affinity_messages, len(messages))))
+            keep.update(next(([i] for i in range(len(messages) - 1, -1, -1)
+                              if isinstance(messages[i], dict) and messages[i].get("role") == "user"), []))
+        view["messages"] = [{"role": messages[i].get("role"), "content": messages[i].get("content")}
+                            if i in keep and isinstance(messages[i], dict) else {} for i in range(len(messages))]
+    prompt = body.get("prompt")  # likewise on /v1/chat/completions
+    if body["model"] == "auto" and isinstance(prompt, str | list):
+        view["prompt"] = prompt if isinstance(prompt, str) else prompt[-1:]
+    return view
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """A worker process's answer about one large body (plain data: it crosses processes)."""
+
+    digest: str
+    error: tuple[int, str, str, str | None] | None = None  # status, message, code, param
+    outline: dict[str, Any] = field(default_factory=dict)
+    stream: bool = False
+    client_wants_usage: bool = False
+    max_tokens: int = 0
+    validated: bool = False
+    prompt_spans: dict[str, list[Span]] = field(default_factory=dict)
+    edits: list[Edit] = field(default_factory=list)
+    prompt_chars: int = 0
+    prompt: str | None = None  # the prompt's text, only when the key logs prompts
+
+
+def inspect(raw: bytes, endpoint: str, max_n: int, affinity_messages: int, want_prompt: bool) -> Inspection:
+    """Runs in a worker process: parse, validate, and describe the body."""
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        request = parse_request(raw, endpoint=endpoint, max_n=max_n)
+    except GatewayError as error:
+        return Inspection(digest=digest, error=(error.status, error.message, error.code, error.param))
+    spans, end = member_spans(raw)
+    text = prompt_text(request)
+    return Inspection(
+        digest=digest, outline=outline(request.body, spans, affinity_messages=affinity_messages),
+        stream=request.stream, client_wants_usage=request.client_wants_usage, max_tokens=request.max_tokens,
+        validated=request.validated, prompt_spans={name: spans[name] for name in PROMPT_FIELDS if name in spans},
+        edits=upstream_edits(request.body, spans, end, stream=request.stream), prompt_chars=len(text),
+        prompt=text if want_prompt else None,
+    )
+
+
+@dataclass(frozen=True)
+class LargeBody:
+    """What a ParsedRequest of a large body carries instead of the parsed body."""
+
+    raw: bytes
+    digest: str
+    edits: list[Edit]
+    prompt_spans: dict[str, list[Span]]
+    prompt_chars: int
+    prompt: str | None
+
+    def forward(self, model: str) -> bytes:
+        return forward_bytes(self.raw, self.edits, model)
+
+    def prompt_members(self, model: str) -> bytes:
+        """`{"model": model, "messages": …, "tools": …}` (or `prompt`) cut from the raw
+        bytes: the lane's /tokenize body, never re-serialised."""
+        view = memoryview(self.raw)
+        parts: list[bytes | memoryview] = [b'{"model":', orjson.dumps(model)]
+        for name, places in self.prompt_spans.items():
+            start, stop = places[-1]
+            parts += [b",", orjson.dumps(name), b":", view[start:stop]]
+        return b"".join([*parts, b"}"])
+
+
+def _lower_priority(niceness: int) -> None:
+    """A worker yields the CPU to the web processes: a small request's few hundred
+    microseconds come before a large body's tens of milliseconds of parsing."""
+    os.nice(niceness)
+
+
+def busy_error() -> GatewayError:
+    return GatewayError(503, "The gateway is processing too many large request bodies; retry shortly.",
+                        code="server_busy", type_="server_error", retry_after_s=1, retryable=True)
+
+
+class LargeBodyPool:
+    """The worker processes (started on the first large body) and the bound on how many
+    large bodies may be in them or waiting for them. One per web process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # tests run several event loops (servers) in one process
+        self._executor: ProcessPoolExecutor | None = None
+        self._shape = (0, 0)
+        self.pending = 0
+
+    def full(self, limit: int) -> bool:
+        return self.pending >= limit
+
+    def _take(self, limit: int, workers: int, niceness: int) -> ProcessPoolExecutor:
+        with self._lock:
+            if self.pending >= limit:
+                raise busy_error()
+            executor = self._executor_for(workers, niceness)
+            self.pending += 1
+            return executor
+
+    def warm(self, workers: int, niceness: int) -> None:
+        """Start the worker processes now (at the web process's start), not on the first
+        large body: a spawned interpreter takes a while to import, longer at low priority."""
+        with self._lock:
+            executor = self._executor_for(workers, niceness)
+        for _ in range(workers):
+            executor.submit(os.getpid)
+
+    def _executor_for(self, workers: int, niceness: int) -> ProcessPoolExecutor:
+        if self._executor is None or self._shape != (workers, niceness):
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+            # spawn: a fork of a threaded web process could inherit a held lock.
+            self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_lower_priority, initargs=(niceness,))
+            self._shape = (workers, niceness)
+        return self._executor
+
+    def _release(self, _: Future[Inspection]) -> None:
+        with self._lock:
+            self.pending -= 1
+
+    def _reset(self, broken: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._executor is broken:
+                self._executor = None
+
+    async def inspect(self, raw: bytes, *, endpoint: str, max_n: int, affinity_messages: int, want_prompt: bool,
+                      workers: int, queue: int, niceness: int) -> Inspection:
+        executor = self._take(workers + queue, workers, niceness)
+        try:
+            future = executor.submit(inspect, raw, endpoint, max_n, affinity_messages, want_prompt)
+        except (BrokenProcessPool, RuntimeError):
+            self._release(Future())
+            self._reset(executor)
+            raise busy_error() from None
+        # The slot is freed when the worker is done, not when the client leaves: the bound
+        # counts the work really in the processes.
+        future.add_done_callback(self._release)
+        try:
+            return await asyncio.wrap_future(future)
+        except BrokenProcessPool:  # a worker died (killed): start afresh on the next body
+            self._reset(executor)
+            raise busy_error() from None
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
+
+
+POOL = LargeBodyPool()
+
+
+def request_of(inspection: Inspection, raw: bytes) -> ParsedRequest:
+    if inspection.error is not None:
+        status, message, code, param = inspection.error
+        raise GatewayError(status, message, code=code, param=param)
+    body = inspection.outline
+    return ParsedRequest(
+        body=body, model=body["model"], stream=inspection.stream, client_wants_usage=inspection.client_wants_usage,
+        max_tokens=inspection.max_tokens, validated=inspection.validated, size=len(raw),
+        large=LargeBody(raw=raw, digest=inspection.digest, edits=inspection.edits,
+                        prompt_spans=inspection.prompt_spans, prompt_chars=inspection.prompt_chars,
+                        prompt=inspection.prompt),
+    )

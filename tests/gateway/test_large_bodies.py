@@ -1,0 +1,188 @@
+"""Large bodies (routing.gateway.large): validated in worker processes with the same rules
+and the same answers as small ones, forwarded as the client's bytes with only the
+gateway's edits, their prompt counted and logged from the raw bytes, and refused with 503
+and `retry-after` when the worker pool is full — never parsed nor re-serialised in the
+web process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any, cast
+
+import httpx
+import orjson
+import pytest
+from django.contrib.auth.models import User
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from routing.gateway.directory import KeyInfo
+from routing.gateway.large import POOL, inspect, member_spans, outline, request_of
+from routing.gateway.request import parse_request, prompt_text, upstream_body
+from routing.router.route import conversation_key, last_user_text, prompt_upper_bound
+from sparksim.standalone import EngineHandle
+from tests.conftest import wait_for
+from tests.gateway.conftest import Gateway, create_key, engine_received
+from tests.gateway.test_bad_input import BAD_INPUT, post
+from tests.gateway.upstreams import CountingUpstream
+
+LARGE = 1024  # PORTAL_GATEWAY_LARGE_BODY_BYTES in these tests: every padded body goes to the pool
+PAD = "p" * 2048
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=12)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=16,
+)
+FORMATS = st.sampled_from([
+    {}, {"indent": 1}, {"separators": (",", ":")}, {"separators": (" , ", " : "), "ensure_ascii": False},
+    {"indent": "\t", "ensure_ascii": False},
+])
+
+
+@pytest.fixture
+def large_bodies(settings: Any) -> None:
+    settings.GATEWAY_LARGE_BODY_BYTES = LARGE
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(body=st.dictionaries(TEXT, JSON_VALUES, min_size=1, max_size=6), form=FORMATS)
+def test_member_spans_find_every_top_level_value(body: dict[str, Any], form: dict[str, Any]) -> None:
+    raw = json.dumps(body, **form).encode()
+    spans, end = member_spans(raw)
+    assert {name: orjson.loads(raw[start:stop]) for name, [(start, stop)] in spans.items()} == body
+    assert raw[end:end + 1] == b"}" and not raw[end + 1:].strip()
+
+
+CHAT_BODIES = st.fixed_dictionaries(
+    {"model": st.text(min_size=1, max_size=10),
+     "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system"]),
+                                                 "content": TEXT}), min_size=1, max_size=4)},
+    optional={"max_completion_tokens": st.integers(1, 10_000), "max_tokens": st.integers(1, 10_000),
+              "stream": st.booleans(), "temperature": st.floats(0, 2), "top_k": st.integers(-1, 50),
+              "x_vendor": JSON_VALUES},
+)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(body=CHAT_BODIES, form=FORMATS, wants_usage=st.booleans())
+def test_a_large_body_is_forwarded_as_the_small_path_would_and_other_members_byte_for_byte(
+    body: dict[str, Any], form: dict[str, Any], wants_usage: bool
+) -> None:
+    if body.get("stream") and wants_usage:
+        body["stream_options"] = {"include_usage": True, "x_extra": 1}
+    raw = json.dumps(body, **form).encode()
+    inspection = inspect(raw, "chat.completions", 8, 2, False)
+    forwarded = upstream_body(request_of(inspection, raw), upstream_model="served/model")
+    small = upstream_body(parse_request(raw, endpoint="chat.completions", max_n=8), upstream_model="served/model")
+    assert orjson.loads(forwarded) == orjson.loads(small)
+    before, after = member_spans(raw)[0], member_spans(forwarded)[0]
+    for name in set(before) - {"model", "max_tokens", "stream_options"}:
+        assert [raw[a:b] for a, b in before[name]] == [forwarded[a:b] for a, b in after[name]]
+
+
+def test_edits_reach_every_copy_of_a_repeated_or_escaped_member() -> None:
+    raw = (b'{"model": "a", "mod\\u0065l" :"b",  "messages":[{"role":"user","content":"}\\"{"}],'
+           b' "max_completion_tokens": 5, "max_tokens":1, "max_tokens":2 }')
+    request = request_of(inspect(raw, "chat.completions", 8, 2, False), raw)
+    assert upstream_body(request, upstream_model="m") == (
+        b'{"model": "m", "mod\\u0065l" :"m",  "messages":[{"role":"user","content":"}\\"{"}],'
+        b' "max_completion_tokens": 5, "max_tokens":5, "max_tokens":5 }')
+
+
+def test_the_outline_keeps_what_the_router_reads_of_a_large_auto_body() -> None:
+    key = cast(KeyInfo, SimpleNamespace(id=7))
+    body = {"model": "auto", "max_completion_tokens": 30, "messages": [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok", "tool_calls": [{"id": "c"}]}, {"role": "user", "content": "last"},
+        {"role": "tool", "content": "x" * 5000, "tool_call_id": "c"}]}
+    raw = orjson.dumps(body)
+    view = outline(body, member_spans(raw)[0], affinity_messages=2)
+    assert last_user_text(view) == last_user_text(body) == "last"
+    assert conversation_key(view, key) == conversation_key(body, key)
+    assert prompt_upper_bound(len(raw), view) == prompt_upper_bound(len(raw), body)
+    explicit = outline({**body, "model": "qwen"}, member_spans(raw)[0], affinity_messages=2)
+    assert explicit["messages"] == [{}] * 5  # only their number, when no router reads them
+
+
+@pytest.mark.parametrize("endpoint, body", [
+    ("completions", {"model": "auto", "prompt": "x", "messages": [1, "two", None, {"role": 3}]}),
+    ("chat.completions", {"model": "auto", "messages": [{"role": "user", "content": "x"}], "prompt": 5}),
+    ("chat.completions", {"model": "auto", "messages": [{"role": "user", "content": "x"}], "prompt": {"a": 1}}),
+])
+def test_unchecked_extras_named_like_prompt_fields_do_not_break_a_large_body(endpoint: str, body: Any) -> None:
+    raw = orjson.dumps({**body, "x_pad": PAD})
+    request = request_of(inspect(raw, endpoint, 8, 2, False), raw)
+    assert not request.validated and orjson.loads(upstream_body(request, upstream_model="m"))["model"] == "m"
+    assert len(request.body.get("messages", [])) == len(body.get("messages", []))
+    small = parse_request(orjson.dumps(body), endpoint=endpoint, max_n=8)  # the small path reads them too
+    assert isinstance(prompt_text(small), str) and isinstance(prompt_text(request), str)
+
+
+@pytest.mark.parametrize("case, body, path, code, param", BAD_INPUT, ids=[case[0] for case in BAD_INPUT])
+def test_bad_input_in_a_large_body_gets_the_same_answer(
+    gateway: Gateway, qwen_engine: EngineHandle, large_bodies: None, case: str, body: Any, path: str, code: str,
+    param: str | None,
+) -> None:
+    raw = orjson.dumps({**body, "x_pad": PAD}) if isinstance(body, dict) else (
+        body if isinstance(body, bytes) else orjson.dumps(body)) + b" " * len(PAD)
+    assert len(raw) > LARGE
+    response = post(gateway, raw, path)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["param"], error["type"]) == (code, param, "invalid_request_error")
+    assert engine_received(qwen_engine, ("/v1/chat/completions", "/v1/completions", "/tokenize")) == []
+
+
+def test_a_large_body_reaches_the_lane_as_sent_but_for_the_gateways_edits(
+    fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, key_owner: User
+) -> None:
+    from routing.models import RequestLog
+
+    content = "\\u00e9t\\u00e9 " * 600
+    raw = (b'{ "model" :  "qwen",\n "messages": [{"role":"user","content":"' + content.encode() + b'"}],\n'
+           b'  "max_completion_tokens": 9 , "top_k" : 5e0, "x_vendor": {"b": [1, 2.50]}\n}')
+    secret, key_id = create_key(key_owner, name="audited", log_prompts=True)
+    response = post(fault_gateway, raw, secret=secret)
+    assert response.status_code == 200, response.text
+    assert upstream.raw_bodies == [raw.replace(b'"model" :  "qwen"', b'"model" :  "qwen-test"')[:-1]
+                                   + b',"max_tokens":9}']
+    # The context guard asked the lane's /tokenize with the messages cut from the raw bytes.
+    assert upstream.tokenize_bodies == [{"model": "qwen-test", "messages": orjson.loads(raw)["messages"]}]
+    row = wait_for(lambda: RequestLog.objects.filter(key_id=key_id).first(), what="the request's log row")
+    assert row.prompt_text == orjson.loads(raw)["messages"][0]["content"] and row.status == 200
+
+    stream = raw.replace(b'"top_k"', b'"stream": true, "top_k"')
+    answer = post(fault_gateway, stream)
+    assert answer.status_code == 200 and b'"usage"' not in answer.content  # the client did not ask
+    assert upstream.raw_bodies[-1] == (stream.replace(b'"model" :  "qwen"', b'"model" :  "qwen-test"')[:-1]
+                                       + b',"max_tokens":9,"stream_options":{"include_usage":true}}')
+
+
+def test_large_bodies_beyond_the_pool_bound_get_503_with_retry_after(
+    fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings.GATEWAY_LARGE_BODY_WORKERS, settings.GATEWAY_LARGE_BODY_QUEUE = 1, 2
+    monkeypatch.setattr(POOL, "pending", 3)  # as if three large bodies were being inspected
+    large = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}]})
+
+    def chunks() -> Iterator[bytes]:  # no content-length: refused when the body has been read
+        yield large[:100]
+        yield large[100:]
+
+    for content in (large, chunks()):
+        refused = httpx.post(f"{fault_gateway.url}/v1/chat/completions", content=content, timeout=15,
+                             headers={**fault_gateway.headers(), "content-type": "application/json"})
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "server_busy" and refused.headers["retry-after"] == "1"
+    assert post(fault_gateway, {"model": "qwen", "messages": [{"role": "user", "content": "hi"}]}).status_code == 200
+    assert upstream.completions == 1
+    monkeypatch.setattr(POOL, "pending", 2)  # one slot free again
+    assert post(fault_gateway, large).status_code == 200
+    assert upstream.completions == 2
