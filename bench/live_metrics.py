@@ -427,6 +427,19 @@ def bench_queries(now: datetime) -> None:
     timed("request log page, key filter, 30 days", lambda: list(
         request_log(RequestFilters(key=RequestLog.objects.values_list("key_id", flat=True)[0])).order_by("-id")[:51]))
     timed("request log page, no filter", lambda: list(request_log(RequestFilters()).order_by("-id")[:51]))
+    admin = admin_client()
+
+    def page(path: str) -> None:
+        response = admin.get(path)
+        assert response.status_code == 200, (path, response.status_code)
+
+    print("pages (an admin's GET through Django, rendered; each 30 times after one warm-up):")
+    timed("/monitor/requests/?lane=..&status=502", lambda: page(f"/monitor/requests/?lane={lane()}&status=502"))
+    timed("/monitor/requests/ (no filter)", lambda: page("/monitor/requests/"))
+    timed("/monitor/gateway/?range=30d", lambda: page("/monitor/gateway/?range=30d"))
+    timed("/monitor/usage/?period=day&by=key&days=30", lambda: page("/monitor/usage/?period=day&by=key&days=30"))
+    timed("/monitor/series/lane/<lane>?range=6h", lambda: page(f"/monitor/series/lane/{lane()}?range=6h"))
+    print("queries (continued):")
     oldest_id = RequestLog.objects.order_by("id").values_list("id", flat=True)[0]
     timed("request log, a page 29 days back (keyset: id < x)", lambda: list(
         request_log(RequestFilters(lane=lane())).filter(id__lt=oldest_id + 60_000).order_by("-id")[:51]))
@@ -476,6 +489,15 @@ def bench_retention(now: datetime) -> None:
 
 
 # --- 4. socket fan-out -----------------------------------------------------------------------------
+
+def admin_client() -> Client:
+    ensure_role_groups()
+    user, _ = User.objects.get_or_create(username="bench-admin")
+    user.groups.add(Group.objects.get(name=Role.ADMIN.value))
+    client = Client(HTTP_HOST="localhost")  # an allowed host (the test runner's "testserver" is not)
+    client.force_login(user)
+    return client
+
 
 def session_cookie() -> str:
     ensure_role_groups()
