@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from django.test import Client, override_settings  # noqa: E402
 
 from lanes.models import Lane, LaneNode, Node  # noqa: E402
 from metrics.models import LATENCY_BUCKETS_MS, Sample  # noqa: E402
+from metrics.partitions import partition_name  # noqa: E402
 from metrics.scraper import scrape_all  # noqa: E402
 from metrics.selectors import (  # noqa: E402
     RequestFilters,
@@ -212,15 +213,6 @@ def node_values(rng: random.Random) -> str:
     return json.dumps({name: round(rng.uniform(0, 120), 2) for name in NODE_SERIES})
 
 
-def copy_rows(table: str, columns: str, rows: Iterator[tuple[Any, ...]]) -> int:
-    count = 0
-    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row(row)
-            count += 1
-    return count
-
-
 def sample_rows(start: datetime, end: datetime, step_s: int, peaks: bool) -> Iterator[tuple[Any, ...]]:
     rng = random.Random(7)
     lanes = [lane_values(rng) for _ in range(64)]
@@ -238,17 +230,101 @@ def sample_rows(start: datetime, end: datetime, step_s: int, peaks: bool) -> Ite
         i += 1
 
 
-def request_rows(start: datetime, end: datetime, keys: list[int]) -> Iterator[tuple[Any, ...]]:
+def copy_rows(table: str, columns: str, rows: Iterator[tuple[Any, ...]]) -> int:
+    count = 0
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+            count += 1
+    return count
+
+
+def copy_day_partitions(table: str, columns: str, days: list[date], lines: Callable[[date], Iterator[str]]) -> int:
+    """Each day into a table of its own with COPY (no index, no foreign-key trigger per row),
+    then ATTACHed as that day's partition: PostgreSQL builds its indexes and checks its
+    foreign keys once per table — how a backfill of tens of millions of rows is done."""
+    count = 0
+    with connection.cursor() as cursor:
+        cursor.execute("SET maintenance_work_mem = '256MB'")
+        for day in days:
+            name = partition_name(table, day)
+            cursor.execute(f'DROP TABLE IF EXISTS "{name}"')
+            cursor.execute(f'CREATE TABLE "{name}" (LIKE "{table}" INCLUDING DEFAULTS INCLUDING CONSTRAINTS)')
+            with cursor.cursor.copy(f'COPY "{name}" ({columns}) FROM STDIN') as copy:
+                chunk: list[str] = []
+                for line in lines(day):
+                    chunk.append(line)
+                    if len(chunk) >= 20_000:
+                        copy.write("".join(chunk))
+                        count += len(chunk)
+                        chunk = []
+                copy.write("".join(chunk))
+                count += len(chunk)
+            end = day + timedelta(days=1)
+            cursor.execute(f"ALTER TABLE \"{table}\" ATTACH PARTITION \"{name}\" "
+                           f"FOR VALUES FROM ('{day.isoformat()}T00:00:00+00:00') TO ('{end.isoformat()}T00:00:00+00:00')")
+    return count
+
+
+def day_seconds(day: date, start: datetime, end: datetime, step_s: int) -> Iterator[str]:
+    """Timestamps (PostgreSQL text) every step_s seconds of the day, within [start, end)."""
+    at = max(start, datetime(day.year, day.month, day.day, tzinfo=UTC))
+    at += timedelta(seconds=(-int(at.timestamp())) % step_s)
+    stop = min(end, datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1))
+    while at < stop:
+        yield at.strftime("%Y-%m-%d %H:%M:%S+00")
+        at += timedelta(seconds=step_s)
+
+
+def sample_lines(start: datetime, end: datetime, step_s: int, peaks: bool) -> Callable[[date], Iterator[str]]:
+    rng = random.Random(7)
+    targets = [("lane", f"bench-lane-{i:02d}", [lane_values(rng) for _ in range(8)]) for i in range(LANES)]
+    targets += [("node", f"bench-node-{i:02d}", [node_values(rng) for _ in range(8)]) for i in range(NODES)]
+
+    def lines(day: date) -> Iterator[str]:
+        for i, ts in enumerate(day_seconds(day, start, end, step_s)):
+            for kind, target, variants in targets:
+                values = variants[i % 8]
+                yield f"{kind}\t{target}\t{ts}\t{values}\t{values}\n" if peaks else f"{kind}\t{target}\t{ts}\t{values}\n"
+
+    return lines
+
+
+REQUEST_COLUMNS = ("id, created_at, request_id, key_id, endpoint, requested_model, lane, route_reason, route_label, "
+                   "stream, status, error_code, prompt_tokens, completion_tokens, ttft_ms, latency_ms, upstream_ms, "
+                   "prompt_text")
+
+
+def request_lines(start: datetime, end: datetime, keys: list[int]) -> Callable[[date], Iterator[str]]:
+    """The request log at the peak rate (1,800 a minute = 30 a second), each row one of 8,192
+    pre-drawn rows (lane, key, status — 2% errors — tokens, lognormal latency)."""
     rng = random.Random(11)
-    step = timedelta(seconds=60 / PEAK_REQUESTS_PER_MINUTE)
-    at = start
-    while at < end:
+    tails = []
+    for _ in range(8192):
         status = 200 if rng.random() > 0.02 else rng.choice((429, 502, 504))
         latency = rng.lognormvariate(7.0, 0.8)
-        yield (at, "bench", rng.choice(keys), "chat.completions", "auto", f"bench-lane-{rng.randrange(LANES):02d}",
-               "router", "", False, status, "" if status == 200 else "upstream_error", rng.randrange(50, 4000),
-               rng.randrange(10, 800), latency * 0.1, latency, latency * 0.95, "")
-        at += step
+        tails.append(f"\tbench\t{rng.choice(keys)}\tchat.completions\tauto\tbench-lane-{rng.randrange(LANES):02d}"
+                     f"\trouter\t\tf\t{status}\t{'' if status == 200 else 'upstream_error'}\t"
+                     f"{rng.randrange(50, 4000)}\t{rng.randrange(10, 800)}\t{latency * 0.1:.1f}\t{latency:.1f}\t"
+                     f"{latency * 0.95:.1f}\t\n")
+    per_second = PEAK_REQUESTS_PER_MINUTE // 60
+    fractions = [f".{int(j * 1_000_000 / per_second):06d}" for j in range(per_second)]
+    first = int(start.timestamp())
+
+    def lines(day: date) -> Iterator[str]:
+        for ts in day_seconds(day, start, end, 1):
+            picks = rng.choices(tails, k=per_second)
+            second = int(datetime.strptime(ts, "%Y-%m-%d %H:%M:%S+00").replace(tzinfo=UTC).timestamp()) - first
+            base = second * per_second + 1
+            stamp = ts[:-3]
+            for j in range(per_second):
+                yield f"{base + j}\t{stamp}{fractions[j]}+00{picks[j]}"
+
+    return lines
+
+
+def days_between(start: datetime, end: datetime) -> list[date]:
+    return [start.date() + timedelta(days=i) for i in range((end.date() - start.date()).days + 1)]
 
 
 def usage_rows(start: datetime, end: datetime, keys: list[int]) -> Iterator[tuple[Any, ...]]:
@@ -269,38 +345,46 @@ def usage_rows(start: datetime, end: datetime, keys: list[int]) -> Iterator[tupl
 def write_history(now: datetime, request_days: float) -> None:
     with connection.cursor() as cursor:
         for table in ("metrics_sample", "metrics_sampleminute", "metrics_samplehour", "metrics_usagehour",
-                      "routing_requestlog"):
+                      "metrics_usageday", "metrics_gatewayday", "routing_requestlog"):
             cursor.execute(f"TRUNCATE {table}")
     ApiKey.objects.filter(name__startswith="bench-key-").delete()
     keys = [ApiKey.objects.create(name=f"bench-key-{i}", prefix=f"sk-bench-{i}", secret_hash=f"{i:064d}").pk
             for i in range(20)]
     with override_settings(METRICS_PARTITIONS_AHEAD_DAYS=32):
         storage_maintain(now=now - timedelta(days=31))
+    raw_start, month_start = now - timedelta(days=3), now - timedelta(days=30)
+    request_start = now - timedelta(days=request_days)
     plan: list[tuple[str, Callable[[], int]]] = [
-        ("raw samples (3 days at 5 s)", lambda: copy_rows(
-            "metrics_sample", "kind, target, ts, values", sample_rows(now - timedelta(days=3), now, 5, False))),
-        ("1-minute samples (30 days)", lambda: copy_rows(
-            "metrics_sampleminute", "kind, target, ts, values, peaks",
-            sample_rows(now - timedelta(days=30), now, 60, True))),
+        ("raw samples (3 days at 5 s)", lambda: copy_day_partitions(
+            "metrics_sample", "kind, target, ts, values", days_between(raw_start, now),
+            sample_lines(raw_start, now, 5, False))),
+        ("1-minute samples (30 days)", lambda: copy_day_partitions(
+            "metrics_sampleminute", "kind, target, ts, values, peaks", days_between(month_start, now),
+            sample_lines(month_start, now, 60, True))),
         ("1-hour samples (30 days)", lambda: copy_rows(
             "metrics_samplehour", "kind, target, ts, values, peaks",
-            sample_rows(now - timedelta(days=30), now, 3600, True))),
+            sample_rows(month_start, now, 3600, True))),
         ("hourly usage (30 days)", lambda: copy_rows(
             "metrics_usagehour", "hour, key_id, key_name, lane, status, route, requests, errors, prompt_tokens, "
             "completion_tokens, latency_ms_sum, ttft_ms_sum, ttft_count, latency_buckets",
-            usage_rows(now - timedelta(days=30), now, keys))),
-        (f"request log ({request_days:g} days at {PEAK_REQUESTS_PER_MINUTE}/min)", lambda: copy_rows(
-            "routing_requestlog", "created_at, request_id, key_id, endpoint, requested_model, lane, route_reason, "
-            "route_label, stream, status, error_code, prompt_tokens, completion_tokens, ttft_ms, latency_ms, "
-            "upstream_ms, prompt_text", request_rows(now - timedelta(days=request_days), now, keys))),
+            usage_rows(month_start, now, keys))),
+        (f"request log ({request_days:g} days at {PEAK_REQUESTS_PER_MINUTE}/min)", lambda: copy_day_partitions(
+            "routing_requestlog", REQUEST_COLUMNS, days_between(request_start, now),
+            request_lines(request_start, now, keys))),
     ]
-    print("history written with COPY:")
+    print("history written with COPY (each day into its own table, then attached as that day's partition):")
     for label, write in plan:
         started = time.perf_counter()
         rows = write()
-        print(f"  {label}: {rows:,} rows in {time.perf_counter() - started:.1f} s")
+        print(f"  {label}: {rows:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
     with connection.cursor() as cursor:
+        cursor.execute("SELECT setval('routing_requestlog_id_seq', (SELECT max(id) FROM routing_requestlog))")
+        started = time.perf_counter()
         cursor.execute("ANALYZE")
+        print(f"  ANALYZE {time.perf_counter() - started:.1f} s")
+        cursor.execute("SELECT pg_size_pretty(sum(pg_total_relation_size(i.inhrelid))) FROM pg_inherits i "
+                       "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'routing_requestlog'")
+        print(f"  request log on disk (tables and indexes): {cursor.fetchone()[0]}")
 
 
 def timed(label: str, query: Callable[[], Any], repeats: int = 30) -> None:
@@ -332,9 +416,33 @@ def bench_queries(now: datetime) -> None:
     timed("gateway summary 30 days (rollup, percentiles)", lambda: gateway_summary("30d", now=now))
     timed("gateway live, last 5 min of the request log", lambda: gateway_live(now=now))
     timed("gateway traffic per minute, last hour", lambda: gateway_traffic(now=now))
-    timed("request log page, lane + status filter", lambda: list(
+    timed("gateway summary 7 days (daily rollup)", lambda: gateway_summary("7d", now=now))
+    timed("gateway summary 24 h (hourly rollup)", lambda: gateway_summary("24h", now=now))
+    timed("request log page, lane + status filter, last day", lambda: list(
         request_log(RequestFilters(lane=lane(), status=502, since=now - timedelta(days=1))).order_by("-id")[:51]))
+    timed("request log page, lane + status filter, 30 days", lambda: list(
+        request_log(RequestFilters(lane=lane(), status=502)).order_by("-id")[:51]))
+    timed("request log page, status filter, 30 days", lambda: list(
+        request_log(RequestFilters(status=504)).order_by("-id")[:51]))
+    timed("request log page, key filter, 30 days", lambda: list(
+        request_log(RequestFilters(key=RequestLog.objects.values_list("key_id", flat=True)[0])).order_by("-id")[:51]))
     timed("request log page, no filter", lambda: list(request_log(RequestFilters()).order_by("-id")[:51]))
+    admin = admin_client()
+
+    def page(path: str) -> None:
+        response = admin.get(path)
+        assert response.status_code == 200, (path, response.status_code)
+
+    print("pages (an admin's GET through Django, rendered; each 30 times after one warm-up):")
+    timed("/monitor/requests/?lane=..&status=502", lambda: page(f"/monitor/requests/?lane={lane()}&status=502"))
+    timed("/monitor/requests/ (no filter)", lambda: page("/monitor/requests/"))
+    timed("/monitor/gateway/?range=30d", lambda: page("/monitor/gateway/?range=30d"))
+    timed("/monitor/usage/?period=day&by=key&days=30", lambda: page("/monitor/usage/?period=day&by=key&days=30"))
+    timed("/monitor/series/lane/<lane>?range=6h", lambda: page(f"/monitor/series/lane/{lane()}?range=6h"))
+    print("queries (continued):")
+    oldest_id = RequestLog.objects.order_by("id").values_list("id", flat=True)[0]
+    timed("request log, a page 29 days back (keyset: id < x)", lambda: list(
+        request_log(RequestFilters(lane=lane())).filter(id__lt=oldest_id + 60_000).order_by("-id")[:51]))
 
 
 # --- 3. retention on that history --------------------------------------------------------------
@@ -381,6 +489,15 @@ def bench_retention(now: datetime) -> None:
 
 
 # --- 4. socket fan-out -----------------------------------------------------------------------------
+
+def admin_client() -> Client:
+    ensure_role_groups()
+    user, _ = User.objects.get_or_create(username="bench-admin")
+    user.groups.add(Group.objects.get(name=Role.ADMIN.value))
+    client = Client(HTTP_HOST="localhost")  # an allowed host (the test runner's "testserver" is not)
+    client.force_login(user)
+    return client
+
 
 def session_cookie() -> str:
     ensure_role_groups()
@@ -479,8 +596,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--part", choices=("scrape", "history", "retention", "fanout", "all"), default="all")
     parser.add_argument("--ticks", type=int, default=10)
-    parser.add_argument("--request-days", type=float, default=2.0,
-                        help="days of request log at the peak rate (30 = the full 78M rows)")
+    parser.add_argument("--request-days", type=float, default=30.0,
+                        help="days of request log at the peak rate (30 = the issue's 78M rows)")
     parser.add_argument("--dashboards", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--keep-history", action="store_true", help="skip writing the history (reuse the last run's)")

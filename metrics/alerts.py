@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from metrics.models import Alert, AlertState, WebhookDelivery
 from metrics.rules import RULE_LABELS, TargetView, Thresholds, firing_rules
-from portal.broadcast import DASHBOARD_GROUP, broadcast
+from portal.broadcast import DASHBOARD_GROUP, HEADER_GROUP, broadcast
 from portal.roles import Capability, UserLike, user_can
 
 
@@ -46,6 +46,15 @@ def _announce(alert: Alert, event: str, now: datetime) -> None:
             alert=alert, event=event, payload={"event": event, "alert": payload}, next_attempt_at=now
         )
     transaction.on_commit(lambda: broadcast(DASHBOARD_GROUP, "alert.changed", {"event": event, **payload}))
+    transaction.on_commit(lambda: broadcast(HEADER_GROUP, *alerts_header_snapshot()))
+
+
+ALERTS_COUNT_EVENT = "alerts.count"
+
+
+def alerts_header_snapshot() -> tuple[str, dict[str, int]]:
+    """The header's badge on every page: how many alerts are open (read after the commit)."""
+    return ALERTS_COUNT_EVENT, {"open": Alert.objects.filter(state=AlertState.OPEN).count()}
 
 
 def alerts_evaluate(*, targets: list[TargetView], now: datetime | None = None) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """The portal's own /metrics (Prometheus text format), built from the database at each
 scrape: gateway usage, lane and node states, jobs, scrape health, alerts, and every lane's
-and node's latest figures. Counters come from the hourly usage rollup, so they drop when
-old hours leave retention — Prometheus reads that as a counter reset, as it should."""
+and node's latest figures. Counters come from the hourly usage rollup (the latency histogram
+from the daily one: fewer rows), so they drop when old hours and days leave retention — Prometheus reads that as a counter reset, as it should."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from jobs.models import Job
 from lanes.models import Lane, LaneState, Node, NodeState
-from metrics.models import LATENCY_BUCKETS_MS, Alert, AlertState, ScrapeTarget, UsageHour
-from metrics.selectors import latency_histograms
+from metrics.models import LATENCY_BUCKETS_MS, Alert, AlertState, GatewayDay, ScrapeTarget, UsageHour
+from metrics.storage import latency_histograms
 
 # Lane and node figures exported as their own gauges: (series, metric name, help).
 FIGURE_GAUGES = {
@@ -69,7 +69,7 @@ class PortalCollector(Collector):
         latency = HistogramMetricFamily(
             "spark_gateway_request_duration_seconds", "Gateway request latency.", labels=["lane"]
         )
-        for per_lane_latency in latency_histograms(UsageHour.objects.all(), "lane"):
+        for per_lane_latency in latency_histograms(GatewayDay.objects.all(), "lane"):
             buckets = [(str(bound / 1000), per_lane_latency["buckets"][i]) for i, bound in enumerate(LATENCY_BUCKETS_MS)]
             latency.add_metric([per_lane_latency["lane"]], [*buckets, ("+Inf", float(per_lane_latency["requests"]))],
                                sum_value=per_lane_latency["latency_ms_sum"] / 1000)

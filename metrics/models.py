@@ -124,6 +124,30 @@ class UsageDay(models.Model):
         return f"{self.day} {self.key_name or '-'} {self.lane}"
 
 
+class GatewayDay(models.Model):
+    """The gateway per day, lane and status (from UsageHour), with the latency histogram:
+    the gateway page's 7- and 30-day figures (percentiles included) read a few hundred rows
+    whatever the traffic (at seed 000's peak the hourly rollup holds ~200,000 rows a month)."""
+
+    day = models.DateField()
+    lane = models.CharField(max_length=63, blank=True, default="")
+    status = models.PositiveSmallIntegerField(default=200)
+    requests = models.BigIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    latency_ms_sum = models.FloatField(default=0)
+    ttft_ms_sum = models.FloatField(default=0)
+    ttft_count = models.BigIntegerField(default=0)
+    # Cumulative counts at or under each bound of LATENCY_BUCKETS_MS, as in UsageHour.
+    latency_buckets = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "lane", "status"], name="metrics_gatewayday_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.lane or '-'} {self.status}"
+
+
 class AlertState(models.TextChoices):
     PENDING = "pending"  # condition true, not yet for the rule's duration
     OPEN = "open"

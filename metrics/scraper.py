@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -83,8 +85,17 @@ async def scrape_node(endpoint: NodeEndpoint, timeout_s: float) -> ScrapeResult:
 
 
 async def scrape_all(
-    lanes: list[LaneTarget], nodes: list[NodeEndpoint], *, timeout_s: float, client: httpx.AsyncClient
+    lanes: list[LaneTarget], nodes: list[NodeEndpoint], *, timeout_s: float, client: httpx.AsyncClient,
+    concurrency: int = 64,
 ) -> list[ScrapeResult]:
-    tasks = [scrape_lane(client, lane, timeout_s) for lane in lanes]
-    tasks += [scrape_node(node, timeout_s) for node in nodes]
+    """Every target at once, at most `concurrency` in flight (sockets, SSH channels, child
+    processes); each target's timeout starts when its turn comes."""
+    slots = asyncio.Semaphore(concurrency)
+
+    async def bounded(scrape: Coroutine[Any, Any, ScrapeResult]) -> ScrapeResult:
+        async with slots:
+            return await scrape
+
+    tasks = [bounded(scrape_lane(client, lane, timeout_s)) for lane in lanes]
+    tasks += [bounded(scrape_node(node, timeout_s)) for node in nodes]
     return list(await asyncio.gather(*tasks))

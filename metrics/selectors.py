@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, FloatField, Max, Q, QuerySet, Sum
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, TruncDay, TruncMinute, TruncMonth, TruncWeek
+from django.db.models import Count, F, Max, Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncMinute, TruncMonth, TruncWeek
 from django.utils import timezone
 
 from lanes.models import Lane, Node
@@ -20,6 +19,7 @@ from metrics.models import (
     LATENCY_BUCKETS_MS,
     Alert,
     AlertState,
+    GatewayDay,
     Sample,
     SampleHour,
     SampleMinute,
@@ -28,6 +28,7 @@ from metrics.models import (
     UsageHour,
 )
 from metrics.parsing import histogram_quantile
+from metrics.storage import latency_histograms
 from routing.models import RequestLog
 
 
@@ -127,6 +128,7 @@ def open_alerts() -> QuerySet[Alert]:
 # --- gateway figures, from the request log (recent minutes) and the hourly rollup ---
 
 GATEWAY_RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+GATEWAY_DAY_RANGES = {"7d": 7, "30d": 30}  # read from the daily rollup, in whole UTC days
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -176,53 +178,43 @@ def gateway_traffic(*, minutes: int = 60, now: datetime | None = None) -> list[d
              "max_latency_ms": row["slowest"]} for row in rows]
 
 
-def latency_histograms(rows: QuerySet[UsageHour], *group: str) -> list[dict[str, Any]]:
-    """Per group: requests, latency sum (ms) and each latency bucket's count, summed in the
-    database (one pass, whatever the number of hours)."""
-    buckets = {
-        f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in range(len(LATENCY_BUCKETS_MS))
-    }
-    result: list[dict[str, Any]]
-    if group:
-        result = list(rows.order_by().values(*group).annotate(n=Sum("requests"), latency=Sum("latency_ms_sum"),
-                                                               **buckets))
-    else:
-        result = [rows.aggregate(n=Sum("requests"), latency=Sum("latency_ms_sum"), **buckets)]
-    return [
-        {**{name: row[name] for name in group}, "requests": row["n"] or 0, "latency_ms_sum": row["latency"] or 0.0,
-         "buckets": [row[f"le{i}"] or 0.0 for i in range(len(LATENCY_BUCKETS_MS))]}
-        for row in result
-    ]
+def gateway_rollup_rows(range_key: str, *, now: datetime) -> QuerySet[UsageHour] | QuerySet[GatewayDay]:
+    """Hours (1 h, 24 h) from the hourly rollup; days (7 d, 30 d: that many UTC days, today
+    included) from the daily one, which the minute's rollup keeps current for today."""
+    if range_key in GATEWAY_DAY_RANGES:
+        first_day = now.date() - timedelta(days=GATEWAY_DAY_RANGES[range_key] - 1)
+        return GatewayDay.objects.filter(day__gte=first_day)
+    return UsageHour.objects.filter(hour__gte=now - GATEWAY_RANGES[range_key])
 
 
 def gateway_summary(range_key: str, *, now: datetime | None = None) -> dict[str, Any]:
-    """Figures over hours to a month from the hourly rollup: requests, error rate by code,
-    tokens, share per lane, latency percentiles from the latency histogram."""
+    """Figures over an hour to a month from the rollups: requests, error rate by code, tokens,
+    share per lane, latency percentiles from the latency histogram — a constant number of
+    queries over at most a few thousand rows."""
     now = now or timezone.now()
-    rows = UsageHour.objects.filter(hour__gte=now - GATEWAY_RANGES[range_key])
+    rows = gateway_rollup_rows(range_key, now=now)
     by_status: dict[int, int] = defaultdict(int)
     by_lane: dict[str, int] = defaultdict(int)
     for row in rows.order_by().values("lane", "status").annotate(n=Sum("requests")):
         by_status[row["status"]] += row["n"]
         by_lane[row["lane"] or "-"] += row["n"]
     total = sum(by_status.values())
-    sums = rows.aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), ttft=Sum("ttft_ms_sum"),
-                          ttft_n=Sum("ttft_count"))
-    (latency,) = latency_histograms(rows)
+    (latency,) = latency_histograms(rows, prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"),
+                                    ttft=Sum("ttft_ms_sum"), ttft_n=Sum("ttft_count"))
     histogram = {bound / 1000: latency["buckets"][i] for i, bound in enumerate(LATENCY_BUCKETS_MS)}
     histogram[math.inf] = float(total)
     p50 = histogram_quantile(0.5, histogram)
     p95 = histogram_quantile(0.95, histogram)
     errors = sum(n for status, n in by_status.items() if status >= 400)
     return {
-        "range": range_key, "requests": total, "prompt_tokens": sums["prompt"] or 0,
-        "completion_tokens": sums["completion"] or 0,
+        "range": range_key, "requests": total, "prompt_tokens": latency["prompt"] or 0,
+        "completion_tokens": latency["completion"] or 0,
         "errors_by_status": {str(status): n for status, n in sorted(by_status.items()) if status >= 400},
         "error_pct": 100.0 * errors / total if total else 0.0,
         "share": {lane: 100.0 * n / total for lane, n in sorted(by_lane.items())} if total else {},
         "latency_p50_ms": p50 * 1000 if p50 is not None else None,
         "latency_p95_ms": p95 * 1000 if p95 is not None else None,
-        "ttft_mean_ms": sums["ttft"] / sums["ttft_n"] if sums["ttft_n"] else None,
+        "ttft_mean_ms": latency["ttft"] / latency["ttft_n"] if latency["ttft_n"] else None,
     }
 
 

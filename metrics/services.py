@@ -67,7 +67,8 @@ def scrape_tick(*, now: datetime | None = None) -> dict[str, Any]:
 
     async def run() -> list[ScrapeResult]:
         async with async_http_client(timeout=timeout) as client:
-            return await scrape_all(lane_targets, endpoints, timeout_s=timeout, client=client)
+            return await scrape_all(lane_targets, endpoints, timeout_s=timeout, client=client,
+                                    concurrency=settings.METRICS_SCRAPE_CONCURRENCY)
 
     results = asyncio.run(run())
     return tick_record(now=now, results=results, lanes=lanes, nodes=nodes)

@@ -12,12 +12,23 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import Aggregate, Count, FloatField, Q, QuerySet, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, TruncDate
 
-from metrics.models import LATENCY_BUCKETS_MS, Sample, SampleHour, SampleMinute, TargetKind, UsageDay, UsageHour
+from metrics.models import (
+    LATENCY_BUCKETS_MS,
+    GatewayDay,
+    Sample,
+    SampleHour,
+    SampleMinute,
+    TargetKind,
+    UsageDay,
+    UsageHour,
+)
 from metrics.partitions import drop_partitions_before, ensure_partitions, partitioned
 from routing.models import RequestLog
+from routing.services import request_log_purge
 
 PARTITIONED_TABLES = ("metrics_sample", "metrics_sampleminute", "routing_requestlog")
 Figures = Mapping[str, float]
@@ -114,7 +125,8 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
 
 
 def usage_day_rollup(*, first: date, last: date) -> int:
-    """Recompute the days first..last from the hourly rollup (idempotent)."""
+    """Recompute the days first..last from the hourly rollup (idempotent): usage per key and
+    lane, and the gateway per lane and status with its latency histogram."""
     grouped = (
         UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last)
         .annotate(day=TruncDate("hour"))
@@ -128,15 +140,49 @@ def usage_day_rollup(*, first: date, last: date) -> int:
                  errors=g["errors"], prompt_tokens=g["prompt"], completion_tokens=g["completion"])
         for g in grouped
     ]
+    gateway = [
+        GatewayDay(day=g["day"], lane=g["lane"], status=g["status"], requests=g["requests"],
+                   prompt_tokens=g["prompt"] or 0, completion_tokens=g["completion"] or 0,
+                   latency_ms_sum=g["latency_ms_sum"], ttft_ms_sum=g["ttft"] or 0.0, ttft_count=g["ttft_n"] or 0,
+                   latency_buckets=[round(count) for count in g["buckets"]])
+        for g in latency_histograms(
+            UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last).annotate(day=TruncDate("hour")),
+            "day", "lane", "status",
+            prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), ttft=Sum("ttft_ms_sum"),
+            ttft_n=Sum("ttft_count"),
+        )
+    ]
     with transaction.atomic():
         UsageDay.objects.filter(day__gte=first, day__lte=last).delete()
         UsageDay.objects.bulk_create(rows)
+        GatewayDay.objects.filter(day__gte=first, day__lte=last).delete()
+        GatewayDay.objects.bulk_create(gateway)
     return len(rows)
 
 
+def latency_histograms(rows: QuerySet[Any], *group: str, **sums: Aggregate) -> list[dict[str, Any]]:
+    """Per group: requests, latency sum (ms), each latency bucket's count and any `sums`,
+    added up in the database (one pass, whatever the number of rows). `rows` is UsageHour
+    or GatewayDay (both keep the histogram in `latency_buckets`)."""
+    buckets = {
+        f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in range(len(LATENCY_BUCKETS_MS))
+    }
+    aggregates: dict[str, Aggregate] = {"n": Sum("requests"), "latency": Sum("latency_ms_sum"), **buckets, **sums}
+    result: list[dict[str, Any]] = (
+        list(rows.order_by().values(*group).annotate(**aggregates)) if group else [rows.aggregate(**aggregates)]
+    )
+    return [
+        {**{name: row[name] for name in (*group, *sums)}, "requests": row["n"] or 0,
+         "latency_ms_sum": row["latency"] or 0.0,
+         "buckets": [row[f"le{i}"] or 0.0 for i in range(len(LATENCY_BUCKETS_MS))]}
+        for row in result
+    ]
+
+
 def storage_maintain(*, now: datetime) -> dict[str, Any]:
-    """Create partitions ahead and enforce retention. Returns what was done and how long
-    each step took (the bench reads it)."""
+    """Create partitions ahead and enforce retention — the one retention step of samples and
+    of the gateway's request log (beat, hourly). Returns what was done and how long each
+    step took (the bench reads it)."""
     today = now.date()
     report: dict[str, Any] = {"created": [], "dropped": [], "deleted": {}, "seconds": {}}
     started = time.perf_counter()
@@ -157,14 +203,17 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
         ):
             report["dropped"] += drop_partitions_before(table, cutoff.date(), column=column)
     else:
-        # SQLite: routing's own purge (batched DELETEs) keeps the request log's retention.
+        # SQLite (no partitions): rows are deleted; the request log by routing's batched
+        # DELETEs (short transactions, a time budget: the next run continues).
         report["deleted"]["Sample"] = Sample.objects.filter(ts__lt=raw_cutoff).delete()[0]
         report["deleted"]["SampleMinute"] = SampleMinute.objects.filter(ts__lt=minute_cutoff).delete()[0]
+        report["deleted"]["RequestLog"] = request_log_purge(now=now).deleted
     report["seconds"]["drop"] = time.perf_counter() - started
     started = time.perf_counter()
     hour_cutoff = now - timedelta(days=settings.METRICS_HOUR_RETENTION_DAYS)
     report["deleted"]["SampleHour"] = SampleHour.objects.filter(ts__lt=hour_cutoff).delete()[0]
     report["deleted"]["UsageHour"] = UsageHour.objects.filter(hour__lt=hour_cutoff).delete()[0]
     report["deleted"]["UsageDay"] = UsageDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
+    report["deleted"]["GatewayDay"] = GatewayDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
     report["seconds"]["delete"] = time.perf_counter() - started
     return report

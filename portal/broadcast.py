@@ -9,6 +9,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 DASHBOARD_GROUP = "dashboard"
+# What every page's header shows live (the open-alert count): every page of a viewer+ joins it.
+HEADER_GROUP = "header"
 
 
 def group_message(event: str, data: Any) -> dict[str, Any]:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from portal.broadcast import DASHBOARD_GROUP
+from portal.broadcast import DASHBOARD_GROUP, HEADER_GROUP
 from portal.roles import Capability, user_can
 
 # Close codes (4000-4999 are the application's): the page shows why it was refused.
@@ -82,3 +83,29 @@ class DashboardConsumer(PortalConsumer):
 
     async def on_accepted(self) -> None:
         await self.send_json({"event": "hello", "data": {"groups": self.joined}})
+
+
+# The header socket's first messages: each app that shows something in every page's header
+# registers (in its AppConfig.ready) a name and a function returning (event, data) — the
+# portal knows no app — and broadcasts each change to HEADER_GROUP itself.
+HeaderSnapshot = Callable[[], tuple[str, Any]]
+HEADER_SNAPSHOTS: dict[str, HeaderSnapshot] = {}
+
+
+def register_header_snapshot(name: str, snapshot: HeaderSnapshot) -> None:
+    HEADER_SNAPSHOTS[name] = snapshot
+
+
+class HeaderConsumer(PortalConsumer):
+    """Every page of a viewer or above: the header's live figures, current on connect (a
+    change between the page's render and the socket's open is not lost), then each change."""
+
+    capability = Capability.VIEW
+
+    async def groups_for_connection(self) -> list[str]:
+        return [HEADER_GROUP]
+
+    async def on_accepted(self) -> None:
+        for snapshot in list(HEADER_SNAPSHOTS.values()):
+            event, data = await database_sync_to_async(snapshot)()
+            await self.send_json({"event": event, "data": data})

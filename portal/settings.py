@@ -232,9 +232,8 @@ GATEWAY_SHADOW_TIMEOUT_S = env_float("PORTAL_GATEWAY_SHADOW_TIMEOUT_S", 120.0, m
 # httpx logs every request at INFO: on the gateway's hot path that is a log line per call.
 _gateway_loggers: Any = LOGGING["loggers"]
 _gateway_loggers.update({"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}})
-CELERY_BEAT_SCHEDULE.update(
-    {"gateway-request-log-purge": {"task": "routing.tasks.purge_request_logs", "schedule": crontab(minute="17")}}
-)
+# The request log's retention runs with the metrics' storage step (metrics.tasks.maintain_storage):
+# on PostgreSQL it drops whole day partitions, on SQLite it deletes in batches (routing's purge).
 
 # --- jobs --- (jobs: runner, transports, live logs)
 # Seconds between a running job's heartbeats, and how often it looks for a cancel request.
@@ -313,6 +312,8 @@ ROUTER_SHADOW_SHARE = env_float("PORTAL_ROUTER_SHADOW_SHARE", 0.1, minimum=0, ma
 # Scrape interval of every serving lane's /metrics and every node (s), and each target's time budget.
 METRICS_SCRAPE_INTERVAL_S = env_float("PORTAL_METRICS_SCRAPE_INTERVAL_S", 5.0, minimum=0.5, maximum=3600)
 METRICS_SCRAPE_TIMEOUT_S = env_float("PORTAL_METRICS_SCRAPE_TIMEOUT_S", 2.0, minimum=0.1, maximum=60)
+# Targets scraped at once (HTTP connections, SSH channels); the rest wait for a slot.
+METRICS_SCRAPE_CONCURRENCY = env_int("PORTAL_METRICS_SCRAPE_CONCURRENCY", 64, minimum=1, maximum=1024)
 # Retention: raw samples (days), 1-minute (days) and 1-hour (days) downsamples.
 METRICS_RAW_RETENTION_DAYS = env_int("PORTAL_METRICS_RAW_RETENTION_DAYS", 2, minimum=1, maximum=366)
 METRICS_MINUTE_RETENTION_DAYS = env_int("PORTAL_METRICS_MINUTE_RETENTION_DAYS", 30, minimum=1, maximum=3660)

@@ -5,11 +5,12 @@ from django.urls import URLPattern, path, re_path
 
 from jobs.ws_urls import websocket_urlpatterns as jobs_ws
 from lanes.ws_urls import websocket_urlpatterns as lanes_ws
-from portal.consumers import DashboardConsumer, UnknownSocketConsumer
+from portal.consumers import DashboardConsumer, HeaderConsumer, UnknownSocketConsumer
 from routing.ws_urls import websocket_urlpatterns as routing_ws
 
 websocket_urlpatterns: list[URLPattern] = [
     path("ws/dashboard/", DashboardConsumer.as_asgi()),
+    path("ws/header/", HeaderConsumer.as_asgi()),
     *lanes_ws,
     *jobs_ws,
     *routing_ws,

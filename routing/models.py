@@ -100,7 +100,11 @@ class RequestLog(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["key", "-id"], name="requestlog_key_recent")]
+        indexes = [
+            models.Index(fields=["key", "-id"], name="requestlog_key_recent"),
+            # The request log page filtered by lane (and status), newest first (keyset on id).
+            models.Index(fields=["lane", "status", "-id"], name="requestlog_lane_status_recent"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.lane} {self.status}"

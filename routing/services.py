@@ -139,7 +139,8 @@ class PurgeResult:
 
 
 def request_log_purge(
-    *, older_than_days: int | None = None, batch_size: int | None = None, max_seconds: float | None = None
+    *, older_than_days: int | None = None, batch_size: int | None = None, max_seconds: float | None = None,
+    now: datetime | None = None,
 ) -> PurgeResult:
     """Delete request logs older than the retention, by primary-key ranges: each batch is
     its own short transaction, so no lock is held for long and memory stays flat (LiteLLM's
@@ -148,7 +149,7 @@ def request_log_purge(
     days = older_than_days or settings.GATEWAY_LOG_RETENTION_DAYS
     size = batch_size or settings.GATEWAY_PURGE_BATCH
     budget = max_seconds or settings.GATEWAY_PURGE_MAX_SECONDS
-    cutoff = timezone.now() - timedelta(days=days)
+    cutoff = (now or timezone.now()) - timedelta(days=days)
     started = time.monotonic()
     # Rows are written in time order, so the old ones are the low ids: find the range once.
     bounds = RequestLog.objects.filter(created_at__lt=cutoff).order_by("id").values_list("id", flat=True)

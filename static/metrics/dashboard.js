@@ -42,13 +42,8 @@ document.addEventListener("DOMContentLoaded", function () {
       li.replaceChildren(strong, document.createTextNode(d.message + (d.acknowledged_by ? ` (acknowledged by ${d.acknowledged_by})` : "")));
       if (!existing) { list.prepend(li); }
     }
-    const count = list.children.length;
-    document.getElementById("alerts-card").classList.toggle("d-none", count === 0);
-    const badge = document.getElementById("alert-badge");
-    if (badge) {
-      badge.dataset.count = count;
-      badge.innerHTML = count ? `<span class="badge text-bg-danger">${count} alert${count === 1 ? "" : "s"}</span>` : '<span class="text-secondary">no alerts</span>';
-    }
+    // The header's badge follows its own socket on every page (portal/header.js).
+    document.getElementById("alerts-card").classList.toggle("d-none", list.children.length === 0);
   }
   PortalLive.connect("/ws/dashboard/", function (msg) {
     if (msg.event === "metrics.tick") { onTick(msg.data); }

@@ -17,30 +17,34 @@ window.PortalLive = (function () {
     el.textContent = LABELS[state][0];
     el.title = LABELS[state][1];
   }
-  function connect(path, onMessage, onOpen) {
+  // `options.quiet`: a socket every page opens (the header's) leaves the indicator to the
+  // page's own socket, if it has one.
+  function connect(path, onMessage, onOpen, options) {
+    const quiet = Boolean(options && options.quiet);
+    const status = quiet ? function () {} : setStatus;
     let delay = 500;
     let stopped = false;
     let ws = null;
     function open() {
       const scheme = location.protocol === "https:" ? "wss://" : "ws://";
       ws = new WebSocket(scheme + location.host + path);
-      if (delay === 500) setStatus("connecting");  // retries keep saying "reconnecting"
+      if (delay === 500) status("connecting");  // retries keep saying "reconnecting"
       let opened = false;
-      ws.onopen = function () { opened = true; delay = 500; setStatus("open"); if (onOpen) onOpen(ws); };
+      ws.onopen = function () { opened = true; delay = 500; status("open"); if (onOpen) onOpen(ws); };
       ws.onmessage = function (e) { onMessage(JSON.parse(e.data), ws); };
       ws.onclose = function (e) {
-        if (e.code === 4401 || e.code === 4403) { setStatus("refused"); return; }
+        if (e.code === 4401 || e.code === 4403) { status("refused"); return; }
         if (stopped) return;
         if (opened) { retry(); return; }
         // A refused handshake looks like a network error (1006) to the page: ask the API
         // whether this session may still read, so a lost role or a logout is said plainly.
         fetch("/api/me", { credentials: "same-origin" }).then(function (r) {
-          if (r.status === 401 || r.status === 403) { setStatus("refused"); } else { retry(); }
+          if (r.status === 401 || r.status === 403) { status("refused"); } else { retry(); }
         }, retry);
       };
     }
     function retry() {
-      setStatus("closed");
+      status("closed");
       setTimeout(open, delay);
       delay = Math.min(delay * 2, 10000);
     }

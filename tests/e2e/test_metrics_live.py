@@ -124,3 +124,31 @@ def test_dashboard_and_charts_follow_the_scrapes_and_a_slow_lane_raises_an_alert
     assert int(page.evaluate(f"{first_chart}.labels.length")) == loaded + 1
     assert page.evaluate(f"{first_chart}.datasets[0].data.at(-1)") > 0  # generation tok/s of the new tick
     assert page.evaluate("window.__notReloaded") is True
+
+
+def test_every_page_header_follows_the_open_alerts_without_a_reload(asgi_server, page, viewer_user):
+    from datetime import UTC, datetime, timedelta
+
+    from metrics.alerts import alerts_evaluate
+    from metrics.rules import TargetView
+
+    def evaluate(kv_pct: float, at: datetime) -> None:
+        target = TargetView(kind="lane", name="qwen", figures={"kv_pct": kv_pct}, consecutive_failures=0,
+                            lane_state="serving", lane_desired="serving")
+        with override_settings(METRICS_ALERT_KV_PCT=90, METRICS_ALERT_KV_FOR_S=0):
+            in_worker_thread(lambda: alerts_evaluate(targets=[target], now=at))
+
+    browser_login(page, asgi_server.url, viewer_user.username)
+    t0 = datetime.now(UTC)
+    for path in ("/routing/", "/benchmarks/"):  # pages with no socket of their own
+        page.goto(f"{asgi_server.url}{path}")
+        page.wait_for_selector("#alert-badge[data-live='1']")  # the header's socket is connected
+        page.evaluate("window.__notReloaded = true")
+        assert page.inner_text("#alert-badge") == "no alerts"
+        evaluate(97, t0)
+        page.wait_for_function("document.querySelector('#alert-badge').textContent === '1 alert'")
+        evaluate(10, t0 + timedelta(seconds=5))
+        page.wait_for_function("document.querySelector('#alert-badge').textContent === 'no alerts'")
+        assert page.evaluate("window.__notReloaded") is True
+        assert not page.is_visible("#live-status")  # the quiet header socket leaves the indicator alone
+        t0 += timedelta(seconds=10)

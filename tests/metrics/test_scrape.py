@@ -3,6 +3,7 @@ local transport: figures, samples, a dead and a hung lane marked without stallin
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -14,6 +15,7 @@ from jobs.models import LaneWatchdog
 from lanes.models import Node
 from metrics.models import Alert, Sample, ScrapeTarget
 from metrics.nodeprobe import node_figures, parse_probe_output
+from metrics.scraper import LaneTarget, ScrapeResult, scrape_all
 from metrics.services import scrape_tick
 from metrics.tasks import TICK_LOCK
 from metrics.tasks import scrape_tick as scrape_tick_task
@@ -54,7 +56,7 @@ def test_a_dead_and_a_hung_lane_are_marked_and_the_tick_still_finishes(qwen_engi
     report = scrape_tick()
     elapsed = time.monotonic() - started
     assert report["failed"] == 2
-    assert elapsed < 5  # bounded by the per-target timeout, not by the hung peer
+    assert elapsed < 60  # bounded by the per-target timeout: the hung peer never answers
     dead = ScrapeTarget.objects.get(kind="lane", target="dead")
     hung = ScrapeTarget.objects.get(kind="lane", target="hung")
     assert not dead.ok and "dead" not in dead.error and "127.0.0.1" in dead.error
@@ -129,3 +131,29 @@ def test_a_lane_the_rdma_watchdog_holds_degraded_gets_its_alert_from_the_tick(qw
     LaneWatchdog.objects.filter(lane=lane).update(degraded=False, average_us=8.0)
     scrape_tick()
     assert Alert.objects.get(rule="rdma_rtt_high", target="qwen").state == "resolved"
+
+
+def test_targets_are_scraped_at_most_n_at_a_time_each_within_its_timeout():
+    """Six lanes that never answer, two slots: never more than two requests in flight, and
+    every lane marked failed by its own timeout (counted from its turn, not from the tick)."""
+    in_flight, peak = 0, 0
+
+    async def never_answers(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(3600)
+            raise AssertionError("the scraper's timeout should have cancelled this")
+        finally:
+            in_flight -= 1
+
+    async def run() -> list[ScrapeResult]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(never_answers)) as client:
+            lanes = [LaneTarget(f"lane{i}", f"http://10.0.0.{i}:8000/metrics") for i in range(6)]
+            return await scrape_all(lanes, [], timeout_s=0.2, client=client, concurrency=2)
+
+    results = asyncio.run(run())
+    assert peak == 2 and in_flight == 0
+    assert [r.name for r in results] == [f"lane{i}" for i in range(6)]
+    assert all(r.reading is None and "no answer" in r.error for r in results)

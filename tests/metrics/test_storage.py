@@ -102,3 +102,33 @@ def test_the_request_log_is_partitioned_by_day_and_old_days_are_dropped():
         report = storage_maintain(now=now)
     assert f"routing_requestlog_p{now - timedelta(days=35):%Y%m%d}" in report["dropped"]
     assert list(RequestLog.objects.values_list("id", flat=True)) == [fresh.id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_request_log_has_one_retention_step_the_storage_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beat runs no other purge of the request log; on PostgreSQL the step drops days and
+    DELETEs nothing from them (a day still partly inside the retention stays whole); without
+    partitions (SQLite) the same step deletes the old rows in batches."""
+    from django.conf import settings
+
+    tasks = [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
+    assert not [task for task in tasks if task.startswith("routing.")]
+    now = datetime.now(UTC).replace(hour=12)
+    with override_settings(METRICS_PARTITIONS_AHEAD_DAYS=10):
+        storage_maintain(now=now - timedelta(days=35))
+    base = dict(request_id="r", endpoint="chat.completions", latency_ms=1.0, status=200)
+    gone = RequestLog.objects.create(created_at=now - timedelta(days=32), **base)
+    edge = RequestLog.objects.create(created_at=now - timedelta(days=30, hours=1), **base)  # its day is partly kept
+    kept = RequestLog.objects.create(created_at=now - timedelta(days=3), **base)
+    with override_settings(GATEWAY_LOG_RETENTION_DAYS=30):
+        report = storage_maintain(now=now)
+    assert "RequestLog" not in report["deleted"]
+    assert f"routing_requestlog_p{now - timedelta(days=32):%Y%m%d}" in report["dropped"]
+    assert set(RequestLog.objects.values_list("id", flat=True)) == {edge.id, kept.id}
+    assert gone.id
+
+    monkeypatch.setattr("metrics.storage.partitioned", lambda conn=None: False)
+    with override_settings(GATEWAY_LOG_RETENTION_DAYS=30):
+        report = storage_maintain(now=now)
+    assert report["deleted"]["RequestLog"] == 1 and report["dropped"] == []
+    assert list(RequestLog.objects.values_list("id", flat=True)) == [kept.id]
