@@ -72,6 +72,8 @@ class EngineCore:
         self.dead = False
         self.generated_tokens = 0  # read by the fabric traffic accounting
         self._accept_credit = [0.0] * config.spec_tokens
+        self._undrafted_tokens = 0  # decode tokens not yet accounted to a draft
+        self._next_draft_accepts: int | None = None
 
     def start(self) -> None:
         self.step_task = asyncio.get_running_loop().create_task(self._step_loop())
@@ -217,21 +219,41 @@ class EngineCore:
         if sequence.emitted == sequence.target:
             sequence.request.finished_sequences += 1
 
-    def _count_speculation(self, sequences: int) -> None:
+    def _acceptance_by_position(self) -> list[float]:
+        """The share of drafts whose token at each position is accepted (with every earlier
+        one). Later positions are accepted less often; the mean stays at the setting."""
         k = self.config.spec_tokens
-        if not k or not sequences:
+        return [min(1.0, self.config.spec_acceptance * (1.2 - (0.0 if k == 1 else 0.4 * p / (k - 1))))
+                for p in range(k)]
+
+    def _count_speculation(self, tokens: int) -> None:
+        """vLLM's spec-decode counters for the decode tokens of a step. As in vLLM, a draft is
+        one sequence's proposal of k tokens in one step; it yields its accepted tokens plus one
+        (the bonus or corrected token), so over a run drafts + accepted = decode tokens, and
+        vLLM's mean acceptance length 1 + accepted/drafts is the tokens a draft yields. The
+        timing model already runs at the measured (speculative) decode speed; this only counts."""
+        k = self.config.spec_tokens
+        if not k or not tokens:
             return
-        self.metrics.count("spec_decode_num_drafts", sequences)
-        self.metrics.count("spec_decode_num_draft_tokens", sequences * k)
-        for position in range(k):
-            # Later draft positions are accepted less often; the mean stays at the setting.
-            slope = 0.0 if k == 1 else 0.4 * position / (k - 1)
-            rate = min(1.0, self.config.spec_acceptance * (1.2 - slope))
-            self._accept_credit[position] += rate * sequences
-            accepted = int(self._accept_credit[position])
-            self._accept_credit[position] -= accepted
-            self.metrics.accepted_per_position[position] += accepted
+        self._undrafted_tokens += tokens
+        while True:
+            if self._next_draft_accepts is None:
+                accepted = 0
+                for position, rate in enumerate(self._acceptance_by_position()):
+                    self._accept_credit[position] += rate
+                    if self._accept_credit[position] >= 1.0 and accepted == position:
+                        self._accept_credit[position] -= 1.0
+                        accepted += 1
+                self._next_draft_accepts = accepted
+            if self._undrafted_tokens < self._next_draft_accepts + 1:
+                return  # the draft's tokens come out over the next steps
+            accepted, self._next_draft_accepts = self._next_draft_accepts, None
+            self._undrafted_tokens -= accepted + 1
+            self.metrics.count("spec_decode_num_drafts")
+            self.metrics.count("spec_decode_num_draft_tokens", k)
             self.metrics.count("spec_decode_num_accepted_tokens", accepted)
+            for position in range(accepted):
+                self.metrics.accepted_per_position[position] += 1
 
     # --- bookkeeping ----------------------------------------------------------------------
 
