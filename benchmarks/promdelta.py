@@ -78,8 +78,11 @@ def roce_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int
     return out
 
 
+# Read on each of the lane's nodes over its transport (bash -s). /sys is ${SPARK_SYSFS:-/sys}
+# as in every probe (docs/runtime-contract.md): a simulated node points it at its own tree.
 ROCE_SCRIPT = (
-    "for d in /sys/class/infiniband/*; do [ -d \"$d\" ] || continue; n=$(basename \"$d\"); "
+    "S=\"${SPARK_SYSFS:-/sys}\"; for d in \"$S\"/class/infiniband/*; do [ -d \"$d\" ] || continue; "
+    "n=$(basename \"$d\"); "
     "printf 'ROCE\\t%s\\t%s\\t%s\\n' \"$n\" \"$(cat \"$d/ports/1/counters/port_xmit_data\" 2>/dev/null || echo 0)\" "
     "\"$(cat \"$d/ports/1/counters/port_rcv_data\" 2>/dev/null || echo 0)\"; done\n"
 )

@@ -7,6 +7,7 @@ accumulates into the observed rates.
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparksim.engine.config import EngineConfig
@@ -74,6 +75,9 @@ class EngineCore:
         self._accept_credit = [0.0] * config.spec_tokens
         self._undrafted_tokens = 0  # decode tokens not yet accounted to a draft
         self._next_draft_accepts: int | None = None
+        # Called (synchronously) when a request leaves the engine, before its client sees
+        # the end of the answer: the fabric accounting brings the RoCE counters up to date.
+        self.on_release: list[Callable[[], None]] = []
 
     def start(self) -> None:
         self.step_task = asyncio.get_running_loop().create_task(self._step_loop())
@@ -268,6 +272,8 @@ class EngineCore:
         self.kv_reserved -= request.reservation
         now = asyncio.get_running_loop().time()
         request.finished_at = now
+        for hook in self.on_release:
+            hook()
         self._admit()
         if reason == "abort":
             self.metrics.finished["abort"] += 1
