@@ -88,3 +88,17 @@ def test_a_cache_hit_level_shows_its_prefix_cache_hits(bench_lane: Any, admin_us
     cold = start_and_run(bench_lane, admin_user, dispatched, concurrency=[4], prompt_tokens=2000, output_tokens=4)
     assert hit.levels.get().metrics["prefix_cache_hit_rate"] > 0.9
     assert cold.levels.get().metrics["prefix_cache_hit_rate"] < 0.1
+
+
+def test_a_level_that_outgrows_the_kv_pool_counts_its_preemptions(transactional_db: None, engine_factory: Any,
+                                                                 admin_user: User, dispatched: list[int]) -> None:
+    """Four streams whose outputs together outgrow a 512-token KV pool: the engine preempts
+    (vllm:num_preemptions) and the level says how often; every request still completes."""
+    engine = engine_factory(SIM_QWEN, "--served-model-name", SERVED, "--kv-cache-memory-bytes", "16M",
+                            "--max-model-len", "512", time_scale=0.001)
+    lane = lane_for(engine, "tight")
+    run = start_and_run(lane, admin_user, dispatched, concurrency=[1, 4], prompt_tokens=64, output_tokens=200)
+    alone, crowded = run.levels.order_by("position")
+    assert alone.metrics["preemptions"] == 0
+    assert crowded.metrics["preemptions"] >= 1
+    assert crowded.stats["completed"] == 4 and crowded.stats["total_output_tokens"] == 800

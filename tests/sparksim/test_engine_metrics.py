@@ -1,6 +1,7 @@
 """/metrics in Prometheus text with vLLM's names, and the capacity limits behind the gauges."""
 
 import asyncio
+import json
 from collections.abc import Callable
 
 import httpx
@@ -119,3 +120,35 @@ def gauge_values(engine: EngineHandle) -> dict[str, float]:
         if family.type == "gauge"
         for item in family.samples
     }
+
+
+async def test_kv_outgrown_by_generation_preempts_the_newest_and_it_resumes(
+    engine_factory: Callable[..., EngineHandle],
+) -> None:
+    """vLLM's recompute preemption: nothing is reserved for the output, so two requests whose
+    generations together outgrow a ~400-token pool both start; the newer one is preempted,
+    waits, recomputes and finishes its stream with every token, none twice."""
+    engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
+                            "--max-model-len", "400", time_scale=0.05)
+    body = {"model": QWEN, "prompt": "preempt", "max_tokens": 300, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+    async def stream(client: httpx.AsyncClient) -> tuple[int, int]:
+        chunks = usage = 0
+        async with client.stream("POST", f"{engine.url}/v1/completions", json=body) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                payload = json.loads(line[6:])
+                if payload.get("usage"):
+                    usage = payload["usage"]["completion_tokens"]
+                chunks += sum(1 for choice in payload.get("choices", []) if choice.get("text"))
+        return chunks, usage
+
+    async with httpx.AsyncClient(timeout=120) as client:
+        results = await asyncio.gather(stream(client), stream(client))
+    assert results == [(300, 300), (300, 300)]
+    assert sample(engine, "vllm:num_preemptions_total") >= 1
+    assert sample(engine, "vllm:generation_tokens_total") == 600
+    state = httpx.get(f"{engine.url}/_sim/state").json()
+    assert state["kv_used"] == 0 and state["running"] == 0 and state["waiting"] == 0
