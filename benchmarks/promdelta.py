@@ -62,6 +62,11 @@ def metrics_delta(before: str, after: str) -> dict[str, Any]:
         # length = 1 + accepted / drafts (the bonus token).
         "spec_acceptance_rate": accepted / draft_tokens if draft_tokens else None,
         "spec_mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        # vLLM's per-position acceptance rate: drafts accepted up to each position / drafts.
+        "spec_acceptance_per_position": [
+            delta[f"{PER_POSITION}[{position}]"] / drafts for position in range(len(delta))
+            if f"{PER_POSITION}[{position}]" in delta
+        ] if drafts else None,
     }
 
 

@@ -66,6 +66,7 @@ def test_speculative_acceptance_over_each_level(transactional_db: None, spec_eng
         per_position = [counters[f"vllm:spec_decode_num_accepted_tokens_per_pos[{p}]"] for p in range(SPEC_TOKENS)]
         assert sum(per_position) == accepted
         assert per_position[0] >= per_position[1] >= per_position[2] > 0  # later positions accepted less
+        assert delta["spec_acceptance_per_position"] == pytest.approx([count / drafts for count in per_position])
         assert delta["reset"] == [] and delta["preemptions"] == 0
     # The levels' drafts are the engine's drafts since the run began, nothing before it.
     total = engine_counter(spec_engine, "vllm:spec_decode_num_drafts_total")
@@ -77,6 +78,7 @@ def test_an_engine_without_speculation_reports_none(bench_lane: Any, admin_user:
     run = start_and_run(bench_lane, admin_user, dispatched, concurrency=[2], prompt_tokens=64, output_tokens=8)
     (level,) = run.levels.all()
     assert level.metrics["spec_acceptance_rate"] is None and level.metrics["spec_mean_acceptance_length"] is None
+    assert level.metrics["spec_acceptance_per_position"] is None
 
 
 def test_a_cache_hit_level_shows_its_prefix_cache_hits(bench_lane: Any, admin_user: User,
