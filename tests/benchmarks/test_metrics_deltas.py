@@ -96,8 +96,10 @@ def test_a_level_that_outgrows_the_kv_pool_counts_its_preemptions(transactional_
                                                                  admin_user: User, dispatched: list[int]) -> None:
     """Four streams whose outputs together outgrow a 512-token KV pool: the engine preempts
     (vllm:num_preemptions) and the level says how often; every request still completes."""
+    # Real time (scale 1): each answer takes ~2 s, so the four streams of the level overlap
+    # however loaded the machine is, and together they must outgrow the pool.
     engine = engine_factory(SIM_QWEN, "--served-model-name", SERVED, "--kv-cache-memory-bytes", "16M",
-                            "--max-model-len", "512", time_scale=0.001)
+                            "--max-model-len", "512", time_scale=1.0)
     lane = lane_for(engine, "tight")
     run = start_and_run(lane, admin_user, dispatched, concurrency=[1, 4], prompt_tokens=64, output_tokens=200)
     alone, crowded = run.levels.order_by("position")

@@ -77,9 +77,11 @@ def test_spec_decode_counters_when_configured(
 async def test_kv_pool_makes_excess_requests_wait(
     engine_factory: Callable[..., EngineHandle],
 ) -> None:
-    # 4 MiB of KV at ~104K tokens/GiB is ~400 tokens: one 300-token request at a time.
+    # 4 MiB of KV at ~104K tokens/GiB is ~400 tokens: two 300-token answers both start
+    # (nothing is reserved for the output, as in vLLM), then outgrow it; the newer is preempted
+    # and waits until the first is done (~1.5 s at scale 1: long enough to be seen waiting).
     engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
-                            "--max-model-len", "400", time_scale=0.2)
+                            "--max-model-len", "400", time_scale=1.0)
     await assert_second_request_waits(engine)
 
 
@@ -98,7 +100,8 @@ async def assert_second_request_waits(engine: EngineHandle) -> None:
         requests = [asyncio.create_task(client.post(f"{engine.url}/v1/chat/completions",
                                                     json=body)) for _ in range(2)]
         gauges: dict[str, float] = {}
-        for _ in range(200):
+        deadline = asyncio.get_running_loop().time() + 60
+        while asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)
             gauges = gauge_values(engine)
             if gauges["vllm:num_requests_waiting"]:
@@ -129,7 +132,7 @@ async def test_kv_outgrown_by_generation_preempts_the_newest_and_it_resumes(
     generations together outgrow a ~400-token pool both start; the newer one is preempted,
     waits, recomputes and finishes its stream with every token, none twice."""
     engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
-                            "--max-model-len", "400", time_scale=0.05)
+                            "--max-model-len", "400", time_scale=0.5)  # ~2 s per answer: they overlap
     body = {"model": QWEN, "prompt": "preempt", "max_tokens": 300, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
 
