@@ -62,6 +62,11 @@ def metrics_delta(before: str, after: str) -> dict[str, Any]:
         # length = 1 + accepted / drafts (the bonus token).
         "spec_acceptance_rate": accepted / draft_tokens if draft_tokens else None,
         "spec_mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        # vLLM's per-position acceptance rate: drafts accepted up to each position / drafts.
+        "spec_acceptance_per_position": [
+            delta[f"{PER_POSITION}[{position}]"] / drafts for position in range(len(delta))
+            if f"{PER_POSITION}[{position}]" in delta
+        ] if drafts else None,
     }
 
 
@@ -78,8 +83,11 @@ def roce_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int
     return out
 
 
+# Read on each of the lane's nodes over its transport (bash -s). /sys is ${SPARK_SYSFS:-/sys}
+# as in every probe (docs/runtime-contract.md): a simulated node points it at its own tree.
 ROCE_SCRIPT = (
-    "for d in /sys/class/infiniband/*; do [ -d \"$d\" ] || continue; n=$(basename \"$d\"); "
+    "S=\"${SPARK_SYSFS:-/sys}\"; for d in \"$S\"/class/infiniband/*; do [ -d \"$d\" ] || continue; "
+    "n=$(basename \"$d\"); "
     "printf 'ROCE\\t%s\\t%s\\t%s\\n' \"$n\" \"$(cat \"$d/ports/1/counters/port_xmit_data\" 2>/dev/null || echo 0)\" "
     "\"$(cat \"$d/ports/1/counters/port_rcv_data\" 2>/dev/null || echo 0)\"; done\n"
 )

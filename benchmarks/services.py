@@ -26,3 +26,12 @@ def benchmark_start(*, lane: Lane, user: UserLike | None, params: dict[str, Any]
     run_for_job(job)
     audit_record(actor=user, action="benchmark.start", obj=lane, after={"job": job.pk, "revision": revision.number})
     return job
+
+
+def benchmark_start_named(*, lane_name: Any, user: UserLike | None, params: dict[str, Any]) -> Job:
+    """The page's and the API's entry: the lane by its name (refused naming the field), then
+    benchmark_start, which validates every parameter (jobs.params → benchmarks.params)."""
+    lane = Lane.objects.filter(name=lane_name).first() if isinstance(lane_name, str) and lane_name else None
+    if lane is None:
+        raise ValidationError({"lane": "pick a lane" if not lane_name else "no lane of that name"})
+    return benchmark_start(lane=lane, user=user, params=params)

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from benchmarks.models import BenchmarkRun
 from benchmarks.params import CACHE_MODES, TARGETS
 from benchmarks.selectors import compare_runs, export_csv, export_json, run_get, run_list, run_payload
-from benchmarks.services import benchmark_start
+from benchmarks.services import benchmark_start_named
 from benchmarks.stats import SUMMARY_COLUMNS
 from lanes.models import Lane
 from portal.roles import Capability, role_required, user_can
@@ -73,13 +73,10 @@ def run_list_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 @role_required(Capability.OPERATE)
 def run_start(request: HttpRequest) -> HttpResponse:
-    lane = Lane.objects.filter(name=request.POST.get("lane", "")).first()
     params, errors = _form_params(request.POST)
-    if lane is None:
-        errors["lane"] = "pick a lane"
     if not errors:
         try:
-            job = benchmark_start(lane=lane, user=request.user, params=params)  # type: ignore[arg-type]
+            job = benchmark_start_named(lane_name=request.POST.get("lane", ""), user=request.user, params=params)
             return redirect("benchmarks:run", job_id=job.pk)
         except ValidationError as exc:
             errors = {field: " ".join(messages) for field, messages in exc.message_dict.items()}

@@ -2,13 +2,14 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from benchmarks.api import router as benchmarks_router
 from jobs.api import router as jobs_router
 from lanes.api import router as lanes_router
 from portal import views
 from portal.api import api_not_found, build_api
 from routing.api import router as routing_router
 
-api = build_api([lanes_router, jobs_router, routing_router])
+api = build_api([lanes_router, jobs_router, routing_router, benchmarks_router])
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),

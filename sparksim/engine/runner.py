@@ -241,19 +241,32 @@ async def log_stats(server: EngineServer) -> None:
 FABRIC_OCTETS_PER_TOKEN = 1_750_000
 
 
+class TrafficMeter:
+    """A tensor-parallel group's all-reduce traffic on its nodes' RoCE counters: the tokens
+    processed since the last flush, spread over the group's nodes."""
+
+    def __init__(self, server: EngineServer, nodes: list[NodeInfo]) -> None:
+        self.server, self.nodes, self.last = server, nodes, 0
+
+    def flush(self) -> None:
+        counters = self.server.core.metrics.counters
+        tokens = counters["prompt_tokens"] + counters["generation_tokens"]
+        if tokens > self.last:
+            for node in self.nodes:
+                add_traffic(node, (tokens - self.last) * FABRIC_OCTETS_PER_TOKEN // len(self.nodes))
+            self.last = tokens
+
+
 async def account_traffic(server: EngineServer, nodes: list[NodeInfo]) -> None:
-    """A tensor-parallel group's all-reduce traffic shows on its nodes' RoCE counters."""
+    """Counters move every second while requests run, and whenever a request ends (before
+    its client sees the end), so a reading taken after a benchmark level holds all of it."""
     if len(nodes) < 2:
         return
-    last = 0
+    meter = TrafficMeter(server, nodes)
+    server.core.on_release.append(meter.flush)
     while True:
         await asyncio.sleep(1.0)
-        counters = server.core.metrics.counters
-        tokens = counters["prompt_tokens"] + counters["generation_tokens"]
-        if tokens > last:
-            for node in nodes:
-                add_traffic(node, (tokens - last) * FABRIC_OCTETS_PER_TOKEN // len(nodes))
-            last = tokens
+        meter.flush()
 
 
 def write_exit_code(state_dir: Path | None, code: int) -> None:

@@ -1,4 +1,13 @@
-"""The engine core: admission (max_num_seqs, KV pool) and the step loop.
+"""The engine core: admission (max_num_seqs, KV pool), preemption and the step loop.
+
+KV as vLLM's v1 scheduler holds it: a request takes the blocks of its prompt when it is
+admitted (full prompt blocks shared with another running request are held once, as vLLM's
+prefix-cached blocks are) and one more token of KV per token it generates; nothing is
+reserved for the output. When generation outgrows the pool, the newest running request is
+preempted (vLLM's default, recompute): its KV is freed, it goes back to the front of the
+waiting queue (vllm:num_preemptions counts it), and when it is admitted again it recomputes
+its prompt and the tokens it had generated, from the prefix cache where the blocks survived,
+then resumes its stream where it stopped.
 
 Timing comes from sparksim.timing's Stepper; this module only turns its steps into real
 time. Every deadline is absolute (previous step end + step length), so event-loop lag never
@@ -6,7 +15,8 @@ accumulates into the observed rates.
 """
 
 import asyncio
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparksim.engine.config import EngineConfig
@@ -38,8 +48,18 @@ class ScheduledRequest:
     finished_at: float | None = None
     finished_sequences: int = 0
     aborted: bool = False
-    reservation: int = 0
     hashes: list[int] = field(default_factory=list)
+    admission: int = 0  # admission order: the newest running request is preempted first
+    preemptions: int = 0
+
+    @property
+    def generated_in_kv(self) -> int:
+        return sum(sequence.emitted for sequence in self.sequences)
+
+    @property
+    def recompute_tokens(self) -> int:
+        """What a preempted request recomputes: its prompt and what it had generated."""
+        return len(self.prompt_ids) + max((sequence.emitted for sequence in self.sequences), default=0)
 
     @property
     def done(self) -> bool:
@@ -65,13 +85,20 @@ class EngineCore:
         self.waiting: deque[ScheduledRequest] = deque()
         self.active: set[ScheduledRequest] = set()
         self.active_sequences = 0
-        self.kv_reserved = 0
+        self.block_refs: Counter[int] = Counter()  # full prompt blocks held by running requests
+        self.kv_private = 0  # tokens held outside shared blocks: prompt tails and generated tokens
+        self._admissions = 0
         self.stepper = Stepper(config.profile, config.graph_seqs)
         self.wake = asyncio.Event()
         self.step_task: asyncio.Task[None] | None = None
         self.dead = False
         self.generated_tokens = 0  # read by the fabric traffic accounting
         self._accept_credit = [0.0] * config.spec_tokens
+        self._undrafted_tokens = 0  # decode tokens not yet accounted to a draft
+        self._next_draft_accepts: int | None = None
+        # Called (synchronously) when a request leaves the engine, before its client sees
+        # the end of the answer: the fabric accounting brings the RoCE counters up to date.
+        self.on_release: list[Callable[[], None]] = []
 
     def start(self) -> None:
         self.step_task = asyncio.get_running_loop().create_task(self._step_loop())
@@ -88,7 +115,6 @@ class EngineCore:
         request = ScheduledRequest(prompt_ids=prompt_ids, targets=targets, arrived_at=loop.time())
         request.sequences = [Sequence(request, index, target) for index, target in
                              enumerate(targets)]
-        request.reservation = len(prompt_ids) + sum(targets)
         self.waiting.append(request)
         self._admit()
         self._update_gauges()
@@ -114,6 +140,8 @@ class EngineCore:
             request.events.put_nowait((0, ENGINE_DIED))
         self.waiting.clear()
         self.active.clear()
+        self.block_refs.clear()
+        self.kv_private = 0
         self.stepper = Stepper(self.config.profile, self.config.graph_seqs)
 
     # --- admission and prefill ------------------------------------------------------------
@@ -124,30 +152,45 @@ class EngineCore:
         while self.waiting:
             request = self.waiting[0]
             width = len(request.sequences)
+            if not request.hashes:
+                request.hashes = self.prefix_cache.block_hashes(request.prompt_ids)
             fits_seqs = self.active_sequences + width <= config.max_num_seqs
-            fits_kv = self.kv_reserved + request.reservation <= config.kv_pool_tokens
+            fits_kv = self.kv_used + self._kv_needed(request) <= config.kv_pool_tokens
             if self.active and not (fits_seqs and fits_kv):
                 return
             self.waiting.popleft()
             now = loop.time()
+            resumed = request.preemptions > 0
             request.admitted_at = now
+            self._admissions += 1
+            request.admission = self._admissions
             self.active.add(request)
             self.active_sequences += width
-            self.kv_reserved += request.reservation
-            request.hashes = self.prefix_cache.block_hashes(request.prompt_ids)
+            self._hold(request)
             request.cached_tokens = self.prefix_cache.cached_tokens(request.prompt_ids,
                                                                     request.hashes)
-            uncached = len(request.prompt_ids) - request.cached_tokens
             self.metrics.count("prefix_cache_queries", len(request.prompt_ids))
             self.metrics.count("prefix_cache_hits", request.cached_tokens)
-            queued = self._simulated(now - request.arrived_at)
-            self.metrics.observe("request_queue_time_seconds", queued)
+            if resumed:
+                # Recompute: the prompt (cached blocks that survived are hits) and every token
+                # generated before the preemption.
+                uncached = request.recompute_tokens - request.cached_tokens
+            else:
+                uncached = len(request.prompt_ids) - request.cached_tokens
+                queued = self._simulated(now - request.arrived_at)
+                self.metrics.observe("request_queue_time_seconds", queued)
             self.stepper.add_prefill(request, uncached, request.cached_tokens,
                                      slowdown=float(config.faults.slow_prefill_factor))
             self.wake.set()
 
     def _prefill_done(self, request: ScheduledRequest) -> None:
         now = asyncio.get_running_loop().time()
+        if request.first_token_at is not None:  # a preempted request recomputed: resume
+            self.prefix_cache.insert(request.hashes)
+            for sequence in request.sequences:
+                if sequence.emitted < sequence.target:
+                    self.stepper.add_decoding(sequence)
+            return
         request.first_token_at = now
         self.prefix_cache.insert(request.hashes)
         self.metrics.count("prompt_tokens", len(request.prompt_ids))
@@ -207,31 +250,53 @@ class EngineCore:
             self.metrics.observe("inter_token_latency_seconds", step.seconds, emitted)
             self.metrics.observe("time_per_output_token_seconds", decode_s, emitted)
             self._count_speculation(emitted)
+            self._preempt_while_full()
         self._update_gauges()
 
     def _emit(self, sequence: Sequence) -> None:
         sequence.emitted += 1
+        self.kv_private += 1  # the token's KV
         self.generated_tokens += 1
         self.metrics.count("generation_tokens")
         sequence.request.events.put_nowait((sequence.index, sequence.emitted))
         if sequence.emitted == sequence.target:
             sequence.request.finished_sequences += 1
 
-    def _count_speculation(self, sequences: int) -> None:
+    def _acceptance_by_position(self) -> list[float]:
+        """The share of drafts whose token at each position is accepted (with every earlier
+        one). Later positions are accepted less often; the mean stays at the setting."""
         k = self.config.spec_tokens
-        if not k or not sequences:
+        return [min(1.0, self.config.spec_acceptance * (1.2 - (0.0 if k == 1 else 0.4 * p / (k - 1))))
+                for p in range(k)]
+
+    def _count_speculation(self, tokens: int) -> None:
+        """vLLM's spec-decode counters for the decode tokens of a step. As in vLLM, a draft is
+        one sequence's proposal of k tokens in one step; it yields its accepted tokens plus one
+        (the bonus or corrected token), so over a run drafts + accepted = decode tokens, and
+        vLLM's mean acceptance length 1 + accepted/drafts is the tokens a draft yields. The
+        timing model already runs at the measured (speculative) decode speed; this only counts."""
+        k = self.config.spec_tokens
+        if not k or not tokens:
             return
-        self.metrics.count("spec_decode_num_drafts", sequences)
-        self.metrics.count("spec_decode_num_draft_tokens", sequences * k)
-        for position in range(k):
-            # Later draft positions are accepted less often; the mean stays at the setting.
-            slope = 0.0 if k == 1 else 0.4 * position / (k - 1)
-            rate = min(1.0, self.config.spec_acceptance * (1.2 - slope))
-            self._accept_credit[position] += rate * sequences
-            accepted = int(self._accept_credit[position])
-            self._accept_credit[position] -= accepted
-            self.metrics.accepted_per_position[position] += accepted
+        self._undrafted_tokens += tokens
+        while True:
+            if self._next_draft_accepts is None:
+                accepted = 0
+                for position, rate in enumerate(self._acceptance_by_position()):
+                    self._accept_credit[position] += rate
+                    if self._accept_credit[position] >= 1.0 and accepted == position:
+                        self._accept_credit[position] -= 1.0
+                        accepted += 1
+                self._next_draft_accepts = accepted
+            if self._undrafted_tokens < self._next_draft_accepts + 1:
+                return  # the draft's tokens come out over the next steps
+            accepted, self._next_draft_accepts = self._next_draft_accepts, None
+            self._undrafted_tokens -= accepted + 1
+            self.metrics.count("spec_decode_num_drafts")
+            self.metrics.count("spec_decode_num_draft_tokens", k)
             self.metrics.count("spec_decode_num_accepted_tokens", accepted)
+            for position in range(accepted):
+                self.metrics.accepted_per_position[position] += 1
 
     # --- bookkeeping ----------------------------------------------------------------------
 
@@ -243,9 +308,11 @@ class EngineCore:
         for sequence in request.sequences:
             self.stepper.remove(sequence)
         self.active_sequences -= len(request.sequences)
-        self.kv_reserved -= request.reservation
+        self._drop(request)
         now = asyncio.get_running_loop().time()
         request.finished_at = now
+        for hook in self.on_release:
+            hook()
         self._admit()
         if reason == "abort":
             self.metrics.finished["abort"] += 1
@@ -260,6 +327,46 @@ class EngineCore:
         if generated > 1:
             self.metrics.observe("request_time_per_output_token_seconds", decode / (generated - 1))
 
+    # --- KV blocks and preemption ---------------------------------------------------------
+
+    @property
+    def kv_used(self) -> int:
+        return len(self.block_refs) * self.config.block_size + self.kv_private
+
+    def _prompt_tail(self, request: ScheduledRequest) -> int:
+        return len(request.prompt_ids) - len(request.hashes) * self.config.block_size
+
+    def _kv_needed(self, request: ScheduledRequest) -> int:
+        shared = sum(1 for block in request.hashes if block in self.block_refs)
+        blocks = len(request.hashes) - shared
+        return blocks * self.config.block_size + self._prompt_tail(request) + request.generated_in_kv
+
+    def _hold(self, request: ScheduledRequest) -> None:
+        self.block_refs.update(request.hashes)
+        self.kv_private += self._prompt_tail(request) + request.generated_in_kv
+
+    def _drop(self, request: ScheduledRequest) -> None:
+        self.block_refs.subtract(request.hashes)
+        for block in request.hashes:
+            if self.block_refs[block] <= 0:
+                del self.block_refs[block]
+        self.kv_private -= self._prompt_tail(request) + request.generated_in_kv
+
+    def _preempt_while_full(self) -> None:
+        """vLLM's recompute preemption: while the running requests' KV outgrows the pool,
+        the newest of them gives its KV back and waits at the front of the queue."""
+        while self.kv_used > self.config.kv_pool_tokens and len(self.active) > 1:
+            victim = max(self.active, key=lambda request: request.admission)
+            self.active.discard(victim)
+            self.stepper.remove(victim)
+            for sequence in victim.sequences:
+                self.stepper.remove(sequence)
+            self.active_sequences -= len(victim.sequences)
+            self._drop(victim)
+            victim.preemptions += 1
+            self.metrics.count("num_preemptions")
+            self.waiting.appendleft(victim)
+
     def record_finish_reason(self, reason: str) -> None:
         """Handlers know why a choice ended (stop/length); the core only knows it ended."""
         self.metrics.finished[reason] += 1
@@ -267,7 +374,7 @@ class EngineCore:
     def _update_gauges(self) -> None:
         self.metrics.running = self.active_sequences
         self.metrics.waiting = sum(len(request.sequences) for request in self.waiting)
-        self.metrics.kv_usage = min(1.0, self.kv_reserved / max(1, self.config.kv_pool_tokens))
+        self.metrics.kv_usage = min(1.0, self.kv_used / max(1, self.config.kv_pool_tokens))
 
     def _simulated(self, real_seconds: float) -> float:
         return real_seconds / self.config.time_scale if self.config.time_scale else real_seconds

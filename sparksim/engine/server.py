@@ -314,7 +314,7 @@ class EngineServer:
             "running": core.active_sequences,
             "waiting": core.metrics.waiting,
             "kv_pool_tokens": self.config.kv_pool_tokens,
-            "kv_reserved": core.kv_reserved,
+            "kv_used": core.kv_used,
             "max_model_len": self.config.max_model_len,
             "max_num_seqs": self.config.max_num_seqs,
             "time_scale": self.config.time_scale,

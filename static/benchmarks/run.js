@@ -14,6 +14,23 @@
     return Math.abs(value) >= 100 ? value.toFixed(0) : value.toFixed(2);
   }
   function pct(value) { return value === null || value === undefined ? "-" : (100 * value).toFixed(1) + "%"; }
+  function spec(m) {
+    if (m.spec_acceptance_rate === null || m.spec_acceptance_rate === undefined) return "-";
+    return pct(m.spec_acceptance_rate) + " · len " + m.spec_mean_acceptance_length.toFixed(2);
+  }
+  function roce(fabric) {
+    // Bytes sent over the level, all the lane's RoCE devices; per device in the cell's title.
+    const keys = Object.keys(fabric || {});
+    if (!keys.length) return ["-", ""];
+    let total = 0;
+    const lines = [];
+    for (const key of keys.sort()) {
+      total += fabric[key].tx_bytes;
+      lines.push(key + ": tx " + (fabric[key].tx_bytes / 1e9).toFixed(3) + " GB, rx " +
+                 (fabric[key].rx_bytes / 1e9).toFixed(3) + " GB");
+    }
+    return [(total / 1e9).toFixed(3) + " GB", lines.join("\n")];
+  }
 
   function chart(id, title) {
     return new Chart(document.getElementById(id), {
@@ -53,11 +70,12 @@
     const m = level.metrics || {};
     const client = level.stats.client || {};
     const cells = [level.target, level.label].concat(columns.map(function (c) { return fmt(level.stats[c[0]]); }))
-      .concat([pct(m.prefix_cache_hit_rate), fmt(m.preemptions), pct(m.spec_acceptance_rate),
+      .concat([pct(m.prefix_cache_hit_rate), fmt(m.preemptions), spec(m), roce(level.fabric),
                client.saturated ? "saturated: " + client.saturated_because : (100 * (client.cpu_share || 0)).toFixed(0) + "% CPU"]);
-    for (const text of cells) {
+    for (const cell of cells) {
       const td = document.createElement("td");
-      td.textContent = text;
+      td.textContent = Array.isArray(cell) ? cell[0] : cell;
+      if (Array.isArray(cell) && cell[1]) td.title = cell[1];
       tr.appendChild(td);
     }
     if (level.stats.failed) tr.classList.add("table-warning");

@@ -9,36 +9,9 @@ import json
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
-from benchmarks.models import BenchmarkLevel, BenchmarkRun
-from benchmarks.stats import RequestRecord, level_stats
-from jobs.models import Job, JobKind, JobState
-from lanes.models import Lane, LaneNode, LaneRevision, Node
-
-
-@pytest.fixture
-def finished_runs(db: None, admin_user: User) -> tuple[BenchmarkRun, BenchmarkRun]:
-    node = Node.objects.create(name="spark9", address="127.0.0.9", transport="local")
-    lane = Lane.objects.create(name="qwen", model_id="Qwen/Qwen3.8-27B-FP8", image="img@sha256:" + "0" * 64,
-                               max_model_len=32768)
-    LaneNode.objects.create(lane=lane, node=node, rank=0)
-    runs = []
-    for number, ttft in ((1, 0.5), (2, 0.25)):
-        revision = LaneRevision.objects.create(lane=lane, number=number, config={})
-        job = Job.objects.create(kind=JobKind.BENCHMARK, lane=lane, lane_revision=revision, state=JobState.SUCCEEDED,
-                                 params={"concurrency": [1]})
-        run = BenchmarkRun.objects.create(job=job, lane=lane, lane_name="qwen", lane_revision=revision,
-                                          revision_number=number, label=f"r{number}", levels_planned=1,
-                                          params={"concurrency": [1], "targets": ["direct"], "cache_mode": "cold",
-                                                  "prompt_tokens": 100, "output_tokens": 3})
-        record = RequestRecord(sent_at=0.0, chunk_times=[ttft, ttft + 0.1, ttft + 0.2], prompt_tokens=100,
-                               output_tokens=3)
-        BenchmarkLevel.objects.create(run=run, position=0, target="direct", concurrency=1,
-                                      stats=level_stats([record], started_at=0.0, ended_at=ttft + 0.2))
-        runs.append(run)
-    return runs[0], runs[1]
+from benchmarks.models import BenchmarkRun
 
 
 def test_viewers_read_every_page_and_export(viewer_client: Client, finished_runs: tuple) -> None:

@@ -111,6 +111,7 @@ def test_metrics_deltas_over_a_level() -> None:
     assert delta["spec_acceptance_rate"] == pytest.approx(200 / 300)
     assert delta["spec_mean_acceptance_length"] == pytest.approx(1 + 200 / 100)
     assert delta["counters"]["vllm:spec_decode_num_accepted_tokens_per_pos[0]"] == 100
+    assert delta["spec_acceptance_per_position"] == pytest.approx([100 / 100])  # position 0: every draft
 
 
 def test_a_counter_that_went_down_is_a_reset_not_a_negative_delta() -> None:

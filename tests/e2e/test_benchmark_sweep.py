@@ -51,6 +51,12 @@ def test_admin_runs_a_sweep_compares_two_runs_and_exports_json(
     page.wait_for_selector("#run-state:has-text('succeeded')", timeout=60_000)
     assert page.inner_text("#bench-progress") == "100%"
     assert page.locator("#bench-levels tbody tr").count() == 3
+    # The /metrics columns of a lane without speculation: no acceptance; the header names each
+    # column the row fills.
+    headers = page.locator("#bench-levels thead th").all_inner_texts()
+    cells = page.locator("#bench-levels tbody tr").first.locator("td").all_inner_texts()
+    assert len(cells) == len(headers)
+    assert cells[headers.index("spec acc. · length")] == "-"
     assert page.evaluate("window.__notReloaded") is True
     first = BenchmarkRun.objects.get(label="first")
 

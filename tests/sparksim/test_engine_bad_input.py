@@ -76,7 +76,7 @@ def test_bad_requests_get_vllms_400_without_being_scheduled(qwen: EngineHandle) 
         text = client.post("/v1/completions", json={"prompt": "x", "n": 100_000})
         assert text.status_code == 400 and "n must be at most" in text.json()["error"]["message"]
         state = client.get("/_sim/state").json()
-        assert state["running"] == 0 and state["waiting"] == 0 and state["kv_reserved"] == 0
+        assert state["running"] == 0 and state["waiting"] == 0 and state["kv_used"] == 0
         # Nothing of the refused requests stayed: the process did not grow by more than noise.
         assert rss_kib(qwen.process.pid) - before < 20 * 1024
         answer = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4})

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable
 
 import httpx
@@ -63,8 +64,12 @@ def test_spec_decode_counters_when_configured(
     drafts = sample(engine, "vllm:spec_decode_num_drafts_total")
     draft_tokens = sample(engine, "vllm:spec_decode_num_draft_tokens_total")
     accepted = sample(engine, "vllm:spec_decode_num_accepted_tokens_total")
-    assert drafts == 40 and draft_tokens == 120
+    # As in vLLM: a draft proposes 3 tokens and yields its accepted ones plus one, so the 40
+    # decode tokens (the first comes from the prefill) are drafts + accepted, less the tokens
+    # of a last draft still open (at most 3 + 1).
+    assert draft_tokens == 3 * drafts and 36 < drafts + accepted <= 40
     assert 0.5 < accepted / draft_tokens < 0.7  # acceptance ~0.6 by default (seed 003: 60-80%)
+    assert 2.5 < 1 + accepted / drafts < 3.1  # vLLM's mean acceptance length, 1 + 3 x 0.6
     per_position = [sample(engine, "vllm:spec_decode_num_accepted_tokens_per_pos_total",
                            position=str(position)) for position in range(3)]
     assert sum(per_position) == accepted and per_position[0] > per_position[2]
@@ -73,10 +78,12 @@ def test_spec_decode_counters_when_configured(
 async def test_kv_pool_makes_excess_requests_wait(
     engine_factory: Callable[..., EngineHandle],
 ) -> None:
-    # 4 MiB of KV at ~104K tokens/GiB is ~400 tokens: one 300-token request at a time.
+    # 4 MiB of KV at ~104K tokens/GiB is ~400 tokens: two 300-token answers both start
+    # (nothing is reserved for the output, as in vLLM), then outgrow it; the newer is preempted
+    # and waits until the first is done (~1.5 s at scale 1: long enough to be seen waiting).
     engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
-                            "--max-model-len", "400", *SLOW_DECODE, time_scale=0.2)
-    await assert_second_request_waits(engine)
+                            "--max-model-len", "400", time_scale=1.0)
+    await assert_kv_preempts_the_newer(engine)
 
 
 async def test_max_num_seqs_makes_excess_requests_wait(
@@ -129,6 +136,28 @@ async def assert_second_request_waits(engine: EngineHandle) -> None:
             await second.aclose()
 
 
+async def assert_kv_preempts_the_newer(engine: EngineHandle) -> None:
+    """Two requests admitted together outgrow the KV pool: one waits (preempted), both finish."""
+    body = {"model": QWEN, "messages": [{"role": "user", "content": "wait"}], "max_tokens": 300,
+            "ignore_eos": True}
+    async with httpx.AsyncClient(timeout=60) as client:
+        requests = [asyncio.create_task(client.post(f"{engine.url}/v1/chat/completions",
+                                                    json=body)) for _ in range(2)]
+        gauges: dict[str, float] = {}
+        deadline = asyncio.get_running_loop().time() + 60
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+            gauges = gauge_values(engine)
+            if gauges["vllm:num_requests_waiting"]:
+                break
+        assert gauges["vllm:num_requests_waiting"] == 1
+        assert gauges["vllm:num_requests_running"] == 1
+        assert gauges["vllm:kv_cache_usage_perc"] > 0
+        responses = await asyncio.gather(*requests)
+    assert [response.status_code for response in responses] == [200, 200]
+    assert sample(engine, "vllm:num_requests_waiting") == 0
+
+
 def gauge_values(engine: EngineHandle) -> dict[str, float]:
     """The three gauges from one scrape, so they describe the same moment."""
     text = httpx.get(f"{engine.url}/metrics").text
@@ -138,3 +167,35 @@ def gauge_values(engine: EngineHandle) -> dict[str, float]:
         if family.type == "gauge"
         for item in family.samples
     }
+
+
+async def test_kv_outgrown_by_generation_preempts_the_newest_and_it_resumes(
+    engine_factory: Callable[..., EngineHandle],
+) -> None:
+    """vLLM's recompute preemption: nothing is reserved for the output, so two requests whose
+    generations together outgrow a ~400-token pool both start; the newer one is preempted,
+    waits, recomputes and finishes its stream with every token, none twice."""
+    engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
+                            "--max-model-len", "400", time_scale=0.5)  # ~2 s per answer: they overlap
+    body = {"model": QWEN, "prompt": "preempt", "max_tokens": 300, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+    async def stream(client: httpx.AsyncClient) -> tuple[int, int]:
+        chunks = usage = 0
+        async with client.stream("POST", f"{engine.url}/v1/completions", json=body) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                payload = json.loads(line[6:])
+                if payload.get("usage"):
+                    usage = payload["usage"]["completion_tokens"]
+                chunks += sum(1 for choice in payload.get("choices", []) if choice.get("text"))
+        return chunks, usage
+
+    async with httpx.AsyncClient(timeout=120) as client:
+        results = await asyncio.gather(stream(client), stream(client))
+    assert results == [(300, 300), (300, 300)]
+    assert sample(engine, "vllm:num_preemptions_total") >= 1
+    assert sample(engine, "vllm:generation_tokens_total") == 600
+    state = httpx.get(f"{engine.url}/_sim/state").json()
+    assert state["kv_used"] == 0 and state["running"] == 0 and state["waiting"] == 0
