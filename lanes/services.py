@@ -597,7 +597,14 @@ def lanes_mark_checking(*, reason: str) -> list[str]:
     the health watcher has probed it (what ran before may be gone, or may still run)."""
     names = []
     for lane in Lane.objects.exclude(observed_state__in=(LaneState.STOPPED, LaneState.CHECKING)):
-        lane_set_observed_state(lane=lane, state=LaneState.CHECKING, reason=reason, source="start")
+        rows = lane.replica_rows()
+        if len(rows) > 1:  # a stopped replica stays stopped
+            for row in rows:
+                if row.observed_state not in (LaneState.STOPPED, LaneState.CHECKING):
+                    lane_set_observed_state(lane=lane, state=LaneState.CHECKING, reason=reason, source="start",
+                                            replica=row.index)
+        else:
+            lane_set_observed_state(lane=lane, state=LaneState.CHECKING, reason=reason, source="start")
         names.append(lane.name)
     return names
 

@@ -13,7 +13,7 @@ moves on to one only when the request provably never reached the one before (nev
 Shared health. Each worker keeps, per replica, a circuit breaker and its own count of
 requests in flight; the hot path reads only process memory. A background task publishes
 this worker's counts to Redis and reads every other worker's, plus the shared breaker
-hash (a replica some worker or the health watcher found down, until when), every
+hash (lanes.replica_health) (a replica some worker or the health watcher found down, until when), every
 GATEWAY_HEALTH_SYNC_S; a breaker that opens (or closes) is written at once and announced,
 so every worker skips a dead replica after the first one found it."""
 
@@ -34,6 +34,15 @@ from typing import Any
 import orjson
 from django.conf import settings
 
+from lanes.replica_health import (
+    HEALTH_MESSAGE,
+    WORKER_STALE_MS,
+    field_name,
+    invalidation_channel,
+    load_key,
+    open_hash_key,
+    workers_key,
+)
 from routing.gateway.breaker import CircuitBreaker
 from routing.gateway.directory import LaneInfo, ReplicaInfo
 
@@ -44,8 +53,6 @@ log = logging.getLogger(__name__)
 # this many bytes of them; for a completion, the start of its prompt.
 AFFINITY_BYTES = 4096
 AFFINITY_MESSAGES = 3
-# Another worker's counts older than this are a worker that stopped: ignored.
-WORKER_STALE_MS = 3000
 
 
 def affinity_key(body: Mapping[str, Any]) -> bytes | None:
@@ -96,25 +103,6 @@ def balance(lane: str, replicas: Sequence[ReplicaInfo], key: bytes | None, load:
     if load.get(home.index, 0) + 1 > bound:
         return by_load
     return [home, *(replica for replica in by_load if replica is not home)]
-
-
-def field_name(lane: str, index: int) -> str:
-    return f"{lane}|{index}"
-
-
-def open_hash_key() -> str:
-    return f"{settings.REDIS_PREFIX}:gw:rh:open"
-
-
-def load_key(worker: str) -> str:
-    return f"{settings.REDIS_PREFIX}:gw:rh:load:{worker}"
-
-
-def workers_key() -> str:
-    return f"{settings.REDIS_PREFIX}:gw:rh:workers"
-
-
-HEALTH_MESSAGE = "health"
 
 
 class ReplicaBreaker:
@@ -298,7 +286,3 @@ class SharedHealth:
                 pipe.delete(load_key(self.worker))
                 pipe.zrem(workers_key(), self.worker)
                 await pipe.execute()
-
-
-def invalidation_channel() -> str:
-    return f"{settings.REDIS_PREFIX}:gw:invalidate"

@@ -16,10 +16,11 @@ import httpx
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from lanes.replica_health import HEALTH_MESSAGE, invalidation_channel
 from routing.gateway.directory import KeyCache, LaneCache
 from routing.gateway.limits import ADMIT_LUA
 from routing.gateway.logwriter import RequestLogWriter
-from routing.gateway.replicas import HEALTH_MESSAGE, SharedHealth, invalidation_channel
+from routing.gateway.replicas import SharedHealth
 from routing.gateway.upstream import upstream_client, upstream_transport
 from routing.router.route import RouterRuntime
 
