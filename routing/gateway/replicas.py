@@ -4,11 +4,12 @@ of each replica's health and load.
 Balancing. A conversation keeps its prefix (KV) cache only on the replica that served it,
 so a request goes to the replica its conversation hashes to: rendezvous (highest random
 weight) hashing of the conversation's first messages, a consistent hash (a replica that
-leaves moves only its own conversations). The hash is load-bounded: a replica with more
-outstanding requests than `factor × (all outstanding + 1) / replicas + slack` takes no new
-request, which then goes to the least-outstanding replica, as does a request with no
-conversation to hash. The other replicas follow in least-outstanding order; the gateway
-moves on to one only when the request provably never reached the one before (never twice).
+leaves moves only its own conversations). The hash is load-bounded (Mirrokni et al.): a
+replica with `factor × (all outstanding + 1) / replicas + slack` requests in flight takes
+no new one, which goes to the conversation's next replica under the bound; replicas over
+it come last, least outstanding first, and a request with no conversation to hash goes to
+the least-outstanding replica. The gateway moves on to the next replica only when the
+request provably never reached the one before (never twice).
 
 Shared health. Each worker keeps, per replica, a circuit breaker and its own count of
 requests in flight; the hot path reads only process memory. A background task publishes
@@ -88,21 +89,22 @@ def hash_order(key: bytes, lane: str, replicas: Sequence[ReplicaInfo]) -> list[R
 
 def balance(lane: str, replicas: Sequence[ReplicaInfo], key: bytes | None, load: Mapping[int, int],
             *, factor: float, slack: int) -> list[ReplicaInfo]:
-    """The replicas to try, in order: the conversation's home unless it is over the load
-    bound, else the least-outstanding one; then the others by fewest outstanding."""
+    """The replicas to try, in order. With a conversation: its rendezvous order, skipping
+    the replicas over the load bound (they go last, fewest outstanding first), so a hot
+    conversation spills to its next replica and comes back when the load drops. Without
+    one: fewest outstanding first."""
     if not replicas:
         return []
     ranked = hash_order(key, lane, replicas) if key is not None else list(replicas)
     rank = {replica.index: position for position, replica in enumerate(ranked)}
-    by_load = sorted(ranked, key=lambda replica: (load.get(replica.index, 0), rank[replica.index]))
     if key is None or len(replicas) == 1:
-        return by_load
+        return sorted(ranked, key=lambda replica: (load.get(replica.index, 0), rank[replica.index]))
     total = sum(load.get(replica.index, 0) for replica in replicas)
     bound = math.ceil(factor * (total + 1) / len(replicas)) + slack
-    home = ranked[0]
-    if load.get(home.index, 0) + 1 > bound:
-        return by_load
-    return [home, *(replica for replica in by_load if replica is not home)]
+    within = [replica for replica in ranked if load.get(replica.index, 0) + 1 <= bound]
+    over = sorted((replica for replica in ranked if load.get(replica.index, 0) + 1 > bound),
+                  key=lambda replica: (load.get(replica.index, 0), rank[replica.index]))
+    return within + over
 
 
 class ReplicaBreaker:
