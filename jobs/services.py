@@ -113,8 +113,9 @@ def lane_job_create(*, lane: Lane, kind: str, user: UserLike | None, params: dic
     params = dict(params or {})
     replicas = replica_configs(revision.config)
     replica = params.get("replica")
-    if replica is not None and (isinstance(replica, bool) or not isinstance(replica, int)
-                                or not 0 <= replica < len(replicas)):
+    if not isinstance(replica, int) or isinstance(replica, bool):
+        replica = None  # absent, or refused by validate_params with its rule
+    elif not 0 <= replica < len(replicas):
         raise ValidationError({"replica": f"lane {lane.name} has replicas 0 to {len(replicas) - 1} "
                                           f"in revision {revision.number}"})
     chosen = [replicas[replica]] if replica is not None else replicas
