@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
+from redis.exceptions import RedisError
 
-from lanes.models import Lane, LaneRevision, LaneState, Node
+from lanes.models import Lane, LaneReplica, LaneRevision, LaneState, Node
 from lanes.plan_shell import Fabric, fabric_env, fabric_of
 from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.replica_health import replica_in_flight, replica_skipped_until
 from lanes.rules import LaneCheck, NodeFacts, OtherLane, check_lane, lane_footprint_gib
 from lanes.secrets import env_with_marks
 from portal.audit import audit_diff
@@ -212,6 +215,47 @@ def lane_plans(lane: Lane, action: str = "launch", revision: LaneRevision | None
     revision = revision or current_revision(lane)
     config = dict(revision.config) if revision else lane_config(lane)
     return [PLAN_RENDERERS[action](each, plan_targets(each["nodes"])) for each in replica_configs(config)]
+
+
+def plans_text(plans: Sequence[Plan]) -> str:
+    """The dry run's text: a lane of one replica, its plan; of several, each under its number."""
+    if len(plans) == 1:
+        return plans[0].render()
+    return "\n\n".join(f"# replica {index}\n{plan.render()}" for index, plan in enumerate(plans))
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    index: int
+    nodes: list[str]
+    api_port: int
+    base_url: str
+    observed_state: str
+    state_reason: str
+    state_changed_at: datetime | None
+    health_checked_at: datetime | None
+    skipped_until: datetime | None  # the gateways skip it (a breaker or the watcher said so)
+    in_flight: int | None  # requests the gateways have in flight to it
+
+
+def lane_replica_views(lane: Lane) -> list[ReplicaView]:
+    """Each replica with its state and what the gateways share about it (None when Redis
+    does not answer: a page still shows the rest)."""
+    views = []
+    for row in lane.replica_rows() or [LaneReplica(lane=lane, index=0, observed_state=lane.observed_state)]:
+        nodes = lane.ranked_nodes(row.index)
+        try:
+            until = replica_skipped_until(lane.name, row.index)
+            skipped = datetime.fromtimestamp(until, tz=UTC) if until is not None else None
+            in_flight: int | None = replica_in_flight(lane.name, row.index)
+        except RedisError:
+            skipped, in_flight = None, None
+        views.append(ReplicaView(
+            index=row.index, nodes=[node.name for node in nodes], api_port=row.api_port or lane.api_port,
+            base_url=lane.base_url(row.index) if nodes else "", observed_state=row.observed_state,
+            state_reason=row.state_reason, state_changed_at=row.state_changed_at,
+            health_checked_at=row.health_checked_at, skipped_until=skipped, in_flight=in_flight))
+    return views
 
 
 @dataclass(frozen=True)

@@ -377,8 +377,11 @@ def _resolve_replicas(replicas: Sequence[Mapping[str, Any]], errors: dict[str, l
             port = None
         node_errors: dict[str, list[str]] = {}
         ranked = _resolve_nodes(names, node_errors)
-        for message in node_errors.get("nodes", []):
-            _merge(errors, "replicas", f"Replica {index}: {message}")
+        for message in node_errors.get("nodes", []):  # replica 0's are the `nodes` field's
+            if index:
+                _merge(errors, "replicas", f"Replica {index}: {message}")
+            else:
+                _merge(errors, "nodes", message)
         specs.append(ReplicaSpec(ranked, port))
     return specs
 
