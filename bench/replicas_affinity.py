@@ -5,9 +5,11 @@ the gateway's req/s with 1 and 2 uvicorn workers.
         PORTAL_REDIS_PREFIX=wt_replicas .venv/bin/python bench/replicas_affinity.py [--quick] [--json PATH]
 
 Part 1, multi-turn workload on sparksim replicas (Qwen3.8-27B-FP8, the simulator's timing
-model at --time-scale): C conversations, each a long document of its own plus T turns;
-every turn sends the whole conversation so far (a growing shared prefix) and streams the
-answer. Two arms, each on its own fresh pair of engines (cold prefix caches), one after
+model at --time-scale): C conversations side by side, each a long document of its own plus
+T turns taken round by round; every turn sends the whole conversation so far (a growing
+shared prefix) and streams the answer. Each engine's KV pool (--kv-cache, 2.5G ≈ 80k
+tokens) holds about half of all the conversations' prefixes (~120k tokens): what one
+replica of a pair must hold when its conversations stay on it. Two arms, each on its own fresh pair of engines (cold prefix caches), one after
 the other, through the same gateway process:
   - affinity: one lane of two replicas, balanced by the gateway (routing.gateway.replicas);
   - round-robin: the same two engines' worth as two one-replica lanes, the client taking
@@ -69,7 +71,7 @@ def make_lane(name: str, ports: list[int]) -> None:
     from lanes.models import Lane, LaneNode, LaneReplica, Node
 
     lane = Lane.objects.create(name=name, model_id="Qwen/Qwen3.8-27B-FP8", served_model_name=SERVED,
-                               image="bench@sha256:" + "0" * 64, api_port=ports[0], max_model_len=131072,
+                               image="bench@sha256:" + "0" * 64, api_port=ports[0], max_model_len=32768,
                                observed_state="serving", desired_state="serving")
     for index, port in enumerate(ports):
         node = Node.objects.create(name=f"{name}-r{index}", address="127.0.0.1", transport="local")
@@ -111,14 +113,19 @@ def stop(processes: list[subprocess.Popen[bytes]]) -> None:
 
 # --- part 1: the multi-turn workload --------------------------------------------------------
 
-async def conversation(session: Any, url: str, auth: dict[str, str], number: int, turns: int, doc_words: int,
-                       models: list[str], counter: list[int], out: dict[str, list[float]]) -> None:
-    messages = [{"role": "system", "content": "You review code. Reference document:\n" + document(number, doc_words)},
-                {"role": "user", "content": f"Conversation {number}: summarise the document's risks."}]
-    for turn in range(turns):
-        model = models[counter[0] % len(models)]
-        counter[0] += 1
-        body = {"model": model, "messages": messages, "max_tokens": 48, "stream": True,
+class Dialogue:
+    """One conversation: a long document of its own, then turns that each add the answer
+    and a new question, so every request shares the conversation's growing prefix."""
+
+    def __init__(self, number: int, doc_words: int) -> None:
+        self.number = number
+        self.messages = [
+            {"role": "system", "content": "You review code. Reference document:\n" + document(number, doc_words)},
+            {"role": "user", "content": f"Conversation {number}: summarise the document's risks."}]
+        self.turns = 0
+
+    async def turn(self, session: Any, url: str, auth: dict[str, str], model: str, out: dict[str, list[float]]) -> None:
+        body = {"model": model, "messages": self.messages, "max_tokens": 48, "stream": True,
                 "stream_options": {"include_usage": True}}
         started = time.perf_counter()
         first = None
@@ -140,9 +147,10 @@ async def conversation(session: Any, url: str, auth: dict[str, str], number: int
                         text.append(piece)
         out["ttft"].append((first or time.perf_counter()) - started)
         out["tokens"].append(float(tokens))
-        messages += [{"role": "assistant", "content": "".join(text)},
-                     {"role": "user", "content": f"Turn {turn + 1}: now go deeper on point {turn + 1}. "
-                                                 + document(number * 1000 + turn, 60)}]
+        self.turns += 1
+        self.messages += [{"role": "assistant", "content": "".join(text)},
+                          {"role": "user", "content": f"Turn {self.turns}: now go deeper on point {self.turns}. "
+                                                      + document(self.number * 1000 + self.turns, 60)}]
 
 
 def cache_counters(ports: list[int]) -> tuple[float, float]:
@@ -160,21 +168,25 @@ def cache_counters(ports: list[int]) -> tuple[float, float]:
 
 async def workload(gateway: str, secret: str, models: list[str], *, conversations: int, turns: int,
                    concurrency: int, doc_words: int) -> dict[str, list[float]]:
+    """Every conversation takes its turn, round after round (agents working side by side),
+    `concurrency` requests at a time: the engines see all the conversations interleaved."""
     import aiohttp
 
     out: dict[str, list[float]] = {"ttft": [], "tokens": [], "errors": []}
     counter = [0]
     auth = {"authorization": f"Bearer {secret}"}
-    queue = list(range(conversations))
+    states = [Dialogue(number, doc_words) for number in range(conversations)]
+    gate = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
-        async def worker() -> None:
-            while queue:
-                number = queue.pop(0)
-                await conversation(session, f"{gateway}/v1/chat/completions", auth, number, turns, doc_words,
-                                   models, counter, out)
+        async def one(dialogue: Dialogue) -> None:
+            async with gate:
+                model = models[counter[0] % len(models)]
+                counter[0] += 1
+                await dialogue.turn(session, f"{gateway}/v1/chat/completions", auth, model, out)
 
         begin = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        for _ in range(turns):
+            await asyncio.gather(*(one(dialogue) for dialogue in states))
         out["wall"] = [time.perf_counter() - begin]
     return out
 
@@ -198,7 +210,8 @@ def part_one(args: argparse.Namespace, env: dict[str, str], secret: str, log_dir
     from sparksim.standalone import start_engine
 
     engines = [start_engine("Qwen/Qwen3.8-27B-FP8", log_dir / f"engine-{i}.log", "--served-model-name", SERVED,
-                            "--max-model-len", "131072", time_scale=args.time_scale) for i in range(4)]
+                            "--max-model-len", "32768", "--kv-cache-memory-bytes", args.kv_cache,
+                            time_scale=args.time_scale) for i in range(4)]
     processes: list[subprocess.Popen[bytes]] = []
     try:
         affinity, robin = [e.port for e in engines[:2]], [e.port for e in engines[2:]]
@@ -260,23 +273,25 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--conversations", type=int, default=16)
+    parser.add_argument("--conversations", type=int, default=15)  # odd: round-robin does not pin a conversation
+    parser.add_argument("--kv-cache", default="2.5G", help="each engine's KV pool (2.5G: ~80k tokens of Qwen3.8-27B)")
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--doc-words", type=int, default=3000)
-    parser.add_argument("--time-scale", type=float, default=0.05)
+    parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.quick:
-        args.conversations, args.turns, args.requests = 8, 4, 1500
+        args.conversations, args.turns, args.requests = 9, 4, 1500
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING"}
     setup_django()
     secret = reset_database()
     with tempfile.TemporaryDirectory() as tmp:
         affinity_rows = part_one(args, env, secret, Path(tmp))
-    print(f"Multi-turn workload: {args.conversations} conversations × {args.turns} turns, {args.concurrency} at a "
-          f"time, ~{args.doc_words}-word document each, 2 sparksim replicas per arm (time scale {args.time_scale})")
+    print(f"Multi-turn workload: {args.conversations} conversations × {args.turns} turns (round by round), "
+          f"{args.concurrency} requests at a time, ~{args.doc_words}-word document each; 2 sparksim replicas per arm, "
+          f"KV pool {args.kv_cache} each (time scale {args.time_scale})")
     print_table(affinity_rows)
     robin, affinity = affinity_rows
     print(f"TTFT p50 round-robin / affinity: {robin['ttft_p50_ms'] / affinity['ttft_p50_ms']:.2f}×")
