@@ -4,10 +4,10 @@ the gateway's req/s with 1 and 2 uvicorn workers.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/wt_replicas REDIS_URL=redis://127.0.0.1:6379/11 \\
         PORTAL_REDIS_PREFIX=wt_replicas .venv/bin/python bench/replicas_affinity.py [--quick] [--json PATH]
 
-Part 1, multi-turn workload on sparksim replicas (Qwen3.8-27B-FP8, the simulator's timing
-model at --time-scale): C conversations side by side, each a long document of its own plus
+Part 1, multi-turn workload on sparksim replicas (DeepSeek-V4-Flash by default, the
+simulator's timing model fitted to seed 003, at --time-scale): C conversations side by side, each a long document of its own plus
 T turns taken round by round; every turn sends the whole conversation so far (a growing
-shared prefix) and streams the answer. Each engine's KV pool (--kv-cache, 2.5G ≈ 80k
+shared prefix) and streams the answer. Each engine's KV pool (--kv-cache, 800M ≈ 83k
 tokens) holds about half of all the conversations' prefixes (~120k tokens): what one
 replica of a pair must hold when its conversations stay on it. Two arms, each on its own fresh pair of engines (cold prefix caches), one after
 the other, through the same gateway process:
@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gateway_overhead import drive, free_port, wait_port  # noqa: E402
 
-SERVED = "qwen-bench"
+SERVED = "replica-bench"
 WORDS = ["kernel", "scheduler", "memory", "tensor", "cache", "block", "prefix", "decode", "prefill", "token", "request", "lane", "replica", "gateway", "engine", "spark", "fabric", "latency", "throughput", "module", "refactor", "billing", "invoice", "ledger"]
 
 
@@ -70,7 +70,7 @@ def setup_django() -> None:
 def make_lane(name: str, ports: list[int]) -> None:
     from lanes.models import Lane, LaneNode, LaneReplica, Node
 
-    lane = Lane.objects.create(name=name, model_id="Qwen/Qwen3.8-27B-FP8", served_model_name=SERVED,
+    lane = Lane.objects.create(name=name, model_id="sparksim/bench", served_model_name=SERVED,
                                image="bench@sha256:" + "0" * 64, api_port=ports[0], max_model_len=32768,
                                observed_state="serving", desired_state="serving")
     for index, port in enumerate(ports):
@@ -209,7 +209,7 @@ def arm(name: str, gateway: str, secret: str, models: list[str], ports: list[int
 def part_one(args: argparse.Namespace, env: dict[str, str], secret: str, log_dir: Path) -> list[dict[str, Any]]:
     from sparksim.standalone import start_engine
 
-    engines = [start_engine("Qwen/Qwen3.8-27B-FP8", log_dir / f"engine-{i}.log", "--served-model-name", SERVED,
+    engines = [start_engine(args.model, log_dir / f"engine-{i}.log", "--served-model-name", SERVED,
                             "--max-model-len", "32768", "--kv-cache-memory-bytes", args.kv_cache,
                             time_scale=args.time_scale) for i in range(4)]
     processes: list[subprocess.Popen[bytes]] = []
@@ -240,9 +240,10 @@ def part_two(args: argparse.Namespace, env: dict[str, str], secret: str) -> list
     try:
         for port in upstream_ports:
             wait_port(port)
-        from lanes.models import Lane
+        from lanes.models import Lane, Node
 
         Lane.objects.filter(name="bench").delete()
+        Node.objects.filter(name__startswith="bench-r").delete()
         make_lane("bench", upstream_ports)  # drive() asks for model "bench"
         auth = {"authorization": f"Bearer {secret}"}
         for workers in (1, 2):
@@ -257,6 +258,7 @@ def part_two(args: argparse.Namespace, env: dict[str, str], secret: str) -> list
             finally:
                 stop([gateway])
         Lane.objects.filter(name="bench").delete()
+        Node.objects.filter(name__startswith="bench-r").delete()
     finally:
         stop(upstreams)
     return rows
@@ -274,7 +276,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--conversations", type=int, default=15)  # odd: round-robin does not pin a conversation
-    parser.add_argument("--kv-cache", default="2.5G", help="each engine's KV pool (2.5G: ~80k tokens of Qwen3.8-27B)")
+    parser.add_argument("--model", default="deepseek-ai/DeepSeek-V4-Flash-0731",
+                        help="a sparksim model (DeepSeek: seed 003's fleet; its prefill is seed 003's)")
+    parser.add_argument("--kv-cache", default="800M", help="each engine's KV pool (800M: ~83k tokens of DeepSeek)")
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--doc-words", type=int, default=3000)

@@ -55,11 +55,12 @@ def replica_verdict(lane: str, index: int, *, down_for_s: float | None) -> None:
     """The watcher's verdict: down (skip it for that long) or answering (None: clear it)."""
     client = _redis()
     name = field_name(lane, index)
+    if down_for_s is None:
+        if client.hdel(open_hash_key(), name):  # announced only when it changes something
+            client.publish(invalidation_channel(), HEALTH_MESSAGE)
+        return
     with client.pipeline(transaction=False) as pipe:
-        if down_for_s is None:
-            pipe.hdel(open_hash_key(), name)
-        else:
-            pipe.hset(open_hash_key(), name, str(int((time.time() + down_for_s) * 1000)))
+        pipe.hset(open_hash_key(), name, str(int((time.time() + down_for_s) * 1000)))
         pipe.publish(invalidation_channel(), HEALTH_MESSAGE)
         pipe.execute()
 
