@@ -195,7 +195,7 @@ class WorkerProcesses:
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     cwd=Path(__file__).resolve().parent.parent))
         for index, url in enumerate(self.urls):
-            wait_for(lambda url=url, index=index: self._answers(url, index), timeout=90,
+            wait_for(lambda url=url, index=index: self._answers(url, index), timeout=180,
                      interval=0.2, what=f"uvicorn worker {index} to answer")
         return self
 

@@ -6,6 +6,7 @@ what one worker (or the health watcher) learns of a replica, every worker knows.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -121,12 +122,18 @@ def test_killing_a_replica_moves_its_conversations_to_the_others_and_nothing_is_
     engines = replica_engines(replicas)
     make_replicated_lane("qwen", [engine.port for engine in engines])
     secret, _ = create_key(key_owner)
-    workers = worker_processes(2, env={"PORTAL_GATEWAY_BREAKER_FAILURES": "1"})
+    # The first refused connection opens the replica's breaker, for longer than the test.
+    workers = worker_processes(2, env={"PORTAL_GATEWAY_BREAKER_FAILURES": "1", "PORTAL_GATEWAY_BREAKER_COOLDOWN_S": "600"})
     conversations = [Conversation(number) for number in range(8)]
     for conversation in conversations:
         conversation.send(workers.urls[conversation.number % 2], secret)
     killed = conversations[0].replicas[0]
     engines[killed].stop()
+    # Hold the dead engine's port (bound, not listening: connections are refused), so no
+    # other test's server can start on it meanwhile.
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("127.0.0.1", engines[killed].port))
     live = [index for index in range(replicas) if index != killed]
     before = {index: len(engine_received(engines[index])) for index in live}
 
@@ -152,6 +159,7 @@ def test_killing_a_replica_moves_its_conversations_to_the_others_and_nothing_is_
     assert {index: answered[index] for index in live} == after
     # The worker that found it dead told every worker (and the page) through Redis.
     assert replica_skipped_until("qwen", killed) is not None
+    blocker.close()
 
 
 def lane_info(states: tuple[str, ...] = ("serving", "serving")) -> LaneInfo:
