@@ -163,3 +163,30 @@ def test_the_lane_form_adds_replicas_and_explains_a_bad_line(nodes: Any, admin_c
     assert [(r.index, r.api_port) for r in lane.replicas.order_by("index")] == [(0, None), (1, 8001), (2, None)]
     edit = admin_client.get("/lanes/qwen/edit/").content.decode()
     assert "spark2 port=8001\nspark3" in edit
+
+
+def test_a_replica_job_from_the_page_and_the_api_names_its_replica(
+    nodes: Any, admin_user: Any, admin_client: Any,
+) -> None:
+    from jobs.models import Job
+
+    two_replicas(admin_user)
+    response = admin_client.post("/jobs/lanes/qwen/stop/", {"replica": "1"})
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.params["replica"] == 1 and job.params["nodes"] == ["spark2"]
+    assert job.target_label == "lane qwen replica 1"
+    assert Lane.objects.get(name="qwen").desired_state == "serving"  # one replica of two stops
+    refused = post(admin_client, "/api/jobs/lanes/qwen/restart", {"params": {"replica": 5}})
+    assert refused.status_code == 422
+    assert any(e["loc"][-1] == "replica" and "replicas 0 to 1" in e["msg"] for e in refused.json()["detail"])
+
+
+def test_after_a_portal_start_a_stopped_replica_stays_stopped(nodes: Any, admin_user: Any) -> None:
+    from lanes.services import lanes_mark_checking
+
+    lane = two_replicas(admin_user)
+    lane_set_observed_state(lane=lane, state=LaneState.SERVING, replica=0)
+    assert lanes_mark_checking(reason="the portal started") == ["qwen"]
+    assert list(lane.replicas.order_by("index").values_list("observed_state", flat=True)) == [
+        LaneState.CHECKING, LaneState.STOPPED]
