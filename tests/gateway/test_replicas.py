@@ -16,6 +16,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 from django.contrib.auth.models import User
+from django.test import Client
 
 from lanes.models import Lane, LaneNode, LaneReplica, Node
 from lanes.replica_health import replica_skipped_until
@@ -112,6 +113,11 @@ def test_a_conversation_lands_on_one_replica_whichever_worker_takes_it(
              what="the workers' request log rows")
     logged = dict(RequestLog.objects.filter(request_id__in=request_ids).values_list("request_id", "replica"))
     assert logged == request_ids
+    admin = Client()
+    admin.force_login(key_owner)
+    listed = {row["request_id"]: row["replica"] for row in admin.get("/api/gateway/requests?limit=100").json()}
+    assert {rid: listed[rid] for rid in request_ids if rid in listed} == {
+        rid: replica for rid, replica in request_ids.items() if rid in listed} and listed
 
 
 @pytest.mark.parametrize("replicas", [2, 3])
