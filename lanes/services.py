@@ -560,6 +560,11 @@ def lane_set_observed_state(
             return False
         else:
             for row in rows.values():
+                # Degraded ↔ serving (the RDMA watchdog) concerns the replicas that serve:
+                # a stopped replica of several stays stopped.
+                if len(rows) > 1 and state in (LaneState.SERVING, LaneState.DEGRADED) and \
+                        row.observed_state not in (LaneState.SERVING, LaneState.DEGRADED):
+                    continue
                 _set_replica_row(current, row, state, reason, source, now, audit=False)
         previous = current.observed_state
         current.observed_state = state

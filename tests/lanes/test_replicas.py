@@ -190,3 +190,25 @@ def test_after_a_portal_start_a_stopped_replica_stays_stopped(nodes: Any, admin_
     assert lanes_mark_checking(reason="the portal started") == ["qwen"]
     assert list(lane.replicas.order_by("index").values_list("observed_state", flat=True)) == [
         LaneState.CHECKING, LaneState.STOPPED]
+
+
+def test_a_lane_wide_degrade_moves_the_serving_replicas_only(nodes: Any, admin_user: Any) -> None:
+    lane = two_replicas(admin_user)
+    lane_set_observed_state(lane=lane, state=LaneState.SERVING, replica=0)
+    lane_set_observed_state(lane=lane, state=LaneState.DEGRADED, reason="RDMA watchdog: slow link")
+    assert list(lane.replicas.order_by("index").values_list("observed_state", flat=True)) == [
+        LaneState.DEGRADED, LaneState.STOPPED]
+    assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.DEGRADED
+
+
+def test_the_rdma_watchdog_measures_every_replicas_links(nodes: Any, sim_root: Any, admin_user: Any) -> None:
+    from jobs.fabric.watchdog import lane_head_worker_pairs, watched_lanes
+    from lanes.models import Node
+
+    Node.objects.create(name="spark9", address="127.0.0.19", transport="local", sim_dir=str(sim_root / "spark9"))
+    lane = lane_create(actor=admin_user, data=lane_data(name="qwen", tensor_parallel_size=2, weights_gib=20.0),
+                       replicas=[{"nodes": ["spark1", "spark2"]}, {"nodes": ["spark3", "spark9"]}])
+    assert [(head.name, worker.name) for head, worker in lane_head_worker_pairs(lane)] == [
+        ("spark1", "spark2"), ("spark3", "spark9")]
+    lane_set_observed_state(lane=lane, state=LaneState.SERVING, replica=1)
+    assert [watched.name for watched in watched_lanes()] == ["qwen"]
