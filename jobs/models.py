@@ -80,7 +80,8 @@ class Job(models.Model):
     @property
     def target_label(self) -> str:
         if self.lane_id is not None and self.lane is not None:
-            return f"lane {self.lane.name}"
+            replica = self.params.get("replica")
+            return f"lane {self.lane.name}" + (f" replica {replica}" if isinstance(replica, int) else "")
         names = self.params.get("nodes") or []
         return "node " + ", ".join(names) if names else "-"
 

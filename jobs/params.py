@@ -19,6 +19,9 @@ _NUMBERS: dict[str, tuple[tuple[str, ...], float, float]] = {
     "wait_poll_s": ((JobKind.LAUNCH, JobKind.RESTART), 0.1, 120),
 }
 _TEXT = {"reason": 200}
+# A lane job on one replica only (else every replica, one after another).
+REPLICA_KINDS = (JobKind.LAUNCH, JobKind.STOP, JobKind.RESTART, JobKind.STATUS)
+MAX_REPLICA_INDEX = 15
 _DEVICE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _MATRIX_TESTS = ("write", "read", "send")
 # name -> (kinds, minimum, maximum) for the fabric checks' whole numbers.
@@ -100,6 +103,13 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
                 errors[name] = f"must be between {low:g} and {high:g} seconds"
             else:
                 clean[name] = float(value)
+        elif name == "replica":
+            if kind not in REPLICA_KINDS:
+                errors[name] = f"does not apply to a {kind} job"
+            elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPLICA_INDEX:
+                errors[name] = f"must be a replica number from 0 to {MAX_REPLICA_INDEX}"
+            else:
+                clean[name] = value
         elif name in _TEXT:
             if not isinstance(value, str) or len(value) > _TEXT[name]:
                 errors[name] = f"must be text of at most {_TEXT[name]} characters"

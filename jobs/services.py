@@ -15,11 +15,11 @@ from django.utils import timezone
 
 from jobs.kinds import KINDS
 from jobs.models import ACTIVE_STATES, FABRIC_KINDS, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
-from jobs.params import validate_params
+from jobs.params import default_time_limit, validate_params
 from jobs.runner import job_execute, job_skip_pending_steps
 from jobs.states import publish_job_state
 from lanes.models import DesiredState, Lane, LaneRevision, Node
-from lanes.selectors import current_revision, lanes_active_on
+from lanes.selectors import current_revision, lanes_active_on, replica_configs
 from lanes.services import lane_set_desired_state
 from portal.audit import audit_record
 from portal.celery import app as celery_app
@@ -110,16 +110,36 @@ def lane_job_create(*, lane: Lane, kind: str, user: UserLike | None, params: dic
     if kind not in _LANE_KIND_ACTIONS:
         raise ValidationError({"kind": f"must be one of {', '.join(_LANE_KIND_ACTIONS)}"})
     revision = lane_current_revision(lane)
-    nodes = lane.ranked_nodes()
+    params = dict(params or {})
+    replicas = replica_configs(revision.config)
+    replica = params.get("replica")
+    if not isinstance(replica, int) or isinstance(replica, bool):
+        replica = None  # absent, or refused by validate_params with its rule
+    elif not 0 <= replica < len(replicas):
+        raise ValidationError({"replica": f"lane {lane.name} has replicas 0 to {len(replicas) - 1} "
+                                          f"in revision {revision.number}"})
+    chosen = [replicas[replica]] if replica is not None else replicas
+    nodes = [node for config in chosen for node in lane_nodes_named(config["nodes"])]
     if not nodes:
         raise ValidationError({"lane": f"lane {lane.name} has no nodes"})
+    if len(chosen) > 1 and params.get("time_limit_s") is None:  # one replica after another
+        params["time_limit_s"] = min(default_time_limit(kind, params) * len(chosen), settings.JOBS_MAX_TIME_LIMIT_S)
     job = job_create(kind=kind, user=user, nodes=nodes, lane=lane, revision=revision, params=params)
     if kind in (JobKind.LAUNCH, JobKind.RESTART, JobKind.STOP):
-        desired = DesiredState.STOPPED if kind == JobKind.STOP else DesiredState.SERVING
+        # Stopping one replica of several leaves the lane wanted serving.
+        desired = DesiredState.STOPPED if kind == JobKind.STOP and (
+            replica is None or len(replicas) == 1) else DesiredState.SERVING
         lane_set_desired_state(lane=lane, state=desired, actor=user)
-        audit_record(actor=user, action=_LANE_KIND_ACTIONS[kind], obj=lane,
-                     after={"job": job.pk, "revision": revision.number, "nodes": job.params["nodes"]})
+        after = {"job": job.pk, "revision": revision.number, "nodes": job.params["nodes"]}
+        if replica is not None:
+            after["replica"] = replica
+        audit_record(actor=user, action=_LANE_KIND_ACTIONS[kind], obj=lane, after=after)
     return job
+
+
+def lane_nodes_named(names: list[str]) -> list[Node]:
+    by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
+    return [by_name[name] for name in names if name in by_name]
 
 
 def node_network_check_create(*, node: Node, user: UserLike | None, params: dict[str, Any] | None = None) -> Job:

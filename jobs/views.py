@@ -103,12 +103,17 @@ def lane_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     lane = get_object_or_404(Lane, name=name)
     if action not in LANE_ACTIONS:
         raise Http404(f"No lane action {action!r}.")
+    replica = request.POST.get("replica", "")
     try:
-        job = lane_job_create(lane=lane, kind=LANE_ACTIONS[action], user=request.user)
+        if replica and not replica.isdigit():
+            raise ValidationError({"replica": "must be a replica number"})
+        params = {"replica": int(replica)} if replica else {}
+        job = lane_job_create(lane=lane, kind=LANE_ACTIONS[action], user=request.user, params=params)
     except (JobConflict, ValidationError) as exc:
         messages.error(request, str(exc) if isinstance(exc, JobConflict) else " ".join(exc.messages))
         return redirect(request.headers.get("Referer") or "jobs:list")
-    messages.success(request, f"{action.capitalize()} of lane {lane.name} queued as job #{job.pk}.")
+    what = f"replica {replica} of lane {lane.name}" if replica else f"lane {lane.name}"
+    messages.success(request, f"{action.capitalize()} of {what} queued as job #{job.pk}.")
     return redirect("jobs:detail", job_id=job.pk)
 
 

@@ -20,11 +20,13 @@ from lanes.selectors import (
     lane_checks,
     lane_get,
     lane_list,
-    lane_plan,
+    lane_plans,
+    lane_replica_views,
     lane_revisions,
     node_get,
     node_lane_names,
     node_list,
+    plans_text,
 )
 from lanes.services import (
     lane_create,
@@ -68,6 +70,7 @@ def lane_out(lane: Lane, check: LaneCheck | None = None) -> dict[str, Any]:
         ],
         kv_pool=asdict(check.kv_pool) if check.kv_pool else None,
         secret_env={name: "set" for name in sorted(lane.secret_env or {})},
+        replicas=[asdict(view) for view in lane_replica_views(lane)],
     )
     return data
 
@@ -77,14 +80,15 @@ def _node_data(payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     return payload, payload.pop("ssh_private_key", None)
 
 
-def _lane_data(payload: dict[str, Any]) -> tuple[dict[str, Any], list[str] | None]:
-    """A lane payload → (the lane's fields, its ranked node names); sizes such as "11G" in bytes."""
+def _lane_data(payload: dict[str, Any]) -> tuple[dict[str, Any], list[str] | None, list[dict[str, Any]] | None]:
+    """A lane payload → (the lane's fields, replica 0's ranked node names, every replica);
+    sizes such as "11G" in bytes."""
     if "kv_cache_memory_bytes" in payload:
         try:
             payload["kv_cache_memory_bytes"] = parse_memory_bytes(payload["kv_cache_memory_bytes"])
         except ValueError as exc:
             raise ValidationError({"kv_cache_memory_bytes": [str(exc)]}) from None
-    return payload, payload.pop("nodes", None)
+    return payload, payload.pop("nodes", None), payload.pop("replicas", None)
 
 
 # ---------------------------------------------------------------- nodes
@@ -138,8 +142,8 @@ def list_lanes(request: HttpRequest) -> list[dict[str, Any]]:
 
 @router.post("/lanes", response={201: schemas.LaneOut}, auth=can_operate)
 def create_lane(request: HttpRequest, payload: schemas.LaneIn) -> Status[dict[str, Any]]:
-    data, nodes = _lane_data(payload.dict())
-    lane = lane_create(actor=request.user, data=data, nodes=nodes or [])
+    data, nodes, replicas = _lane_data(payload.dict())
+    lane = lane_create(actor=request.user, data=data, nodes=nodes or [], replicas=replicas)
     return Status(201, lane_out(lane))
 
 
@@ -150,8 +154,8 @@ def get_lane(request: HttpRequest, name: str) -> dict[str, Any]:
 
 @router.patch("/lanes/{name}", response=schemas.LaneOut, auth=can_operate)
 def update_lane(request: HttpRequest, name: str, payload: schemas.LanePatch) -> dict[str, Any]:
-    data, nodes = _lane_data(payload.dict(exclude_unset=True))
-    lane = lane_update(lane=lane_get(name), actor=request.user, data=data, nodes=nodes)
+    data, nodes, replicas = _lane_data(payload.dict(exclude_unset=True))
+    lane = lane_update(lane=lane_get(name), actor=request.user, data=data, nodes=nodes, replicas=replicas)
     return lane_out(lane)
 
 
@@ -175,10 +179,13 @@ def list_revisions(request: HttpRequest, name: str) -> list[dict[str, Any]]:
 def preview_plan(
     request: HttpRequest, name: str, action: Literal["launch", "stop", "status"] = "launch"
 ) -> dict[str, Any]:
-    """The dry run: the exact commands a launch, stop or status job would run now."""
+    """The dry run: the exact commands a launch, stop or status job would run now, for every replica."""
     try:
-        plan = lane_plan(lane_get(name), action)
+        plans = lane_plans(lane_get(name), action)
     except ValueError as exc:
         raise ValidationError({"nodes": [str(exc)]}) from None
+    plan = plans[0]
     return {"lane": plan.lane, "revision": plan.revision, "action": plan.action, "warnings": list(plan.warnings),
-            "steps": [asdict(step) for step in plan.steps], "text": plan.render()}
+            "steps": [asdict(step) for step in plan.steps], "text": plans_text(plans),
+            "replicas": [{"replica": index, "warnings": list(each.warnings), "text": each.render(),
+                          "steps": [asdict(step) for step in each.steps]} for index, each in enumerate(plans)]}

@@ -104,7 +104,11 @@ class LaneForm(forms.Form):
     model_revision = forms.CharField(max_length=100, required=False)
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the lane name.")
     image = forms.CharField(max_length=300, help_text="Pinned by digest: repo@sha256:…")
-    nodes = forms.CharField(help_text="In rank order: the first is the head (rank 0).")
+    nodes = forms.CharField(help_text="In rank order: the first is the head (rank 0). Replica 0's with several replicas.")
+    replicas = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}), label="More replicas",
+        help_text="Replicas 1, 2, …: one per line, its nodes in rank order (same TP), optionally its own "
+                  "API port: 'spark3, spark4 port=8001'. The gateway balances a lane's replicas.")
     tensor_parallel_size = forms.IntegerField(initial=1)
     executor = forms.ChoiceField(choices=Executor.choices)
     api_port = forms.IntegerField(initial=8000)
@@ -141,7 +145,7 @@ class LaneForm(forms.Form):
     # The form's three parts: what a lane is, what it takes from each node's memory, the rest.
     GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("basic", "Basic", ("name", "model_id", "model_revision", "served_model_name", "image", "nodes",
-                            "tensor_parallel_size", "executor", "max_model_len", "fallback")),
+                            "replicas", "tensor_parallel_size", "executor", "max_model_len", "fallback")),
         ("memory", "Memory", ("kv_cache_memory_bytes", "gpu_memory_utilization", "weights_gib",
                               "kv_bytes_per_token", "runtime_overhead_gib", "kv_cache_dtype")),
         ("advanced", "Advanced", ("api_port", "master_port", "container_name", "max_num_seqs",
@@ -160,6 +164,24 @@ class LaneForm(forms.Form):
 
     def clean_nodes(self) -> list[str]:
         return [name.strip() for name in self.cleaned_data["nodes"].replace("\n", ",").split(",") if name.strip()]
+
+    def clean_replicas(self) -> list[dict[str, Any]]:
+        replicas = []
+        for number, line in enumerate(self.cleaned_data["replicas"].splitlines(), start=1):
+            words = line.replace(",", " ").split()
+            if not words:
+                continue
+            port: int | None = None
+            nodes = []
+            for word in words:
+                if word.startswith("port="):
+                    if not word[5:].isdigit() or not 1 <= int(word[5:]) <= 65535:
+                        raise ValidationError(f"Line {number}: port= takes a port from 1 to 65,535.")
+                    port = int(word[5:])
+                else:
+                    nodes.append(word)
+            replicas.append({"nodes": nodes, "api_port": port})
+        return replicas
 
     def clean_max_model_len(self) -> int | str:
         value = self.cleaned_data["max_model_len"].strip().replace(",", "").replace("_", "")
@@ -195,18 +217,24 @@ class LaneForm(forms.Form):
     def clean_fallback(self) -> str | None:
         return self.cleaned_data["fallback"] or None
 
-    def service_data(self) -> tuple[dict[str, Any], list[str]]:
+    def service_data(self, lane: Lane | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(the lane's fields, every replica); replica 0 keeps the API port it has."""
         data = dict(self.cleaned_data)
         nodes = data.pop("nodes")
+        more = data.pop("replicas")
         for key in ("model_revision", "served_model_name", "kv_cache_dtype"):
             data[key] = data[key] or ""
-        return data, nodes
+        first_port = lane.replica_rows()[0].api_port if lane is not None and lane.replica_rows() else None
+        return data, [{"nodes": nodes, "api_port": first_port}, *more]
 
     @staticmethod
     def initial_for(lane: Lane) -> dict[str, Any]:
         config = lane_config(lane)
         initial = dict(config)
         initial["nodes"] = ", ".join(config["nodes"])
+        initial["replicas"] = "\n".join(
+            ", ".join(replica["nodes"]) + (f" port={replica['api_port']}" if replica.get("api_port") else "")
+            for replica in (config.get("replicas") or [])[1:])
         initial["kv_cache_memory_bytes"] = _bytes_text(config["kv_cache_memory_bytes"])
         initial["speculative_config"] = json.dumps(config["speculative_config"]) if config["speculative_config"] else ""
         initial["extra_args"] = shlex.join(config["extra_args"] or [])

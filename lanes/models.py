@@ -156,6 +156,24 @@ class Lane(models.Model):
     def public_model_name(self) -> str:
         return self.served_model_name or self.name
 
+    def replica_rows(self) -> list[LaneReplica]:
+        """The lane's replicas by index (a list of lanes prefetches them: selectors)."""
+        if "replicas" in getattr(self, "_prefetched_objects_cache", {}):
+            return sorted(self.replicas.all(), key=lambda r: r.index)
+        return list(self.replicas.order_by("index"))
+
+    def replica_indexes(self) -> list[int]:
+        """The replicas that have nodes, in order (0 for a lane of one engine)."""
+        if "members" in getattr(self, "_prefetched_objects_cache", {}):
+            return sorted({m.replica for m in self.members.all()})
+        return sorted(set(self.members.values_list("replica", flat=True)))
+
+    def replica_port(self, replica: int = 0) -> int:
+        for row in self.replica_rows():
+            if row.index == replica:
+                return row.api_port or self.api_port
+        return self.api_port
+
     def ranked_nodes(self, replica: int = 0) -> list[Node]:
         # A list of lanes loads members__node once (selectors); a single lane asks for its own.
         if "members" in getattr(self, "_prefetched_objects_cache", {}):
@@ -167,7 +185,7 @@ class Lane(models.Model):
     def base_url(self, replica: int = 0) -> str:
         """The lane's OpenAI-compatible endpoint: vLLM's API on the head node."""
         head = self.ranked_nodes(replica)[0]
-        return f"http://{head.address}:{self.api_port}"
+        return f"http://{head.address}:{self.replica_port(replica)}"
 
     @property
     def current_context_limit(self) -> int:
@@ -176,9 +194,31 @@ class Lane(models.Model):
         return self.max_model_len
 
 
+class LaneReplica(models.Model):
+    """One engine of a lane (seed 002's dual replicas, seed 003's fleet): its own ranked
+    nodes (LaneNode.replica), launch plan, observed state and health. The lane's own
+    observed state is the summary of its replicas' (lanes.services)."""
+
+    lane = models.ForeignKey(Lane, on_delete=models.CASCADE, related_name="replicas")
+    index = models.PositiveIntegerField()
+    # Empty: the lane's API port. Two replicas on one host (sparksim) need their own.
+    api_port = models.PositiveIntegerField(null=True, blank=True, validators=PORT)
+    observed_state = models.CharField(max_length=16, choices=LaneState.choices, default=LaneState.STOPPED)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    state_reason = models.CharField(max_length=500, blank=True, default="")
+    health_failures = models.PositiveIntegerField(default=0)
+    health_checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["lane", "index"]
+        constraints = [models.UniqueConstraint(fields=["lane", "index"], name="lane_replica_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.lane_id}:{self.index}"
+
+
 class LaneNode(models.Model):
-    """Ordered lane membership: rank 0 is the head. `replica` keeps the model open to
-    several replicas of one lane (seed 002's dual replicas)."""
+    """Ordered lane membership: rank 0 is the head of its replica (LaneReplica.index)."""
 
     lane = models.ForeignKey(Lane, on_delete=models.CASCADE, related_name="members")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="memberships")

@@ -68,13 +68,19 @@ class NodeOut(Schema):
     lanes: list[str]
 
 
+class ReplicaIn(Schema):
+    nodes: list[str]  # rank order: the first is the replica's head
+    api_port: int | None = None  # None: the lane's
+
+
 class LaneIn(Schema):
     name: str
     model_id: str
     model_revision: str = ""
     served_model_name: str = ""
     image: str
-    nodes: list[str]
+    nodes: list[str] = []  # a lane of one replica
+    replicas: list[ReplicaIn] | None = None  # or each replica's nodes (then `nodes` is not read)
     tensor_parallel_size: int = 1
     executor: str = "ray"
     api_port: int = 8000
@@ -107,7 +113,8 @@ class LanePatch(Schema):
     model_revision: str | None = None
     served_model_name: str | None = None
     image: str | None = None
-    nodes: list[str] | None = None
+    nodes: list[str] | None = None  # replica 0's
+    replicas: list[ReplicaIn] | None = None  # every replica (a removed one must be stopped)
     tensor_parallel_size: int | None = None
     executor: str | None = None
     api_port: int | None = None
@@ -157,6 +164,20 @@ class KvPoolOut(Schema):
     sessions: float | None
 
 
+class ReplicaOut(Schema):
+    index: int
+    nodes: list[str]
+    api_port: int
+    base_url: str
+    observed_state: str
+    state_reason: str
+    state_changed_at: datetime | None
+    health_checked_at: datetime | None
+    # What the gateways share through Redis (None when Redis does not answer).
+    skipped_until: datetime | None
+    in_flight: int | None
+
+
 class LaneOut(Schema):
     name: str
     model_id: str
@@ -195,6 +216,7 @@ class LaneOut(Schema):
     state_changed_at: datetime | None
     revision: int
     base_url: str
+    replicas: list[ReplicaOut]
     rules: list[RuleOut]
     budgets: list[BudgetOut]
     kv_pool: KvPoolOut | None
@@ -226,10 +248,18 @@ class PlanStepOut(Schema):
     collect: str
 
 
+class ReplicaPlanOut(Schema):
+    replica: int
+    warnings: list[str]
+    steps: list[PlanStepOut]
+    text: str
+
+
 class PlanOut(Schema):
     lane: str
     revision: int
     action: str
     warnings: list[str]
-    steps: list[PlanStepOut]
-    text: str
+    steps: list[PlanStepOut]  # replica 0's (a lane of one replica: its only plan)
+    text: str  # every replica's plan, one after another
+    replicas: list[ReplicaPlanOut]

@@ -4,15 +4,18 @@ the other lanes on the same nodes, the targets a plan renders for, revision diff
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
+from redis.exceptions import RedisError
 
-from lanes.models import Lane, LaneRevision, LaneState, Node
+from lanes.models import Lane, LaneReplica, LaneRevision, LaneState, Node
 from lanes.plan_shell import Fabric, fabric_env, fabric_of
 from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.replica_health import replica_in_flight, replica_skipped_until
 from lanes.rules import LaneCheck, NodeFacts, OtherLane, check_lane, lane_footprint_gib
 from lanes.secrets import env_with_marks
 from portal.audit import audit_diff
@@ -41,7 +44,7 @@ def node_lane_names(node: Node) -> list[str]:
 
 
 def lane_list() -> QuerySet[Lane]:
-    return Lane.objects.select_related("fallback").prefetch_related("members__node").order_by("name")
+    return Lane.objects.select_related("fallback").prefetch_related("members__node", "replicas").order_by("name")
 
 
 def lanes_on(nodes: Sequence[Node]) -> list[Lane]:
@@ -54,15 +57,57 @@ def lane_get(name: str) -> Lane:
     return get_object_or_404(Lane.objects.select_related("fallback"), name=name)
 
 
-def lane_config(lane: Lane, nodes: Sequence[Node] | None = None) -> dict[str, Any]:
-    """The snapshot of a (possibly unsaved) lane: its settings, fallback and ranked nodes."""
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One replica as configured: its ranked nodes, and its own API port (None: the lane's)."""
+
+    nodes: list[Node]
+    api_port: int | None = None
+
+
+def lane_replica_specs(lane: Lane) -> list[ReplicaSpec]:
+    """The saved replicas of a lane, by index (one for a lane of one engine)."""
+    if not lane.pk:
+        return []
+    ports = {row.index: row.api_port for row in lane.replica_rows()}
+    return [ReplicaSpec(lane.ranked_nodes(index), ports.get(index)) for index in lane.replica_indexes() or [0]]
+
+
+def _specs(lane: Lane, nodes: Sequence[Node] | None, replicas: Sequence[ReplicaSpec] | None) -> list[ReplicaSpec]:
+    if replicas is not None:
+        return list(replicas)
+    if nodes is not None:
+        return [ReplicaSpec(list(nodes))]
+    return lane_replica_specs(lane)
+
+
+def lane_config(
+    lane: Lane, nodes: Sequence[Node] | None = None, *, replicas: Sequence[ReplicaSpec] | None = None
+) -> dict[str, Any]:
+    """The snapshot of a (possibly unsaved) lane: its settings, fallback and ranked nodes.
+    `nodes` are replica 0's; a lane of several replicas (or one with its own port) also
+    keeps `replicas`: each one's ranked nodes and API port."""
     config = {key: getattr(lane, key) for key in CONFIG_FIELDS}
     config["container_env"] = env_with_marks(lane.container_env or {}, lane.secret_env or {})
     config["fallback"] = lane.fallback.name if lane.fallback_id and lane.fallback else None
-    ranked = list(nodes) if nodes is not None else (lane.ranked_nodes() if lane.pk else [])
-    config["nodes"] = [node.name for node in ranked]
+    specs = _specs(lane, nodes, replicas)
+    config["nodes"] = [node.name for node in specs[0].nodes] if specs else []
+    if len(specs) > 1 or any(spec.api_port for spec in specs):
+        config["replicas"] = [{"nodes": [node.name for node in spec.nodes], "api_port": spec.api_port}
+                              for spec in specs]
     config["revision"] = lane.revision
     return config
+
+
+def replica_configs(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each replica's own configuration (its nodes and API port) from a lane's snapshot:
+    what its plan renders and its rules check. One for a lane of one engine."""
+    replicas = config.get("replicas")
+    if not replicas:
+        return [dict(config)]
+    base = {key: value for key, value in config.items() if key != "replicas"}
+    return [{**base, "nodes": list(spec["nodes"]), "api_port": spec.get("api_port") or config["api_port"]}
+            for spec in replicas]
 
 
 def node_facts(node: Node) -> NodeFacts:
@@ -91,10 +136,29 @@ def other_lanes_on(
     return found
 
 
-def lane_check(lane: Lane, nodes: Sequence[Node] | None = None, *, lanes: Sequence[Lane] | None = None) -> LaneCheck:
-    ranked = list(nodes) if nodes is not None else lane.ranked_nodes()
-    return check_lane(lane_config(lane, ranked), [node_facts(n) for n in ranked],
-                      other_lanes_on(ranked, exclude=lane, lanes=lanes))
+def lane_check(
+    lane: Lane, nodes: Sequence[Node] | None = None, *, lanes: Sequence[Lane] | None = None,
+    replicas: Sequence[ReplicaSpec] | None = None,
+) -> LaneCheck:
+    """The lane rules, per replica: each replica's budget on its own nodes and its conflicts
+    with the other lanes sharing them. A replica's finding says which replica it is about
+    (one that every replica shares is said once)."""
+    specs = _specs(lane, nodes, replicas) or [ReplicaSpec([])]
+    configs = replica_configs(lane_config(lane, replicas=specs))
+    combined = LaneCheck()
+    seen: set[tuple[str, str]] = set()
+    for index, (spec, config) in enumerate(zip(specs, configs, strict=True)):
+        check = check_lane(config, [node_facts(n) for n in spec.nodes],
+                           other_lanes_on(spec.nodes, exclude=lane, lanes=lanes))
+        for result in check.results:
+            if (result.code, result.message) in seen:
+                continue
+            seen.add((result.code, result.message))
+            combined.results.append(result if index == 0 else replace(
+                result, message=f"Replica {index}: {result.message}"))
+        combined.budgets.extend(check.budgets)
+        combined.kv_pool = combined.kv_pool or check.kv_pool
+    return combined
 
 
 def lane_checks(lanes: Sequence[Lane]) -> list[tuple[Lane, LaneCheck]]:
@@ -141,11 +205,57 @@ PLAN_RENDERERS: dict[str, Callable[[Mapping[str, Any], Sequence[NodeTarget]], Pl
 }
 
 
-def lane_plan(lane: Lane, action: str = "launch", revision: LaneRevision | None = None) -> Plan:
-    """The plan of a lane's current revision (what a launch would run now)."""
+def lane_plan(lane: Lane, action: str = "launch", revision: LaneRevision | None = None, replica: int = 0) -> Plan:
+    """The plan of one replica of a lane's current revision (what a launch would run now)."""
+    return lane_plans(lane, action, revision)[replica]
+
+
+def lane_plans(lane: Lane, action: str = "launch", revision: LaneRevision | None = None) -> list[Plan]:
+    """Every replica's plan, by index: the dry run shows them all."""
     revision = revision or current_revision(lane)
     config = dict(revision.config) if revision else lane_config(lane)
-    return PLAN_RENDERERS[action](config, plan_targets(config["nodes"]))
+    return [PLAN_RENDERERS[action](each, plan_targets(each["nodes"])) for each in replica_configs(config)]
+
+
+def plans_text(plans: Sequence[Plan]) -> str:
+    """The dry run's text: a lane of one replica, its plan; of several, each under its number."""
+    if len(plans) == 1:
+        return plans[0].render()
+    return "\n\n".join(f"# replica {index}\n{plan.render()}" for index, plan in enumerate(plans))
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    index: int
+    nodes: list[str]
+    api_port: int
+    base_url: str
+    observed_state: str
+    state_reason: str
+    state_changed_at: datetime | None
+    health_checked_at: datetime | None
+    skipped_until: datetime | None  # the gateways skip it (a breaker or the watcher said so)
+    in_flight: int | None  # requests the gateways have in flight to it
+
+
+def lane_replica_views(lane: Lane) -> list[ReplicaView]:
+    """Each replica with its state and what the gateways share about it (None when Redis
+    does not answer: a page still shows the rest)."""
+    views = []
+    for row in lane.replica_rows() or [LaneReplica(lane=lane, index=0, observed_state=lane.observed_state)]:
+        nodes = lane.ranked_nodes(row.index)
+        try:
+            until = replica_skipped_until(lane.name, row.index)
+            skipped = datetime.fromtimestamp(until, tz=UTC) if until is not None else None
+            in_flight: int | None = replica_in_flight(lane.name, row.index)
+        except RedisError:
+            skipped, in_flight = None, None
+        views.append(ReplicaView(
+            index=row.index, nodes=[node.name for node in nodes], api_port=row.api_port or lane.api_port,
+            base_url=lane.base_url(row.index) if nodes else "", observed_state=row.observed_state,
+            state_reason=row.state_reason, state_changed_at=row.state_changed_at,
+            health_checked_at=row.health_checked_at, skipped_until=skipped, in_flight=in_flight))
+    return views
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from lanes.crypto import CredentialError, encrypt_private_key, encrypt_secret, host_key_fingerprint, normalize_host_key
-from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node, NodeState, Transport
-from lanes.rules import ENV_NAME, LaneCheck, check_lane, rule_max_model_len_pinned
+from lanes.models import Lane, LaneNode, LaneReplica, LaneRevision, LaneState, Node, NodeState, Transport
+from lanes.rules import ENV_NAME, LaneCheck, rule_max_model_len_pinned
 from lanes.secrets import SECRET_MARK, is_secret_name
-from lanes.selectors import CONFIG_FIELDS, lane_check, lane_config, node_facts, other_lanes_on
+from lanes.selectors import CONFIG_FIELDS, ReplicaSpec, lane_check, lane_config, lane_replica_specs
 from portal.audit import audit_record
 from portal.broadcast import DASHBOARD_GROUP, broadcast
 from portal.roles import UserLike
@@ -114,8 +114,9 @@ def _full_clean(instance: Node | Lane, errors: dict[str, list[str]], exclude: Se
 
 def _check_lanes_still_fit(node: Node, errors: dict[str, list[str]]) -> None:
     for lane in Lane.objects.filter(members__node=node).distinct():
-        ranked = [node if n.pk == node.pk else n for n in lane.ranked_nodes()]
-        for result in lane_check(lane, ranked).errors:
+        specs = [ReplicaSpec([node if n.pk == node.pk else n for n in spec.nodes], spec.api_port)
+                 for spec in lane_replica_specs(lane)]
+        for result in lane_check(lane, replicas=specs).errors:
             if result.code in ("memory_budget", "shared_node_overflow", "memory_budget_no_kv"):
                 _merge(errors, "memory_gib", f"Lane {lane.name}: {result.message}")
 
@@ -325,31 +326,76 @@ def _secret_audit(changes: Mapping[str, str]) -> dict[str, Any]:
     return {"secret_env_changes": dict(sorted(changes.items()))} if changes else {}
 
 
-def lane_validate(lane: Lane, nodes: Sequence[Node]) -> LaneCheck:
-    """Rules on an unsaved lane; raises ValidationError naming each field when one fails."""
-    check = check_lane(lane_config(lane, nodes), [node_facts(n) for n in nodes], other_lanes_on(nodes, exclude=lane))
+def lane_validate(lane: Lane, replicas: Sequence[ReplicaSpec]) -> LaneCheck:
+    """Rules on an unsaved lane, every replica; raises ValidationError naming each field when one fails."""
+    check = lane_check(lane, replicas=replicas)
     if check.errors:
         raise ValidationError(check.errors_by_field())
     return check
 
 
-def _raise_unless_valid(lane: Lane, ranked: Sequence[Node], errors: dict[str, list[str]]) -> None:
+def _raise_unless_valid(lane: Lane, replicas: Sequence[ReplicaSpec], errors: dict[str, list[str]]) -> None:
     """Field checks, then (only when every field is well-formed) the lane rules; raises
     one ValidationError naming each failing field."""
     _full_clean(lane, errors, exclude=["fallback"])
     if not errors:
         try:
-            lane_validate(lane, ranked)
+            lane_validate(lane, replicas)
         except ValidationError as exc:
             errors.update(exc.message_dict)
     if errors:
         raise ValidationError(errors)
 
 
-def _save_revision(lane: Lane, actor: UserLike | None, nodes: Sequence[Node]) -> LaneRevision:
+MAX_REPLICAS = 16
+
+
+def _resolve_replicas(replicas: Sequence[Mapping[str, Any]], errors: dict[str, list[str]]) -> list[ReplicaSpec]:
+    """[{"nodes": [names in rank order], "api_port": int or None}, ...] → specs; a node may
+    serve one replica of a lane only."""
+    if not replicas:
+        _merge(errors, "replicas", "A lane needs at least one replica.")
+        return []
+    if len(replicas) > MAX_REPLICAS:
+        _merge(errors, "replicas", f"A lane has at most {MAX_REPLICAS} replicas.")
+        return []
+    specs: list[ReplicaSpec] = []
+    seen: dict[str, int] = {}
+    for index, replica in enumerate(replicas):
+        names = list(replica.get("nodes") or [])
+        if not all(isinstance(name, str) for name in names):
+            _merge(errors, "replicas", f"Replica {index}: nodes must be node names.")
+            continue
+        for name in names:
+            if name in seen and seen[name] != index:
+                _merge(errors, "replicas", f"Node {name} is in replica {seen[name]} and replica {index}: "
+                                           "a node serves one replica of a lane.")
+            seen.setdefault(name, index)
+        port = replica.get("api_port")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+            _merge(errors, "replicas", f"Replica {index}: api_port must be a port from 1 to 65,535 (or empty).")
+            port = None
+        node_errors: dict[str, list[str]] = {}
+        ranked = _resolve_nodes(names, node_errors)
+        for message in node_errors.get("nodes", []):  # replica 0's are the `nodes` field's
+            if index:
+                _merge(errors, "replicas", f"Replica {index}: {message}")
+            else:
+                _merge(errors, "nodes", message)
+        specs.append(ReplicaSpec(ranked, port))
+    return specs
+
+
+def _check_removed_replicas(lane: Lane, count: int, errors: dict[str, list[str]]) -> None:
+    for row in lane.replica_rows():
+        if row.index >= count and row.observed_state not in (LaneState.STOPPED, LaneState.FAILED):
+            _merge(errors, "replicas", f"Replica {row.index} is {row.observed_state}: stop it before removing it.")
+
+
+def _save_revision(lane: Lane, actor: UserLike | None, replicas: Sequence[ReplicaSpec]) -> LaneRevision:
     lane.revision += 1
     lane.save(update_fields=["revision", "updated_at"])
-    config = lane_config(lane, nodes)
+    config = lane_config(lane, replicas=replicas)
     actor_id = actor.pk if actor is not None and actor.is_authenticated else None
     revision = LaneRevision.objects.create(lane=lane, number=lane.revision, config=config, created_by_id=actor_id)
     # Open lane pages and lists follow another admin's save (their header, the drift box).
@@ -359,9 +405,20 @@ def _save_revision(lane: Lane, actor: UserLike | None, nodes: Sequence[Node]) ->
     return revision
 
 
-def _set_members(lane: Lane, nodes: Sequence[Node]) -> None:
-    lane.members.filter(replica=0).delete()
-    LaneNode.objects.bulk_create([LaneNode(lane=lane, node=node, replica=0, rank=r) for r, node in enumerate(nodes)])
+def _set_members(lane: Lane, replicas: Sequence[ReplicaSpec]) -> None:
+    """Each replica's ranked nodes, and its row (a kept replica keeps its state and health)."""
+    lane.members.all().delete()
+    LaneNode.objects.bulk_create([LaneNode(lane=lane, node=node, replica=index, rank=rank)
+                                  for index, spec in enumerate(replicas) for rank, node in enumerate(spec.nodes)])
+    lane.replicas.filter(index__gte=len(replicas)).delete()
+    for index, spec in enumerate(replicas):
+        row, created = LaneReplica.objects.get_or_create(
+            lane=lane, index=index, defaults={"api_port": spec.api_port, "observed_state": LaneState.STOPPED})
+        if not created and row.api_port != spec.api_port:
+            row.api_port = spec.api_port
+            row.save(update_fields=["api_port"])
+    if hasattr(lane, "_prefetched_objects_cache"):
+        lane._prefetched_objects_cache.clear()
 
 
 def _check_rename(lane: Lane, errors: dict[str, list[str]]) -> None:
@@ -380,15 +437,20 @@ def _check_rename(lane: Lane, errors: dict[str, list[str]]) -> None:
 
 
 @transaction.atomic
-def lane_create(*, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str]) -> Lane:
+def lane_create(
+    *, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str] = (),
+    replicas: Sequence[Mapping[str, Any]] | None = None,
+) -> Lane:
+    """`nodes`: a lane of one replica; `replicas`: each replica's nodes (and API port)."""
     lane = Lane()
     errors: dict[str, list[str]] = {}
     secret_changes = _apply_lane_data(lane, data, errors)
-    ranked = _resolve_nodes(nodes, errors)
-    _raise_unless_valid(lane, ranked, errors)
+    specs = (_resolve_replicas(replicas, errors) if replicas is not None
+             else [ReplicaSpec(_resolve_nodes(nodes, errors))])
+    _raise_unless_valid(lane, specs, errors)
     lane.save()
-    _set_members(lane, ranked)
-    revision = _save_revision(lane, actor, ranked)
+    _set_members(lane, specs)
+    revision = _save_revision(lane, actor, specs)
     audit_record(actor=actor, action="lane.create", obj=lane,
                  after={**revision.config, **_secret_audit(secret_changes)})
     return lane
@@ -396,24 +458,32 @@ def lane_create(*, actor: UserLike | None, data: Mapping[str, Any], nodes: Seque
 
 @transaction.atomic
 def lane_update(
-    *, lane: Lane, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str] | None = None
+    *, lane: Lane, actor: UserLike | None, data: Mapping[str, Any], nodes: Sequence[str] | None = None,
+    replicas: Sequence[Mapping[str, Any]] | None = None,
 ) -> Lane:
+    """`nodes` replaces replica 0's nodes; `replicas` replaces every replica (a removed
+    replica must be stopped first)."""
     lane = Lane.objects.select_for_update(of=("self",)).select_related("fallback").get(pk=lane.pk)
     before = lane_config(lane)
     errors: dict[str, list[str]] = {}
     if "name" in data and data["name"] != lane.name:
         _check_rename(lane, errors)
     secret_changes = _apply_lane_data(lane, data, errors)
-    ranked = _resolve_nodes(nodes, errors) if nodes is not None else lane.ranked_nodes()
-    _raise_unless_valid(lane, ranked, errors)
-    after = lane_config(lane, ranked)
+    specs = lane_replica_specs(lane)
+    if replicas is not None:
+        specs = _resolve_replicas(replicas, errors)
+        _check_removed_replicas(lane, len(specs), errors)
+    elif nodes is not None:
+        specs = [ReplicaSpec(_resolve_nodes(nodes, errors), specs[0].api_port if specs else None), *specs[1:]]
+    _raise_unless_valid(lane, specs, errors)
+    after = lane_config(lane, replicas=specs)
     unchanged = {k: v for k, v in after.items() if k != "revision"} == {k: v for k, v in before.items() if k != "revision"}
     if unchanged and not secret_changes:
         return lane  # nothing in the configuration changed: no new revision
     lane.save()
-    if nodes is not None:
-        _set_members(lane, ranked)
-    revision = _save_revision(lane, actor, ranked)
+    if nodes is not None or replicas is not None:
+        _set_members(lane, specs)
+    revision = _save_revision(lane, actor, specs)
     audit_record(actor=actor, action="lane.update", obj=lane, before=before,
                  after={**revision.config, **_secret_audit(secret_changes)})
     return lane
@@ -434,32 +504,74 @@ def lane_delete(*, lane: Lane, actor: UserLike | None) -> None:
 
 
 def lane_state_payload(lane: Lane) -> dict[str, Any]:
-    data = {"name": lane.name, "observed_state": lane.observed_state, "desired_state": lane.desired_state,
-            "state_changed_at": lane.state_changed_at.isoformat() if lane.state_changed_at else None}
+    data: dict[str, Any] = {
+        "name": lane.name, "observed_state": lane.observed_state, "desired_state": lane.desired_state,
+        "state_changed_at": lane.state_changed_at.isoformat() if lane.state_changed_at else None}
     if lane.state_reason:
         data["reason"] = lane.state_reason
+    replicas = list(lane.replicas.order_by("index"))
+    if len(replicas) > 1:
+        data["replicas"] = [{"index": r.index, "observed_state": r.observed_state, "reason": r.state_reason}
+                            for r in replicas]
     return data
 
 
+# The lane's state from its replicas': the best one any replica is in (a lane with one
+# serving replica serves), its reason naming each replica's.
+STATE_RANK = (LaneState.SERVING, LaneState.DEGRADED, LaneState.STARTING, LaneState.STOPPING, LaneState.CHECKING,
+              LaneState.FAILED, LaneState.UNREACHABLE, LaneState.STOPPED)
+
+
+def summary_state(states: Sequence[str]) -> str:
+    return min(states, key=lambda state: STATE_RANK.index(LaneState(state))) if states else LaneState.STOPPED
+
+
 def lane_set_observed_state(
-    *, lane: Lane, state: str, reason: str = "", source: str = "job", expected: str | None = None
+    *, lane: Lane, state: str, reason: str = "", source: str = "job", expected: str | None = None,
+    replica: int | None = None,
 ) -> bool:
     """Called by the jobs app (launch, stop, status, watchdog) and the health watcher: save,
     then broadcast `lane.state`. A change of state is also an audit event (the lane's state
     history, with its reason and who saw it: a job or the watcher). With `expected`, nothing
-    changes unless the lane is still in that state (a job moved it meanwhile): returns False."""
+    changes unless the lane (or the replica) is still in that state (a job moved it
+    meanwhile): returns False. `replica`: one replica's state; the lane's becomes the summary
+    of its replicas'. Without it, every replica takes the lane's state."""
     if state not in LaneState.values:
         raise ValueError(f"unknown lane state {state!r}")
     with transaction.atomic():
         current = Lane.objects.select_for_update().get(pk=lane.pk)
-        previous = current.observed_state
-        if expected is not None and previous != expected:
+        rows = {row.index: row for row in LaneReplica.objects.select_for_update().filter(lane=current)}
+        now = timezone.now()
+        if replica is not None:
+            row = rows.get(replica)
+            if row is None:
+                raise ValueError(f"lane {current.name} has no replica {replica}")
+            if expected is not None and row.observed_state != expected:
+                return False
+            _set_replica_row(current, row, state, reason, source, now)
+            if len(rows) > 1:
+                lane_state = summary_state([r.observed_state for r in rows.values()])
+                reason = "; ".join(f"replica {r.index} {r.observed_state}" for r in sorted(
+                    rows.values(), key=lambda r: r.index)) + f" (replica {replica}: {reason})"
+                state = lane_state
+            elif expected is not None:
+                expected = current.observed_state
+        elif expected is not None and current.observed_state != expected:
             return False
+        else:
+            for row in rows.values():
+                # Degraded ↔ serving (the RDMA watchdog) concerns the replicas that serve:
+                # a stopped replica of several stays stopped.
+                if len(rows) > 1 and state in (LaneState.SERVING, LaneState.DEGRADED) and \
+                        row.observed_state not in (LaneState.SERVING, LaneState.DEGRADED):
+                    continue
+                _set_replica_row(current, row, state, reason, source, now, audit=False)
+        previous = current.observed_state
         current.observed_state = state
         current.state_reason = reason[:500]
         fields = ["observed_state", "state_reason", "updated_at"]
         if previous != state:
-            current.state_changed_at = timezone.now()
+            current.state_changed_at = now
             current.health_failures = 0
             fields += ["state_changed_at", "health_failures"]
             audit_record(actor=None, action="lane.state", obj=current,
@@ -472,12 +584,35 @@ def lane_set_observed_state(
     return True
 
 
+def _set_replica_row(lane: Lane, row: LaneReplica, state: str, reason: str, source: str, now: datetime,
+                     *, audit: bool = True) -> None:
+    previous = row.observed_state
+    row.observed_state, row.state_reason = state, reason[:500]
+    fields = ["observed_state", "state_reason"]
+    if previous != state:
+        row.state_changed_at, row.health_failures = now, 0
+        fields += ["state_changed_at", "health_failures"]
+        if audit:
+            audit_record(actor=None, action="lane.replica_state", obj=lane,
+                         before={"replica": row.index, "observed_state": previous},
+                         after={"replica": row.index, "observed_state": state, "reason": reason[:500],
+                                "seen_by": source})
+    row.save(update_fields=fields)
+
+
 def lanes_mark_checking(*, reason: str) -> list[str]:
     """The portal's processes (re)started: every lane not stopped is shown `checking` until
     the health watcher has probed it (what ran before may be gone, or may still run)."""
     names = []
     for lane in Lane.objects.exclude(observed_state__in=(LaneState.STOPPED, LaneState.CHECKING)):
-        lane_set_observed_state(lane=lane, state=LaneState.CHECKING, reason=reason, source="start")
+        rows = lane.replica_rows()
+        if len(rows) > 1:  # a stopped replica stays stopped
+            for row in rows:
+                if row.observed_state not in (LaneState.STOPPED, LaneState.CHECKING):
+                    lane_set_observed_state(lane=lane, state=LaneState.CHECKING, reason=reason, source="start",
+                                            replica=row.index)
+        else:
+            lane_set_observed_state(lane=lane, state=LaneState.CHECKING, reason=reason, source="start")
         names.append(lane.name)
     return names
 

@@ -22,12 +22,14 @@ from lanes.selectors import (
     lane_checks,
     lane_get,
     lane_list,
-    lane_plan,
+    lane_plans,
+    lane_replica_views,
     lane_revisions,
     lanes_on,
     node_get,
     node_list,
     node_memory_use,
+    plans_text,
 )
 from lanes.services import (
     lane_create,
@@ -175,7 +177,7 @@ def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
     action = request.GET.get("plan", "launch")
     action = action if action in PLAN_ACTIONS else "launch"
     try:
-        plan_text, plan_error = lane_plan(lane, action).render(), ""
+        plan_text, plan_error = plans_text(lane_plans(lane, action)), ""
     except ValueError as exc:
         plan_text, plan_error = "", str(exc)
     check = lane_check(lane)
@@ -184,6 +186,7 @@ def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
         "kv_fixed": human_bytes(lane.kv_cache_memory_bytes) if lane.kv_cache_memory_bytes else "",
         "kv_tokens": f"{check.kv_pool.tokens:,}" if check.kv_pool and check.kv_pool.tokens else "", "nodes": lane.ranked_nodes(), "plan_action": action,
         "plan_actions": PLAN_ACTIONS, "plan_text": plan_text, "plan_error": plan_error,
+        "replicas": lane_replica_views(lane), "replica_actions": ("launch", "stop", "restart", "status"),
         "revisions": lane_revisions(lane),
         "events": AuditEvent.objects.filter(object_type="lanes.lane", object_id=str(lane.pk))[:20],
     })
@@ -193,12 +196,12 @@ def _lane_form_page(request: HttpRequest, lane: Lane | None) -> HttpResponse:
     initial = LaneForm.initial_for(lane) if lane else {}
     form = LaneForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
-        data, nodes = form.service_data()
+        data, replicas = form.service_data(lane)
         try:
             if lane is None:
-                saved = lane_create(actor=request.user, data=data, nodes=nodes)
+                saved = lane_create(actor=request.user, data=data, replicas=replicas)
             else:
-                saved = lane_update(lane=lane, actor=request.user, data=data, nodes=nodes)
+                saved = lane_update(lane=lane, actor=request.user, data=data, replicas=replicas)
         except ValidationError as exc:
             apply_service_errors(form, exc)
         else:

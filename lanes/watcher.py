@@ -3,34 +3,41 @@ from the periodic worker, it probes concurrently, with tight timeouts:
 
 - every node not in maintenance (an SSH node: a TCP connect to its SSH port; a simulated
   node: its sparksim directory), N failures in a row → `unreachable`, an answer → `online`;
-- every lane that claims to serve or must be re-checked (serving, degraded, checking, and
+- every lane (every replica of a lane of several) that claims to serve or must be re-checked (serving, degraded, checking, and
   failed/unreachable while desired serving): `/health` 200 and `/v1/models` listing its
   served name. N failures in a row → `failed` (or `unreachable` when its head node does not
   answer), with the reason; a lane answering again → `serving`. A `checking` lane (the portal
   just started) takes the first probe's verdict.
 
 Starting and stopping lanes belong to the job moving them (the reaper reconciles a lost one).
-State changes go through lanes.services (saved, audited, broadcast)."""
+State changes go through lanes.services (saved, audited, broadcast). Each verdict also
+reaches every gateway worker at once (lanes.replica_health): a replica found down is
+skipped, one answering again is taken back."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
+from redis.exceptions import RedisError
 
-from lanes.models import DesiredState, Lane, LaneState, Node, NodeState, Transport
+from lanes.models import DesiredState, Lane, LaneReplica, LaneState, Node, NodeState, Transport
+from lanes.replica_health import replica_verdict
 from lanes.services import lane_set_observed_state, node_set_state
 from portal.http import async_http_client
 
+log = logging.getLogger(__name__)
 TICK_LOCK = "lanes:watcher:tick"
 WATCHED = Q(observed_state__in=(LaneState.SERVING, LaneState.DEGRADED, LaneState.CHECKING)) | Q(
     observed_state__in=(LaneState.FAILED, LaneState.UNREACHABLE), desired_state=DesiredState.SERVING
@@ -41,6 +48,7 @@ WATCHED = Q(observed_state__in=(LaneState.SERVING, LaneState.DEGRADED, LaneState
 class Probe:
     ok: bool
     reason: str
+    refused: bool = False  # nothing listens: provably down, no need to wait for N probes
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,9 @@ class LaneTarget:
     head: str  # head node's name
     base_url: str
     model: str
+    # A lane of several replicas is probed replica by replica (state and failures are the
+    # replica's); None: a lane of one engine, whose state is the lane's.
+    replica: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,8 +104,9 @@ async def probe_lane(client: httpx.AsyncClient, target: LaneTarget) -> Probe:
             return Probe(False, f"/v1/models lists {ids}, not {target.model!r}")
         return Probe(True, "/health 200, /v1/models lists it")
     except httpx.ConnectError as exc:
-        return Probe(False, f"{target.base_url} refused the connection" if _refused(exc)
-                     else f"cannot connect to {target.base_url} ({exc or type(exc).__name__})")
+        refused = _refused(exc)
+        return Probe(False, f"{target.base_url} refused the connection" if refused
+                     else f"cannot connect to {target.base_url} ({exc or type(exc).__name__})", refused=refused)
     except httpx.TimeoutException as exc:
         return Probe(False, f"{target.base_url} did not answer in time ({type(exc).__name__})")
     except (httpx.HTTPError, ValueError) as exc:
@@ -142,9 +154,24 @@ async def probe_all(lanes: list[LaneTarget], nodes: list[NodeTarget]) -> tuple[l
     return list(results[: len(lanes)]), list(results[len(lanes):])
 
 
+REPLICA_WATCHED = (LaneState.SERVING, LaneState.DEGRADED, LaneState.CHECKING)
+
+
 def watch_targets() -> tuple[list[LaneTarget], list[NodeTarget]]:
     lanes = []
-    for lane in Lane.objects.filter(WATCHED).prefetch_related("members__node"):
+    for lane in Lane.objects.filter(WATCHED).prefetch_related("members__node", "replicas"):
+        rows = lane.replica_rows()
+        if len(rows) > 1:
+            for row in rows:
+                ranked = lane.ranked_nodes(row.index)
+                watched = row.observed_state in REPLICA_WATCHED or (
+                    row.observed_state in (LaneState.FAILED, LaneState.UNREACHABLE)
+                    and lane.desired_state == DesiredState.SERVING)
+                if ranked and watched:
+                    lanes.append(LaneTarget(lane.pk, lane.name, row.observed_state, row.health_failures,
+                                            ranked[0].name, lane.base_url(row.index), lane.public_model_name,
+                                            replica=row.index))
+            continue
         ranked = lane.ranked_nodes()
         if not ranked:
             continue
@@ -176,10 +203,31 @@ def apply_node_probes(nodes: list[NodeTarget], probes: list[Probe]) -> tuple[set
     return down, changes
 
 
+def _health_rows(target: LaneTarget) -> QuerySet[Any]:
+    if target.replica is None:
+        return Lane.objects.filter(pk=target.pk)
+    return LaneReplica.objects.filter(lane_id=target.pk, index=target.replica)
+
+
+def share_verdicts(lanes: list[LaneTarget], probes: list[Probe]) -> None:
+    """Every gateway worker skips a replica the watcher found down (refused, or N failed
+    probes in a row) and takes back one that answers (lanes.replica_health)."""
+    down_for = settings.LANES_WATCH_INTERVAL_S * 3
+    try:
+        for target, probe in zip(lanes, probes, strict=True):
+            down = not probe.ok and (probe.refused or target.failures + 1 >= settings.LANES_WATCH_FAILURES)
+            if probe.ok or down:
+                replica_verdict(target.name, target.replica or 0, down_for_s=down_for if down else None)
+    except RedisError:
+        log.warning("health watcher: could not share its verdicts with the gateways", exc_info=True)
+
+
 def apply_lane_probes(lanes: list[LaneTarget], probes: list[Probe], nodes_down: set[str]) -> int:
     now = timezone.now()
-    ok = [t.pk for t, p in zip(lanes, probes, strict=True) if p.ok]
-    Lane.objects.filter(pk__in=ok).update(health_checked_at=now, health_failures=0)
+    for target, probe in zip(lanes, probes, strict=True):
+        if probe.ok:
+            _health_rows(target).update(health_checked_at=now, health_failures=0)
+    share_verdicts(lanes, probes)
     changes = 0
     for target, probe in zip(lanes, probes, strict=True):
         lane = Lane(pk=target.pk, name=target.name)
@@ -190,7 +238,7 @@ def apply_lane_probes(lanes: list[LaneTarget], probes: list[Probe], nodes_down: 
                 changes += _set(lane, target, LaneState.SERVING, reason)
             continue
         failures = target.failures + 1
-        Lane.objects.filter(pk=target.pk).update(health_checked_at=now, health_failures=F("health_failures") + 1)
+        _health_rows(target).update(health_checked_at=now, health_failures=F("health_failures") + 1)
         verdict = LaneState.UNREACHABLE if target.head in nodes_down else LaneState.FAILED
         why = f"node {target.head} does not answer; {probe.reason}" if verdict == LaneState.UNREACHABLE else probe.reason
         due = (target.state == LaneState.CHECKING
@@ -204,7 +252,7 @@ def apply_lane_probes(lanes: list[LaneTarget], probes: list[Probe], nodes_down: 
 def _set(lane: Lane, target: LaneTarget, state: str, reason: str) -> int:
     lane.observed_state = target.state
     changed = lane_set_observed_state(lane=lane, state=state, reason=reason, source="health watcher",
-                                      expected=target.state)
+                                      expected=target.state, replica=target.replica)
     return int(changed)
 
 

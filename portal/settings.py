@@ -212,6 +212,12 @@ GATEWAY_LANE_CACHE_TTL_S = env_float("PORTAL_GATEWAY_LANE_CACHE_TTL_S", 2.0, min
 # Circuit breaker per lane and process: open after N consecutive upstream failures, for S seconds.
 GATEWAY_BREAKER_FAILURES = env_int("PORTAL_GATEWAY_BREAKER_FAILURES", 5, minimum=1)
 GATEWAY_BREAKER_COOLDOWN_S = env_float("PORTAL_GATEWAY_BREAKER_COOLDOWN_S", 10.0, minimum=0.1)
+# Replicas (routing.gateway.replicas): a conversation stays on its replica unless that one
+# has more than factor × (all outstanding + 1) / replicas + slack requests in flight; every
+# worker shares breakers and in-flight counts through Redis, read this often.
+GATEWAY_REPLICA_LOAD_FACTOR = env_float("PORTAL_GATEWAY_REPLICA_LOAD_FACTOR", 1.25, minimum=1.0, maximum=100)
+GATEWAY_REPLICA_LOAD_SLACK = env_int("PORTAL_GATEWAY_REPLICA_LOAD_SLACK", 2, minimum=0, maximum=10_000)
+GATEWAY_HEALTH_SYNC_S = env_float("PORTAL_GATEWAY_HEALTH_SYNC_S", 0.25, minimum=0.01, maximum=60)
 # Idempotency-Key: how long a finished answer is kept for replay, and the largest one kept.
 GATEWAY_IDEMPOTENCY_TTL_S = env_int("PORTAL_GATEWAY_IDEMPOTENCY_TTL_S", 600, minimum=1)
 GATEWAY_IDEMPOTENCY_MAX_BYTES = env_int("PORTAL_GATEWAY_IDEMPOTENCY_MAX_BYTES", 1_048_576, minimum=0)

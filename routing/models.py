@@ -73,6 +73,8 @@ class RequestLog(models.Model):
     endpoint = models.CharField(max_length=32)  # chat.completions | completions
     requested_model = models.CharField(max_length=200, blank=True)
     lane = models.CharField(max_length=63, blank=True, db_index=True)
+    # Which of the lane's replicas answered (LaneReplica.index); empty when none was sent to.
+    replica = models.PositiveSmallIntegerField(null=True, blank=True)
     route_reason = models.CharField(max_length=16, choices=RouteReason.choices, blank=True)
     route_score = models.FloatField(null=True, blank=True)
     route_label = models.CharField(max_length=64, blank=True)

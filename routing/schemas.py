@@ -46,6 +46,7 @@ class RequestLogOut(Schema):
     endpoint: str
     requested_model: str
     lane: str
+    replica: int | None  # the lane's replica that was sent the request (None: none was)
     route_reason: str
     route_score: float | None
     route_label: str

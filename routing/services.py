@@ -15,12 +15,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from lanes.models import Lane
+from lanes.replica_health import invalidation_channel
 from portal.audit import audit_record
 from portal.roles import UserLike
 from portal.validators import has_control_characters
 from routing.gateway.directory import hash_secret
 from routing.gateway.limits import key_names, key_namespace
-from routing.gateway.runtime import invalidation_channel
 from routing.models import ApiKey, RequestLog
 
 SECRET_PREFIX = "sk-spark-"

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
-from lanes.models import Lane, LaneNode, Node
+from lanes.models import Lane, LaneNode, LaneReplica, Node
 from routing.services import gateway_invalidate
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,6 @@ def on_lane_change(sender: Any, **kwargs: Any) -> None:
 
 
 def connect() -> None:
-    for model in (Lane, LaneNode, Node):
+    for model in (Lane, LaneNode, LaneReplica, Node):
         post_save.connect(on_lane_change, sender=model, dispatch_uid=f"gateway-{model.__name__}-save")
         post_delete.connect(on_lane_change, sender=model, dispatch_uid=f"gateway-{model.__name__}-delete")

@@ -6,13 +6,17 @@ scripts, never silently skipped."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
@@ -153,6 +157,81 @@ class AsgiServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+class WorkerProcesses:
+    """Several real uvicorn processes serving the whole ASGI app (gateway included) against
+    the test database and Redis, like compose's workers: one port each, so a test chooses
+    which worker answers each request (a shared socket would leave that to the kernel).
+    The database rows a test made must be committed (transactional_db)."""
+
+    def __init__(self, count: int, log_dir: Path, env: dict[str, str] | None = None) -> None:
+        self.count, self.log_dir, self.extra_env = count, log_dir, env or {}
+        self.ports = [free_port() for _ in range(count)]
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.ports]
+
+    def environment(self) -> dict[str, str]:
+        from django.db import connection
+
+        db = connection.settings_dict
+        env = dict(os.environ)
+        env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:"
+                               f"{db['PORT'] or 5432}/{db['NAME']}")
+        env["REDIS_URL"] = settings.REDIS_URL
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> WorkerProcesses:
+        env = self.environment()
+        for index, port in enumerate(self.ports):
+            with (self.log_dir / f"worker-{index}.log").open("ab") as log:
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1",
+                     "--port", str(port), "--log-level", "warning", "--lifespan", "off"],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                    cwd=Path(__file__).resolve().parent.parent))
+        for index, url in enumerate(self.urls):
+            wait_for(lambda url=url, index=index: self._answers(url, index), timeout=180,
+                     interval=0.2, what=f"uvicorn worker {index} to answer")
+        return self
+
+    def _answers(self, url: str, index: int) -> bool:
+        if self.processes[index].poll() is not None:
+            log = (self.log_dir / f"worker-{index}.log").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"uvicorn worker {index} exited: {log}")
+        try:
+            return httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+
+@pytest.fixture
+def worker_processes(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..., WorkerProcesses]]:
+    """start(count=2, env={...}) -> that many uvicorn worker processes, stopped after the test."""
+    started: list[WorkerProcesses] = []
+
+    def start(count: int = 2, env: dict[str, str] | None = None) -> WorkerProcesses:
+        workers = WorkerProcesses(count, tmp_path, env)
+        started.append(workers)
+        return workers.start()
+
+    yield start
+    for workers in started:
+        workers.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)

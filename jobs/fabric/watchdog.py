@@ -85,12 +85,20 @@ async def _round_trip(head: Node, worker: Node, port: int) -> float:
     return 2 * parse_latency("\n".join(result.client.stdout)).t_avg
 
 
+def lane_head_worker_pairs(lane: Lane) -> list[tuple[Node, Node]]:
+    """Each replica's head with each of its workers (the links its NCCL traffic crosses)."""
+    pairs = []
+    for index in lane.replica_indexes() or [0]:
+        nodes = lane.ranked_nodes(index)
+        pairs += [(nodes[0], worker) for worker in nodes[1:]]
+    return pairs
+
+
 def lane_round_trip_us(lane: Lane) -> float:
-    """The worst head↔worker round trip of the lane right now."""
-    nodes = lane.ranked_nodes()
-    head, workers = nodes[0], nodes[1:]
+    """The worst head↔worker round trip of the lane right now (over all its replicas: the
+    context limit is the lane's)."""
     port = watchdog_port(lane)
-    return max(asyncio.run(_round_trip(head, worker, port)) for worker in workers)
+    return max(asyncio.run(_round_trip(head, worker, port)) for head, worker in lane_head_worker_pairs(lane))
 
 
 def rdma_alert_changed(*, lane: Lane, watchdog: LaneWatchdog, opened: bool) -> None:
@@ -152,7 +160,7 @@ def lane_watchdog_transition(*, lane: Lane, watchdog: LaneWatchdog, degrade: boo
 
 def watched_lanes() -> list[Lane]:
     lanes = Lane.objects.filter(observed_state__in=WATCHED_STATES).prefetch_related("members__node")
-    return [lane for lane in lanes if len(lane.ranked_nodes()) > 1]
+    return [lane for lane in lanes if lane_head_worker_pairs(lane)]
 
 
 def watchdog_tick() -> dict[str, str]:

@@ -3,34 +3,43 @@ lane's observed state in step with each phase (saved, then broadcast)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from jobs.kinds.plan_exec import PlanRunner, StepFailed
 from jobs.models import Job, JobKind
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
 from jobs.transports import TransportError
 from lanes.crypto import CredentialError, decrypt_secret
-from lanes.models import Lane, LaneState, Node
+from lanes.models import Lane, LaneReplica, LaneState, Node
 from lanes.plans import Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.replica_health import replica_in_flight
 from lanes.secrets import SECRET_MARK, marked_names
-from lanes.selectors import plan_targets
+from lanes.selectors import plan_targets, replica_configs
 from lanes.services import lane_set_desired_state, lane_set_observed_state
 
 # Job parameters that may tune a launch (validated in jobs.params).
 CONFIG_OVERRIDES = ("wait_timeout_s", "wait_poll_s")
+# How long a replica being stopped may take to finish the requests already sent to it.
+DRAIN_TIMEOUT_S = 600.0
 
 
 class LaneJob:
-    def __init__(self, ctx: JobContext) -> None:
+    """One engine of a lane: the lane itself (a lane of one replica, `replica` None: its
+    state is the lane's) or one replica of several (its own state; the lane's follows)."""
+
+    def __init__(self, ctx: JobContext, config: dict[str, Any] | None = None, replica: int | None = None) -> None:
         self.ctx = ctx
         job = ctx.job
         if job.lane is None or job.lane_revision is None:
             raise JobFailed("this job has no lane revision to run")
         self.lane: Lane = job.lane
-        self.config: dict[str, Any] = dict(job.lane_revision.config)
+        self.replica = replica
+        self.config: dict[str, Any] = dict(config if config is not None else job.lane_revision.config)
         for key in CONFIG_OVERRIDES:
             if job.params.get(key) is not None:
                 self.config[key] = job.params[key]
@@ -72,9 +81,37 @@ class LaneJob:
         except (ValueError, KeyError) as exc:
             raise JobFailed(f"the plan cannot be rendered: {exc}") from None
 
+    @property
+    def label(self) -> str:
+        return f"lane {self.lane.name}" + (f" replica {self.replica}" if self.replica is not None else "")
+
     def set_state(self, state: str, reason: str) -> None:
-        lane_set_observed_state(lane=self.lane, state=state, reason=reason)
-        self.ctx.log(f"lane {self.lane.name}: {state}" + (f" ({reason})" if reason else ""))
+        lane_set_observed_state(lane=self.lane, state=state, reason=reason, replica=self.replica)
+        self.ctx.log(f"{self.label}: {state}" + (f" ({reason})" if reason else ""))
+
+    def drain(self) -> None:
+        """Before a replica of several stops: it is marked stopping (every gateway stops
+        choosing it as soon as it reloads the lane), then the job waits until the requests
+        already sent to it have finished, so a rolling change drops none."""
+        if self.replica is None:
+            return
+        settle = settings.GATEWAY_LANE_CACHE_TTL_S + 2 * settings.GATEWAY_HEALTH_SYNC_S
+        self.ctx.log(f"{self.label}: draining (gateways stop sending to it; waiting for requests in flight)")
+        self.ctx.sleep(settle)
+        deadline = time.monotonic() + float(self.ctx.job.params.get("drain_timeout_s") or DRAIN_TIMEOUT_S)
+        quiet = 0
+        while quiet < 2:  # two reads in a row, a sync interval apart: no worker still counts one
+            try:
+                left = replica_in_flight(self.lane.name, self.replica)
+            except RedisError as exc:
+                self.ctx.log(f"{self.label}: cannot read the gateways' requests in flight ({exc}); stopping it anyway")
+                return
+            quiet = quiet + 1 if left == 0 else 0
+            if left and time.monotonic() > deadline:
+                self.ctx.log(f"{self.label}: {left} request(s) still in flight after the drain timeout; stopping it")
+                return
+            self.ctx.sleep(settings.GATEWAY_HEALTH_SYNC_S * 2)
+        self.ctx.log(f"{self.label}: drained")
 
     # --- kinds --------------------------------------------------------------------------
     def launch(self, plan: Plan | None = None, rows: list[Any] | None = None) -> dict[str, Any]:
@@ -106,7 +143,7 @@ class LaneJob:
             self.set_state(LaneState.FAILED, reason)
             raise JobFailed(reason) from None
         self.set_state(LaneState.SERVING, f"launch #{job_id}: /health and /v1/models answer")
-        return {"lane": self.lane.name, "revision": plan.revision, "state": LaneState.SERVING}
+        return self.result(revision=plan.revision, state=LaneState.SERVING)
 
     def undo_launch(self, what: str, *, started: bool) -> None:
         """A cancelled or timed-out launch never leaves a lane that says `failed` while its
@@ -114,7 +151,8 @@ class LaneJob:
         it running and says so."""
         job_id = self.ctx.job.pk
         if not started:
-            lane_set_desired_state(lane=self.lane, state="stopped", actor=None)
+            if self.replica is None:
+                lane_set_desired_state(lane=self.lane, state="stopped", actor=None)
             self.set_state(LaneState.STOPPED, f"launch #{job_id} {what} in preflight: nothing was started")
             return
         keep = what == "cancelled" and bool(
@@ -134,7 +172,8 @@ class LaneJob:
                 self.set_state(LaneState.FAILED, f"launch #{job_id} {what}; stopping what it started failed: {exc}; "
                                                  f"{self.left_for_inspection()}")
                 return
-        lane_set_desired_state(lane=self.lane, state="stopped", actor=None)
+        if self.replica is None:
+            lane_set_desired_state(lane=self.lane, state="stopped", actor=None)
         self.set_state(LaneState.STOPPED, f"launch #{job_id} {what}: stopped what it started")
 
     def left_for_inspection(self) -> str:
@@ -149,21 +188,31 @@ class LaneJob:
             plan = self.render(render_stop_plan)
             rows = self.runner.declare(plan)
         self.set_state(LaneState.STOPPING, f"stop #{job_id}")
+        self.drain()
         try:
             self.runner.run(plan, rows)
         except (JobFailed, TransportError) as exc:
             self.set_state(LaneState.FAILED, f"stop #{job_id} failed: {exc}")
             raise JobFailed(str(exc)) from None
         self.set_state(LaneState.STOPPED, f"stop #{job_id}: containers removed")
-        return {"lane": self.lane.name, "state": LaneState.STOPPED}
+        return self.result(state=LaneState.STOPPED)
 
-    def restart(self) -> dict[str, Any]:
+    def result(self, **values: Any) -> dict[str, Any]:
+        return {"lane": self.lane.name, **({"replica": self.replica} if self.replica is not None else {}), **values}
+
+    def declare_restart(self) -> Callable[[], dict[str, Any]]:
         stop_plan = self.render(render_stop_plan)
         launch_plan = self.render(render_launch_plan)
         stop_rows = self.runner.declare(stop_plan)
         launch_rows = self.runner.declare(launch_plan)
-        self.stop(stop_plan, stop_rows)
-        return self.launch(launch_plan, launch_rows)
+
+        def run() -> dict[str, Any]:
+            self.stop(stop_plan, stop_rows)
+            return self.launch(launch_plan, launch_rows)
+        return run
+
+    def restart(self) -> dict[str, Any]:
+        return self.declare_restart()()
 
     def status(self) -> dict[str, Any]:
         plan = self.render(render_status_plan)
@@ -186,13 +235,19 @@ class LaneJob:
                 containers[step.node] = ""
         healthy = any(outcomes.get(s.key) == "succeeded" for s in plan.steps if s.kind == "wait_health")
         vllm_alive = any(outcomes.get(s.key) == "succeeded" for s in plan.steps if s.collect == "vllm_pid")
-        state, reason = reconcile_lane_state(containers, vllm_alive, healthy, self.lane.observed_state)
-        self.lane.refresh_from_db(fields=["observed_state"])
-        if state != self.lane.observed_state:
+        state, reason = reconcile_lane_state(containers, vllm_alive, healthy, self.current_state())
+        if state != self.current_state():
             self.set_state(state, f"status #{self.ctx.job.pk}: {reason}")
         else:
-            self.ctx.log(f"lane {self.lane.name} is {state}: {reason}")
-        return {"lane": self.lane.name, "state": state, "reason": reason, "containers": containers}
+            self.ctx.log(f"{self.label} is {state}: {reason}")
+        return self.result(state=state, reason=reason, containers=containers)
+
+    def current_state(self) -> str:
+        self.lane.refresh_from_db(fields=["observed_state"])
+        if self.replica is None:
+            return self.lane.observed_state
+        row = LaneReplica.objects.filter(lane=self.lane, index=self.replica).first()
+        return row.observed_state if row is not None else LaneState.STOPPED
 
 
 def reconcile_lane_state(
@@ -217,17 +272,53 @@ def reconcile_lane_state(
     return LaneState.FAILED, f"containers on {', '.join(present)} but no healthy vLLM"
 
 
+def lane_jobs(ctx: JobContext) -> list[LaneJob]:
+    """The engines a lane job acts on: the lane of one replica, the replica the job names,
+    or every replica in order."""
+    job = ctx.job
+    if job.lane_revision is None:
+        raise JobFailed("this job has no lane revision to run")
+    configs = replica_configs(job.lane_revision.config)
+    if len(configs) == 1:
+        return [LaneJob(ctx)]
+    chosen = job.params.get("replica")
+    indexes = [chosen] if isinstance(chosen, int) else list(range(len(configs)))
+    if any(index >= len(configs) for index in indexes):
+        raise JobFailed(f"revision {job.lane_revision.number} has no replica {chosen}")
+    return [LaneJob(ctx, configs[index], index) for index in indexes]
+
+
+def rolling(ctx: JobContext, action: Callable[[LaneJob], dict[str, Any]],
+            engines: list[LaneJob] | None = None) -> dict[str, Any]:
+    """One replica after another: each one done (a launch: healthy) before the next starts,
+    so the lane keeps serving through a change; a failure stops the roll there."""
+    engines = engines if engines is not None else lane_jobs(ctx)
+    if len(engines) == 1:
+        return action(engines[0])
+    results = []
+    for engine in engines:
+        ctx.log(f"── {engine.label}")
+        results.append(action(engine))
+    lane = engines[0].lane
+    lane.refresh_from_db(fields=["observed_state"])
+    return {"lane": lane.name, "state": lane.observed_state, "replicas": results}
+
+
 def run_launch(ctx: JobContext) -> dict[str, Any]:
-    return LaneJob(ctx).launch()
+    return rolling(ctx, LaneJob.launch)
 
 
 def run_stop(ctx: JobContext) -> dict[str, Any]:
-    return LaneJob(ctx).stop()
+    return rolling(ctx, LaneJob.stop)
 
 
 def run_restart(ctx: JobContext) -> dict[str, Any]:
-    return LaneJob(ctx).restart()
+    engines = lane_jobs(ctx)
+    if len(engines) == 1:
+        return engines[0].restart()
+    runs = {id(engine): engine.declare_restart() for engine in engines}  # every step shown at once
+    return rolling(ctx, lambda engine: runs[id(engine)](), engines)
 
 
 def run_status(ctx: JobContext) -> dict[str, Any]:
-    return LaneJob(ctx).status()
+    return rolling(ctx, LaneJob.status)

@@ -13,7 +13,7 @@ from jobs.fabric.watchdog import lane_watchdog_get
 from jobs.models import FabricResult, Job, LaneWatchdog
 from jobs.results import fabric_history
 from lanes.models import Lane, Node
-from lanes.selectors import current_revision, lane_plan
+from lanes.selectors import current_revision, lane_plans, plans_text
 
 register = template.Library()
 
@@ -27,10 +27,13 @@ def lane_action_plans(lane: Lane) -> dict[str, str]:
     plans: dict[str, str] = {}
     for action in ("launch", "stop", "status"):
         try:
-            plans[action] = lane_plan(lane, action, revision).render()
+            plans[action] = plans_text(lane_plans(lane, action, revision))
         except (ValueError, KeyError) as exc:
             plans[action] = f"The plan cannot be rendered: {exc}"
     plans["restart"] = plans["stop"] + "\n(then)\n\n" + plans["launch"]
+    if "replicas" in revision.config:
+        plans["restart"] = ("Rolling: one replica at a time (drained, stopped, launched, healthy), "
+                            "so the lane keeps serving.\n\n" + plans["restart"])
     return plans
 
 

@@ -77,7 +77,7 @@ async def handle_models(scope: Scope, receive: Receive, send: Send, *, path_lane
         if path_lane is not None and (path_lane not in lanes or not key.may_use(path_lane)):
             raise GatewayError(404, f"The lane `{path_lane}` does not exist.", code="model_not_found")
         visible = visible_models(lanes, key, path_lane,
-                                 lambda lane: lane.serving and rt.breaker(lane.name).state != "open")
+                                 lambda lane: lane.serving and any(rt.health.available(lane.name, r) for r in lane.replicas))
         if model_id is None:
             body = {"object": "list", "data": [model_card(name) for name in visible]}
         else:

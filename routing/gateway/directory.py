@@ -48,17 +48,36 @@ class KeyInfo:
 
 
 @dataclass(frozen=True)
-class LaneInfo:
-    name: str
-    public_model_name: str
-    base_url: str | None  # None = no head node configured
+class ReplicaInfo:
+    index: int
+    base_url: str
     observed_state: str
-    context_limit: int
-    fallback: str | None
 
     @property
     def serving(self) -> bool:
-        return self.observed_state in SERVING_STATES and self.base_url is not None
+        return self.observed_state in SERVING_STATES
+
+
+@dataclass(frozen=True)
+class LaneInfo:
+    name: str
+    public_model_name: str
+    observed_state: str
+    context_limit: int
+    fallback: str | None
+    replicas: tuple[ReplicaInfo, ...] = ()  # those with a head node, by index
+
+    @property
+    def base_url(self) -> str | None:
+        """A serving replica's endpoint (off the hot path: /tokenize); None = no head node."""
+        for replica in self.replicas:
+            if replica.serving:
+                return replica.base_url
+        return self.replicas[0].base_url if self.replicas else None
+
+    @property
+    def serving(self) -> bool:
+        return self.observed_state in SERVING_STATES and any(replica.serving for replica in self.replicas)
 
 
 def hash_secret(secret: str) -> str:
@@ -88,18 +107,19 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
 
 def load_lanes() -> dict[str, LaneInfo]:
     lanes: dict[str, LaneInfo] = {}
-    for lane in Lane.objects.select_related("fallback"):
-        try:
-            base_url: str | None = lane.base_url()
-        except IndexError:  # no head node yet
-            base_url = None
+    for lane in Lane.objects.select_related("fallback").prefetch_related("members__node", "replicas"):
+        states = {row.index: row.observed_state for row in lane.replica_rows()}
+        replicas = tuple(
+            ReplicaInfo(index, lane.base_url(index), states.get(index, lane.observed_state))
+            for index in lane.replica_indexes()
+        )
         lanes[lane.name] = LaneInfo(
             name=lane.name,
             public_model_name=lane.public_model_name,
-            base_url=base_url,
             observed_state=lane.observed_state,
             context_limit=lane_context_limit(lane),
             fallback=lane.fallback.name if lane.fallback else None,
+            replicas=replicas,
         )
     return lanes
 

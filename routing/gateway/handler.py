@@ -40,6 +40,7 @@ from routing.gateway.http import (
 from routing.gateway.large import POOL, busy_error, request_of
 from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
 from routing.gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
+from routing.gateway.replicas import affinity_key
 from routing.gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
 from routing.gateway.runtime import GatewayRuntime, runtime
 from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
@@ -261,30 +262,42 @@ async def send_once(
             unavailable.append(f"{lane.name} is {lane.observed_state}")
             continue
         await check_context(rt, lane, request, raw)
-        breaker = rt.breaker(lane.name)
-        if not breaker.allows():
-            unavailable.append(f"{lane.name}'s circuit is open")
+        several = len(lane.replicas) > 1
+        order = rt.health.order(lane, affinity_key(request.body) if several else None)
+        if not order:
+            unavailable.append(f"{lane.name}'s circuit is open" if not several
+                               else f"every serving replica of {lane.name} has its circuit open")
             continue
         body = upstream_body(request, upstream_model=lane.public_model_name)
-        sent_at = time.perf_counter()
-        try:
-            response = await upstream_send(rt.transport, f"{lane.base_url}{UPSTREAM_PATHS[endpoint]}", body)
-        except Exception as exc:
-            breaker.record_failure()
-            if provably_not_received(exc):
-                unavailable.append(f"{lane.name} refused the connection")
+        for replica in order:
+            where = f"{lane.name} replica {replica.index}" if several else lane.name
+            breaker = rt.health.breaker(lane.name, replica.index)
+            if not breaker.allows():
+                unavailable.append(f"{where}'s circuit is open")
                 continue
-            outcome.sent_upstream = True
-            raise lost_request_recorded(exc, outcome) from None
-        outcome.sent_upstream = True
-        try:
-            if request.stream and response.status_code == 200:
-                await relay_stream(send, response, request, breaker, outcome, sent_at, rt=rt, lane=lane)
-            else:
-                await relay_whole(send, response, breaker, outcome, sent_at, rt=rt, lane=lane, request=request)
-        finally:
-            await response.aclose()
-        return
+            rt.health.acquire(lane.name, replica.index)
+            try:
+                sent_at = time.perf_counter()
+                try:
+                    response = await upstream_send(rt.transport, f"{replica.base_url}{UPSTREAM_PATHS[endpoint]}", body)
+                except Exception as exc:
+                    breaker.record_failure()
+                    if provably_not_received(exc):  # the next replica (or lane) may have it: never twice
+                        unavailable.append(f"{where} refused the connection")
+                        continue
+                    outcome.sent_upstream, outcome.replica = True, replica.index
+                    raise lost_request_recorded(exc, outcome) from None
+                outcome.sent_upstream, outcome.replica = True, replica.index
+                try:
+                    if request.stream and response.status_code == 200:
+                        await relay_stream(send, response, request, breaker, outcome, sent_at, rt=rt, lane=lane)
+                    else:
+                        await relay_whole(send, response, breaker, outcome, sent_at, rt=rt, lane=lane, request=request)
+                finally:
+                    await response.aclose()
+                return
+            finally:
+                rt.health.release(lane.name, replica.index)
     raise GatewayError(503, "No lane can serve this request: " + "; ".join(unavailable) + ".",
                        code="no_lane_available", type_="server_error", retry_after_s=5, retryable=True)
 
@@ -296,6 +309,7 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
     rt.log_writer.add({
         "request_id": outcome.request_id, "key_id": key.id if key else None, "endpoint": endpoint,
         "requested_model": (request.model if request else "")[:200], "lane": outcome.lane,
+        "replica": outcome.replica,
         "route_reason": outcome.reason if outcome.reason != "replay" else "", "route_score": outcome.score,
         "route_label": outcome.label, "stream": bool(request and request.stream), "status": outcome.status,
         "error_code": outcome.error_code, "prompt_tokens": outcome.usage.prompt_tokens,

@@ -20,6 +20,7 @@ class Outcome:
     request_id: str
     started: float
     lane: str = ""
+    replica: int | None = None  # the replica the request was sent to
     reason: str = ""
     score: float | None = None
     label: str = ""
@@ -50,6 +51,8 @@ class Outcome:
         if self.lane:
             out.append((b"x-spark-lane", self.lane.encode()))
             out.append((b"x-spark-route-reason", self.reason.encode()))
+            if self.replica is not None:
+                out.append((b"x-spark-lane-replica", str(self.replica).encode()))
             if self.score is not None:
                 out.append((b"x-spark-route-score", f"{self.score:.4f}".encode()))
             if self.label:

@@ -1,5 +1,5 @@
 """Per-process (per event loop) gateway state: the pooled upstream client, Redis, the key
-and lane caches, circuit breakers, the request log writer and background tasks.
+and lane caches, replica health (routing.gateway.replicas), the request log writer and background tasks.
 
 Everything here is bound to the event loop that created it, so the state is kept per
 loop (uvicorn runs one loop per worker process; tests start one server per test)."""
@@ -16,10 +16,11 @@ import httpx
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from routing.gateway.breaker import CircuitBreaker
+from lanes.replica_health import HEALTH_MESSAGE, invalidation_channel
 from routing.gateway.directory import KeyCache, LaneCache
 from routing.gateway.limits import ADMIT_LUA
 from routing.gateway.logwriter import RequestLogWriter
+from routing.gateway.replicas import SharedHealth
 from routing.gateway.upstream import upstream_client, upstream_transport
 from routing.router.route import RouterRuntime
 
@@ -48,10 +49,6 @@ return 1
 """
 
 
-def invalidation_channel() -> str:
-    return f"{settings.REDIS_PREFIX}:gw:invalidate"
-
-
 class GatewayRuntime:
     def __init__(self) -> None:
         self.transport = upstream_transport()
@@ -64,20 +61,13 @@ class GatewayRuntime:
         self.release_script: Any = self.redis.register_script(RELEASE_LUA)
         self.keys = KeyCache()
         self.lanes = LaneCache()
-        self.breakers: dict[str, CircuitBreaker] = {}
+        # Per replica: circuit breakers and requests in flight, shared with every worker.
+        self.health = SharedHealth(self.redis)
         self.no_tokenize: dict[str, float] = {}  # lane -> when its /tokenize was found missing
         self.log_writer = RequestLogWriter()
         self.router = RouterRuntime(self.redis)
         self.background: set[asyncio.Task[Any]] = set()
         self._listener = asyncio.create_task(self._listen())
-
-    def breaker(self, lane: str) -> CircuitBreaker:
-        breaker = self.breakers.get(lane)
-        if breaker is None:
-            breaker = self.breakers[lane] = CircuitBreaker(
-                failures_to_open=settings.GATEWAY_BREAKER_FAILURES, cooldown_s=settings.GATEWAY_BREAKER_COOLDOWN_S
-            )
-        return breaker
 
     def spawn(self, coro: Any) -> None:
         """Fire-and-forget work after the answer (kept referenced until done)."""
@@ -97,6 +87,8 @@ class GatewayRuntime:
                     data = message["data"].decode() if isinstance(message["data"], bytes) else str(message["data"])
                     if data == "lanes":
                         self.lanes.drop()
+                    elif data == HEALTH_MESSAGE:
+                        self.health.wake()
                     elif data.startswith("key:"):
                         self.keys.drop(int(data[4:]))
                     else:
@@ -115,6 +107,7 @@ class GatewayRuntime:
         self._listener.cancel()
         with contextlib.suppress(BaseException):
             await self._listener
+        await self.health.close()
         self.router.close()
         await self.client.aclose()
         await self.redis.aclose()

@@ -1,5 +1,5 @@
 // Lane and node pages: the recent-jobs list under the action buttons follows job.state
-// live, and the lane's state badge follows lane.state (launch → starting → serving).
+// live, and the lane's state badge (and its replicas') follows lane.state (launch → starting → serving).
 (function () {
   const lists = document.querySelectorAll("[data-recent-jobs]");
   if (!lists.length) return;
@@ -13,6 +13,14 @@
     if (reason) reason.textContent = data.reason || "";
     const desired = document.getElementById("lane-desired");
     if (desired && data.desired_state) desired.textContent = data.desired_state;
+    (data.replicas || []).forEach(function (r) {
+      const row = document.querySelector('#lane-replicas tr[data-replica="' + r.index + '"]');
+      if (!row) return;
+      const replicaBadge = row.querySelector(".replica-state");
+      replicaBadge.className = "badge state replica-state state-" + r.observed_state;
+      replicaBadge.textContent = r.observed_state;
+      row.querySelector(".replica-reason").textContent = r.reason || "";
+    });
   }
   // Running rN against the latest rM: asked again whenever what runs may have changed.
   const driftBox = document.getElementById("lane-drift");

@@ -1,0 +1,89 @@
+"""What every process knows of a lane's replicas beyond the database, kept in Redis:
+
+- `…:gw:rh:open`: a hash, "lane|replica" → until when (epoch ms) that replica is skipped.
+  A gateway worker whose circuit breaker opens writes it; the health watcher writes its
+  verdicts (down: skip it; answering: clear it); every gateway worker reads it.
+- `…:gw:rh:load:<worker>`: each gateway worker's requests in flight per replica, and
+  `…:gw:rh:workers` the workers alive. A rolling restart waits for a replica's to drain.
+- `…:gw:invalidate` message "health": read the hash now.
+
+The gateway (routing.gateway.replicas) keeps all of it in process memory on the hot path;
+this module is the contract, and the synchronous side used by the watcher and jobs."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+from django.conf import settings
+
+HEALTH_MESSAGE = "health"
+# A worker's counts older than this are a worker that stopped: ignored.
+WORKER_STALE_MS = 3000
+
+_clients: dict[str, redis.Redis] = {}
+
+
+def field_name(lane: str, index: int) -> str:
+    return f"{lane}|{index}"
+
+
+def open_hash_key() -> str:
+    return f"{settings.REDIS_PREFIX}:gw:rh:open"
+
+
+def load_key(worker: str) -> str:
+    return f"{settings.REDIS_PREFIX}:gw:rh:load:{worker}"
+
+
+def workers_key() -> str:
+    return f"{settings.REDIS_PREFIX}:gw:rh:workers"
+
+
+def invalidation_channel() -> str:
+    return f"{settings.REDIS_PREFIX}:gw:invalidate"
+
+
+def _redis() -> redis.Redis:
+    client = _clients.get(settings.REDIS_URL)
+    if client is None:
+        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
+    return client
+
+
+def replica_verdict(lane: str, index: int, *, down_for_s: float | None) -> None:
+    """The watcher's verdict: down (skip it for that long) or answering (None: clear it)."""
+    client = _redis()
+    name = field_name(lane, index)
+    if down_for_s is None:
+        if client.hdel(open_hash_key(), name):  # announced only when it changes something
+            client.publish(invalidation_channel(), HEALTH_MESSAGE)
+        return
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hset(open_hash_key(), name, str(int((time.time() + down_for_s) * 1000)))
+        pipe.publish(invalidation_channel(), HEALTH_MESSAGE)
+        pipe.execute()
+
+
+def replica_skipped_until(lane: str, index: int) -> float | None:
+    """Until when (epoch seconds) the gateways skip this replica; None when they do not."""
+    value = _redis().hget(open_hash_key(), field_name(lane, index))
+    if value is None:
+        return None
+    until = int(value) / 1000
+    return until if until > time.time() else None
+
+
+def replica_in_flight(lane: str, index: int) -> int:
+    """Requests in flight to this replica, summed over the live gateway workers."""
+    client = _redis()
+    now_ms = int(time.time() * 1000)
+    workers = client.zrangebyscore(workers_key(), now_ms - WORKER_STALE_MS, "+inf")
+    if not workers:
+        return 0
+    name = field_name(lane, index)
+    with client.pipeline(transaction=False) as pipe:
+        for worker in workers:
+            pipe.hget(load_key(worker.decode() if isinstance(worker, bytes) else str(worker)), name)
+        counts = pipe.execute()
+    return sum(int(count) for count in counts if count is not None)
