@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0005_declared_field_rules'),
+        ('routing', '0006_request_log_lane_status'),
     ]
 
     operations = [
