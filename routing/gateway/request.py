@@ -6,15 +6,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from routing.gateway.validation import validate_body
 from routing.gateway.wire import GatewayError
 
-if TYPE_CHECKING:
-    from routing.gateway.large import LargeBody
+
+class LargeBody(Protocol):
+    """What routing.gateway.large.LargeBody offers the request path (named here so that
+    request does not import large, which imports request)."""
+
+    @property
+    def digest(self) -> str: ...
+
+    @property
+    def prompt(self) -> str | None: ...
+
+    @property
+    def prompt_chars(self) -> int: ...
+
+    def forward(self, model: str) -> bytes: ...
+
+    def prompt_members(self, model: str) -> bytes: ...
+
 
 T = TypeVar("T")
 # Work above this size (serialising a /tokenize body or an answer) runs in a worker thread.
