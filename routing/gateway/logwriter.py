@@ -44,7 +44,8 @@ class RequestLogWriter:
     async def _run(self) -> None:
         while self.queue:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=settings.GATEWAY_LOG_FLUSH_S)
+                async with asyncio.timeout(settings.GATEWAY_LOG_FLUSH_S):  # not wait_for: see replicas._run
+                    await self._wake.wait()
             self._wake.clear()
             await self.flush()
 

@@ -242,8 +242,11 @@ class SharedHealth:
                 raise
             except Exception:  # Redis restarting: keep what was known, try again
                 log.warning("gateway: replica health sync failed; retrying", exc_info=True)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # arrives as the wake-up completes, and this loop would then never end.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=settings.GATEWAY_HEALTH_SYNC_S)
+                async with asyncio.timeout(settings.GATEWAY_HEALTH_SYNC_S):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def sync(self) -> None:
