@@ -31,9 +31,9 @@ DEEPSEEK_MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
 # In-process the engine runs as one rank with seed 003's profile.
 # The prefill chunk is vLLM's default token budget (--max-num-batched-tokens 8192 on a GPU of
 # GB10's memory; the seed does not set it). A streaming request whose client went away is
-# aborted when the engine next writes to it, as on vLLM (sparksim's default, spelled out here
-# because the cold waves depend on it): the C=4/C=6 requests the client gave up on are still
-# prefilled to the end.
+# aborted when the engine next writes to it (sparksim's default, spelled out here because the
+# cold waves depend on it): the C=4/C=6 requests the client gave up on are still prefilled to
+# the end, as the seed's C=6 decode rate (half C=4's) shows its were.
 SEED_003_FLAGS = ("--sim-profile", "deepseek-tp4", "--kv-cache-dtype", "nvfp4_ds_mla",
                   "--kv-cache-memory-bytes", "11G", "--max-model-len", "524288", "--max-num-seqs", "12",
                   "--block-size", "256", "--enable-prefix-caching", "--enable-chunked-prefill",

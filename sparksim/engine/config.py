@@ -64,10 +64,11 @@ class EngineConfig:
     faults: FaultSwitches = field(default_factory=FaultSwitches)
     fail_start: str | None = None
     reasoning_parser: str | None = None
-    # When a streaming request whose client went away is aborted. "write": when the server
-    # next writes to it, as vLLM behind uvicorn notices it: a request dropped while it
-    # prefills is prefilled to the end (it writes nothing before its first token), then
-    # aborted. "immediate": the moment the connection closes.
+    # When a streaming request whose client went away is aborted. "write" (default): when
+    # the server next writes to it, so a request dropped while it prefills is prefilled to
+    # the end (nothing is written before its first token), then aborted; seed 003's
+    # timed-out cold requests were (docs/sparksim.md, "Client disconnects"). "immediate":
+    # the moment the connection closes, as a stock vLLM behind uvicorn should.
     abort_on_disconnect: str = "write"
 
     def scaled(self, simulated_seconds: float) -> float:

@@ -86,8 +86,8 @@ class EngineServer:
     @property
     def cancels_on_disconnect(self) -> bool:
         """Whether the HTTP server cancels a handler whose client went away (aiohttp's
-        handler_cancellation): --sim-abort-on-disconnect immediate. Otherwise, as vLLM, a
-        streaming request notices it only when it next writes (see _stream)."""
+        handler_cancellation): --sim-abort-on-disconnect immediate. Otherwise (`write`, the
+        default) a streaming request notices it only when it next writes (see _stream)."""
         return self.config.abort_on_disconnect == "immediate"
 
     # --- fault gate -----------------------------------------------------------------------
@@ -223,8 +223,8 @@ class EngineServer:
             return await self._stream_tokens(request, response, stream, plan, scheduled)
         except ConnectionError:
             # The client went away and this write found out (nothing is written while the
-            # request waits or prefills, so a request dropped then is prefilled to the end,
-            # as on vLLM): vLLM aborts the request and logs one line.
+            # request waits or prefills, so with --sim-abort-on-disconnect write a request
+            # dropped then is prefilled to the end): abort and log one line, as vLLM does.
             self.core.abort(scheduled)
             log("INFO", "async_llm.py", f"Aborted request {stream.id}.")
             return response

@@ -1,8 +1,9 @@
 """A streaming client that goes away while its prompt prefills (--sim-abort-on-disconnect).
 
-vLLM notices a streaming client's disconnect only when it next writes to it, and it writes
-nothing before the first token: a request dropped during prefill is prefilled to the end,
-then aborted (sparksim's default, `write`). `immediate` aborts it when the connection closes.
+With `write` (the default) the engine notices a streaming client's disconnect only when it
+next writes to it, and it writes nothing before the first token: a request dropped during
+prefill is prefilled to the end, then aborted (as seed 003's timed-out cold requests were).
+`immediate` aborts it when the connection closes.
 Runs an in-process engine on the simulated clock, so the long prefill takes no real time.
 """
 
