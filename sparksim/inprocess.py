@@ -26,7 +26,8 @@ async def serving(config: EngineConfig) -> AsyncIterator[str]:
     """Yields the engine's base URL while it serves."""
     server = EngineServer(config)
     server.core.start()
-    runner = web.AppRunner(server.app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
+    runner = web.AppRunner(server.app, access_log=None, handle_signals=False, shutdown_timeout=0.1,
+                           handler_cancellation=server.cancels_on_disconnect)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
     await site.start()

@@ -6,10 +6,13 @@ Times here are simulated seconds. The engine multiplies them by its time scale.
 Shape of the model (vLLM's v1 scheduler with chunked prefill, fitted to the seeds' tables in
 bench/sparksim_fit.py):
 - the engine runs steps. Each step decodes one token for every running sequence and, while a
-  prefill is pending, also computes one prefill chunk (`chunk_s` of prefill work). So a
-  prefill slows every decoding stream to 1 / (decode step + chunk) tokens per second, and
-  decoding streams slow the prefill in turn (seed 003: C=2 cold, the first stream crawls at
-  ~8 tok/s while the second prompt prefills);
+  prefill is pending, also computes one prefill chunk: at most `batch_tokens` uncached prompt
+  tokens (vLLM's --max-num-batched-tokens, 8192 by default on a GPU of GB10's memory), whose
+  share of the prompt's prefill work is the chunk's time. So a long prefill slows every
+  decoding stream to one token per chunk (a 150K prompt's 8192-token chunk takes ~3.5 s:
+  ~0.3 tok/s), and decoding streams slow the prefill a little in turn. Seed 003's cold waves
+  show it: an answer decodes mostly after the last prefill ends (C=4: the median stream ends
+  ~140 s after its first token, ~136 s of which the fourth prompt was prefilling);
 - prefills run one after another, first come first served (seed 004: "the prompts are
   processed one after another, so the waits stack up"); a prefill's work is its fixed cost
   (base_ttft_s), its uncached tokens at prefill_tok_s plus an attention term growing with the
@@ -47,9 +50,9 @@ class TimingProfile:
     decode_exponent: float = 1.0
     # Seconds per token squared of attention over the context during prefill.
     prefill_quadratic_s: float = 0.0
-    # Prefill work done in one step beside running decodes (chunked prefill).
-    chunk_s: float = 0.0
-    # Uncached tokens per request below which waiting prefills share one batch.
+    # vLLM's token budget per step (--max-num-batched-tokens): a prefill beside running
+    # decodes computes at most this many uncached tokens a step (chunked prefill), and waiting
+    # prompts whose uncached tokens fit in it together share one batch. 0: no chunking.
     batch_tokens: int = 0
 
 
@@ -76,7 +79,6 @@ DEEPSEEK = TimingProfile(
     max_model_len=1_048_576,
     vocab_size=129_280,
     prefill_quadratic_s=4.0e-10,
-    chunk_s=0.27,
     batch_tokens=8192,
 )
 
@@ -105,7 +107,6 @@ QWEN = TimingProfile(
     weights_gib=29.0,
     max_model_len=262_144,
     vocab_size=151_936,
-    chunk_s=0.02,
     batch_tokens=8192,
 )
 
@@ -187,7 +188,15 @@ def prefill_seconds(profile: TimingProfile, uncached_tokens: int, cached_tokens:
 class PrefillBatch:
     keys: list[Hashable]
     work_s: float
+    tokens: int  # uncached prompt tokens of the batch
     done_s: float = 0.0
+
+    def chunk_seconds(self, budget: int) -> float:
+        """The work of one step's chunk: `budget` uncached tokens' share of the batch's work
+        (the whole batch when it fits, or when there is no budget)."""
+        if budget <= 0 or self.tokens <= budget:
+            return self.work_s
+        return self.work_s * budget / self.tokens
 
 
 @dataclass(frozen=True)
@@ -240,13 +249,14 @@ class Stepper:
             self.current = None
             return
         key, uncached, work = self.waiting.popleft()
-        batch = PrefillBatch([key], work)
+        batch = PrefillBatch([key], work, uncached)
         budget = self.profile.batch_tokens - uncached
         if uncached <= self.profile.batch_tokens:
             while self.waiting and self.waiting[0][1] <= budget:
                 key, uncached, work = self.waiting.popleft()
                 batch.keys.append(key)
                 batch.work_s += work
+                batch.tokens += uncached
                 budget -= uncached
         self.current = batch
 
@@ -256,7 +266,11 @@ class Stepper:
         prefill_s = 0.0
         if self.current is not None:
             remaining = self.current.work_s - self.current.done_s
-            prefill_s = min(self.profile.chunk_s, remaining) if decoding else remaining
+            # Beside decodes, one chunk a step (the decodes' tokens come out of the budget
+            # first, as in vLLM); alone, the chunks run back to back: the whole remainder.
+            budget = self.profile.batch_tokens
+            chunk = self.current.chunk_seconds(max(1, budget - len(decoding)) if budget else 0)
+            prefill_s = min(chunk, remaining) if decoding else remaining
         return Step(decode_s + prefill_s, decoding, self.current, prefill_s)
 
     def apply(self, step: Step) -> list[Hashable]:

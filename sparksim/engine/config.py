@@ -64,6 +64,12 @@ class EngineConfig:
     faults: FaultSwitches = field(default_factory=FaultSwitches)
     fail_start: str | None = None
     reasoning_parser: str | None = None
+    # When a streaming request whose client went away is aborted. "write" (default): when
+    # the server next writes to it, so a request dropped while it prefills is prefilled to
+    # the end (nothing is written before its first token), then aborted; seed 003's
+    # timed-out cold requests were (docs/sparksim.md, "Client disconnects"). "immediate":
+    # the moment the connection closes, as a stock vLLM behind uvicorn should.
+    abort_on_disconnect: str = "write"
 
     def scaled(self, simulated_seconds: float) -> float:
         return simulated_seconds * self.time_scale
@@ -92,6 +98,7 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
         decode_tok_s=args.sim_decode_tok_s,
         decode_falloff=args.sim_decode_falloff,
         startup_s=args.sim_startup_s,
+        batch_tokens=args.max_num_batched_tokens,
     )
     time_scale = args.time_scale if args.time_scale is not None else _node_time_scale(node)
     if time_scale <= 0:
@@ -168,6 +175,7 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
         ),
         fail_start=args.sim_fail_start,
         reasoning_parser=args.reasoning_parser,
+        abort_on_disconnect=args.sim_abort_on_disconnect,
     )
 
 

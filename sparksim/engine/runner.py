@@ -145,7 +145,7 @@ async def serve_http(
     server.core.start()
     # vLLM exits within a second or two of SIGINT; so do we, open streams or not.
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False,
-                           shutdown_timeout=2.0)
+                           shutdown_timeout=2.0, handler_cancellation=server.cancels_on_disconnect)
     await runner.setup()
     site: web.TCPSite | None = None
 

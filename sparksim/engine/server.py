@@ -83,6 +83,13 @@ class EngineServer:
         self.app.router.add_get("/_sim/state", self.state)
         self.app.router.add_get("/_sim/requests", self.requests)
 
+    @property
+    def cancels_on_disconnect(self) -> bool:
+        """Whether the HTTP server cancels a handler whose client went away (aiohttp's
+        handler_cancellation): --sim-abort-on-disconnect immediate. Otherwise (`write`, the
+        default) a streaming request notices it only when it next writes (see _stream)."""
+        return self.config.abort_on_disconnect == "immediate"
+
     # --- fault gate -----------------------------------------------------------------------
 
     def guarded(self, handler: Handler) -> Handler:
@@ -215,7 +222,9 @@ class EngineServer:
         try:
             return await self._stream_tokens(request, response, stream, plan, scheduled)
         except ConnectionError:
-            # The client went away: vLLM aborts the request and logs one line.
+            # The client went away and this write found out (nothing is written while the
+            # request waits or prefills, so with --sim-abort-on-disconnect write a request
+            # dropped then is prefilled to the end): abort and log one line, as vLLM does.
             self.core.abort(scheduled)
             log("INFO", "async_llm.py", f"Aborted request {stream.id}.")
             return response

@@ -126,6 +126,10 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     add("--sim-decode-falloff", type=float, default=None)
     add("--sim-startup-s", type=float, default=None, help="simulated seconds to load")
     add("--sim-spec-acceptance", type=float, default=0.6)
+    add("--sim-abort-on-disconnect", choices=["write", "immediate"], default="write",
+        help="when a streaming request whose client went away is aborted: at the next write "
+             "to it (a request dropped during prefill is prefilled to the end, as seed 003's "
+             "timed-out requests were) or at once (a stock vLLM behind uvicorn)")
     add("--sim-memory-gib", type=float, default=None)
     add("--sim-placement-timeout-s", type=float, default=None,
         help="simulated seconds to wait for Ray GPUs / native ranks (exact when given)")

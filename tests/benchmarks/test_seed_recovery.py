@@ -21,11 +21,22 @@ def test_every_ttft_decode_and_success_point_is_within_tolerance(points: list[Po
     assert len(graded) >= 50
     wrong = [f"{p.where} {p.metric}: seed {p.measured:.3f}, model {p.model:.3f} ({p.deviation:+.1%})"
              for p in graded if not p.ok]
-    # The one figure the model does not reproduce, said so in the bench output and the README.
-    assert wrong == ["§7 150K cold C=6 decode p50 tok/s: seed 1.850, model 3.542 (+91.5%)"]
+    # The one figure the model does not reproduce, said so in the bench output and the README:
+    # the seed's C=4 cache-hit batch costs 18% more per prompt than at C=2, C=6 and C=8.
+    assert wrong == ["§7 150K cache-hit C=4 TTFT p50 s: seed 3.265, model 2.892 (-11.4%)"]
     for point in graded:
         if not point.follows and not point.unmodelled:
             assert abs(point.deviation) <= TOLERANCE
+
+
+def test_abandoned_cold_prefills_slow_the_c6_wave_to_the_seeds_rate(points: list[Point]) -> None:
+    # Seed 003's C=6 cold wave decodes at half its C=4 rate: its three timed-out prompts are
+    # still prefilled (vLLM notices the disconnect only at its next write), so the three
+    # answers decode beside 8192-token chunks until ~395 s instead of ~266 s.
+    decode = {point.where: point for point in points if point.metric == "decode p50 tok/s"}
+    c4, c6 = decode["§7 150K cold C=4"], decode["§7 150K cold C=6"]
+    assert c4.ok and c6.ok and not c6.unmodelled
+    assert c6.model < 0.6 * c4.model
 
 
 def test_a_cache_hit_run_shows_the_seeds_speed_up(points: list[Point]) -> None:

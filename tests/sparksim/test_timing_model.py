@@ -14,6 +14,7 @@ from sparksim.timing import (
     DEEPSEEK_TP4,
     QWEN,
     PlannedRequest,
+    Stepper,
     TimingProfile,
     per_stream_decode_rate,
     prefill_seconds,
@@ -72,14 +73,33 @@ def test_simulate_single_request() -> None:
 
 def test_simulate_serialises_prefill_and_a_prefill_slows_decode() -> None:
     alone = prefill_seconds(DEEPSEEK, 25_000, 0)
-    # 30 tokens: the first stream ends while the second prompt still prefills.
-    first, second = simulate(DEEPSEEK, [PlannedRequest(0.0, 25_000, 30)] * 2)
+    # 3 tokens: the first stream ends while the second prompt still prefills.
+    first, second = simulate(DEEPSEEK, [PlannedRequest(0.0, 25_000, 3)] * 2)
     assert first.first_token_s == pytest.approx(alone)
     # The second prompt waits for the first, then shares its steps with the first's decode.
     assert second.first_token_s > 2 * alone
-    # While it prefills, each of the first stream's steps also carries a prefill chunk.
-    assert first.decode_tok_s < 1.0 / (DEEPSEEK.chunk_s + 1.0 / DEEPSEEK.decode_tok_s) + 1.0
+    # While it prefills, each of the first stream's steps also carries a prefill chunk of
+    # the budget (8192 tokens, less the decode's one) of the 25,000 uncached tokens: one
+    # token per ~3 s instead of 68 tok/s.
+    chunk_s = prefill_seconds(DEEPSEEK, 25_000, 0) * (DEEPSEEK.batch_tokens - 1) / 25_000
+    assert first.decode_tok_s == pytest.approx(1.0 / (chunk_s + 1.0 / DEEPSEEK.decode_tok_s))
     assert second.decode_tok_s == pytest.approx(DEEPSEEK.decode_tok_s)
+
+
+def test_a_prefill_beside_decodes_advances_one_token_budget_per_step() -> None:
+    stepper = Stepper(DEEPSEEK)
+    stepper.add_decoding("stream")
+    stepper.add_prefill("prompt", 150_000, 0)
+    step = stepper.plan()
+    whole = prefill_seconds(DEEPSEEK, 150_000, 0)
+    # The decode's token comes out of the budget first: 8191 of the 150,000 tokens.
+    assert step.prefill_s == pytest.approx(whole * (DEEPSEEK.batch_tokens - 1) / 150_000)
+    assert step.seconds == pytest.approx(step.prefill_s + 1.0 / DEEPSEEK.decode_tok_s)
+    # A prompt whose uncached tokens fit the budget (a cache hit) is done in one step.
+    hits = Stepper(DEEPSEEK)
+    hits.add_decoding("stream")
+    hits.add_prefill("hit", 240, 149_760)
+    assert hits.apply(hits.plan()) == ["hit"]
 
 
 def test_cache_hit_prompts_waiting_together_share_one_batch() -> None:
