@@ -89,3 +89,20 @@ def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:
                 firing.append(Firing("swap_in_use", "node", target.name,
                                      f"node {target.name}: {swap:.2f} GiB of swap in use", swap))
     return firing
+
+
+def held_rules(targets: list[TargetView]) -> set[tuple[str, str, str]]:
+    """(rule, kind, target) whose input is missing from a scrape that worked, while the
+    condition may well persist: an open (or pending) alert on it is kept, neither refreshed
+    nor resolved. A TTFT p95 exists only for an interval in which some request got its
+    first token; a lane so slow that none did, with requests still running or waiting, has
+    not recovered (without this its alert resolved and reopened at every other scrape). An
+    idle lane (nothing running or waiting) lets the alert resolve."""
+    held: set[tuple[str, str, str]] = set()
+    for target in targets:
+        f = target.figures
+        if target.kind != "lane" or not f or "ttft_p95_ms" in f:
+            continue
+        if (f.get("running") or 0) + (f.get("waiting") or 0) > 0:
+            held.add(("ttft_high", "lane", target.name))
+    return held
