@@ -186,3 +186,45 @@ def test_a_slow_first_token_alert_stays_open_while_requests_wait_without_a_first
     alerts_evaluate(targets=[lane(ttft_p95_ms=39000, running=3)], now=T0 + timedelta(seconds=30))
     alerts_evaluate(targets=[lane()], now=T0 + timedelta(seconds=35))
     assert set(Alert.objects.values_list("state", flat=True)) == {"resolved"}
+
+
+def test_one_alerts_changes_reach_the_webhook_in_order(receiver):
+    """Seen live with a receiver failing two posts in three: an alert's "resolved" was
+    delivered while its "opened" was still being retried."""
+    with override_settings(METRICS_ALERT_WEBHOOK_URL=receiver.url, METRICS_ALERT_TTFT_P95_MS=1000,
+                           METRICS_WEBHOOK_BACKOFF_S=10, METRICS_WEBHOOK_MAX_ATTEMPTS=5):
+        alerts_evaluate(targets=[lane(ttft_p95_ms=5000)], now=T0)
+        alerts_evaluate(targets=[lane(ttft_p95_ms=100)], now=T0 + timedelta(seconds=1))
+        assert list(WebhookDelivery.objects.order_by("id").values_list("event", flat=True)) == ["opened", "resolved"]
+        for at in (1, 11, 31, 32):
+            webhooks_deliver_due(now=T0 + timedelta(seconds=at))
+    assert [body["event"] for body in receiver.bodies] == ["opened", "opened", "opened", "resolved"]
+    assert set(WebhookDelivery.objects.values_list("state", flat=True)) == {"delivered"}
+
+
+def test_a_delivery_being_posted_is_not_posted_again_by_a_second_run(monkeypatch):
+    """Beat starts a run every 5 s; a receiver that takes the whole timeout to answer must
+    not get the same change twice from the run that starts meanwhile."""
+    posted: list[str] = []
+
+    class SlowReceiver:
+        def __enter__(self) -> SlowReceiver:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def post(self, url: str, json: dict[str, Any]) -> Any:
+            posted.append(json["event"])
+            if len(posted) == 1:  # while this post hangs, beat's next run starts
+                webhooks_deliver_due(now=T0 + timedelta(seconds=6))
+            return type("Response", (), {"is_success": True, "status_code": 204})()
+
+    monkeypatch.setattr("metrics.webhooks.http_client", lambda timeout: SlowReceiver())
+    with override_settings(METRICS_ALERT_WEBHOOK_URL="http://receiver.invalid/hook", METRICS_ALERT_TTFT_P95_MS=1000,
+                           METRICS_WEBHOOK_TIMEOUT_S=5):
+        alerts_evaluate(targets=[lane(ttft_p95_ms=5000)], now=T0)
+        webhooks_deliver_due(now=T0)
+    assert posted == ["opened"]
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.state == "delivered" and delivery.attempts == 1
