@@ -36,7 +36,8 @@ def gateway_added(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for level in levels:
         base = direct.get(level["label"])
-        if level["target"] != "gateway" or base is None:
+        # A side where nothing succeeded has no TTFT to subtract (its figures are zeros).
+        if level["target"] != "gateway" or base is None or not base["completed"] or not level["stats"]["completed"]:
             continue
         stats = level["stats"]
         rows.append({
@@ -61,6 +62,19 @@ def _key(level: dict[str, Any]) -> tuple[str, str]:
     return level["target"], level["label"]
 
 
+COUNT_FIGURES = ("completed", "failed", "total")
+
+
+def _figure(level: dict[str, Any] | None, name: str) -> Any:
+    """A level's figure, or None where it has none: a level where no request succeeded has
+    counts but no latency or speed (its stats hold zeros, which are no measurement)."""
+    if level is None:
+        return None
+    if not level["stats"].get("completed") and name not in COUNT_FIGURES:
+        return None
+    return level["stats"].get(name)
+
+
 def compare_runs(first: BenchmarkRun, second: BenchmarkRun) -> list[dict[str, Any]]:
     """Rows of (target, level) present in either run: each summary figure of both runs and
     the change from the first to the second (absolute and relative)."""
@@ -71,8 +85,8 @@ def compare_runs(first: BenchmarkRun, second: BenchmarkRun) -> list[dict[str, An
     for key in ordered:
         figures = []
         for name, unit in SUMMARY_COLUMNS:
-            left = a[key]["stats"].get(name) if key in a else None
-            right = b[key]["stats"].get(name) if key in b else None
+            left = _figure(a.get(key), name)
+            right = _figure(b.get(key), name)
             delta = right - left if left is not None and right is not None else None
             relative = delta / left if delta is not None and left else None
             figures.append({"name": name, "unit": unit, "a": left, "b": right, "delta": delta, "relative": relative})

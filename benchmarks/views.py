@@ -8,6 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from benchmarks.models import BenchmarkRun
@@ -15,7 +16,7 @@ from benchmarks.params import CACHE_MODES, TARGETS
 from benchmarks.selectors import compare_runs, export_csv, export_json, run_get, run_list, run_payload
 from benchmarks.services import benchmark_start_named
 from benchmarks.stats import SUMMARY_COLUMNS
-from lanes.models import Lane
+from lanes.models import Lane, LaneState
 from portal.roles import Capability, role_required, user_can
 
 NUMBER_FIELDS = ("prompt_tokens", "output_tokens", "warmup", "requests_per_level", "duration_s", "timeout_s",
@@ -58,8 +59,11 @@ def _form_params(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def _list_context(request: HttpRequest, errors: dict[str, str] | None = None) -> dict[str, Any]:
+    lanes = list(Lane.objects.order_by("name"))
     return {
-        "runs": run_list()[:200], "lanes": Lane.objects.order_by("name"),
+        "runs": run_list()[:200], "lanes": lanes,
+        # A sweep of a lane that does not serve only fails: the form offers a serving one first.
+        "first_serving": next((lane.name for lane in lanes if lane.observed_state == LaneState.SERVING), None),
         "can_operate": user_can(request.user, Capability.OPERATE), "errors": errors or {},
         "form": request.POST if request.method == "POST" else {}, "cache_modes": CACHE_MODES, "targets": TARGETS,
     }
@@ -83,6 +87,7 @@ def run_start(request: HttpRequest) -> HttpResponse:
     return render(request, "benchmarks/run_list.html", _list_context(request, errors), status=400)
 
 
+@never_cache  # the back button must not show a stale run that no event will ever update
 @role_required(Capability.VIEW)
 def run_page(request: HttpRequest, job_id: int) -> HttpResponse:
     run = _run_or_404(job_id)

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from metrics.models import Alert, AlertState, WebhookDelivery
-from metrics.rules import RULE_LABELS, TargetView, Thresholds, firing_rules
+from metrics.rules import RULE_LABELS, TargetView, Thresholds, firing_rules, held_rules
 from portal.broadcast import DASHBOARD_GROUP, HEADER_GROUP, broadcast
 from portal.roles import Capability, UserLike, user_can
 
@@ -58,9 +58,11 @@ def alerts_header_snapshot() -> tuple[str, dict[str, int]]:
 
 
 def alerts_evaluate(*, targets: list[TargetView], now: datetime | None = None) -> dict[str, int]:
-    """Open what fires (after its duration), refresh what still fires, resolve the rest."""
+    """Open what fires (after its duration), refresh what still fires, keep what cannot be
+    judged this scrape (rules.held_rules), resolve the rest."""
     now = now or timezone.now()
     firing = {(f.rule, f.kind, f.target): f for f in firing_rules(targets, thresholds_from_settings())}
+    held = held_rules(targets)
     counts = {"opened": 0, "resolved": 0}
     with transaction.atomic():
         live = {(a.rule, a.kind, a.target): a for a in Alert.objects.select_for_update().exclude(state=AlertState.RESOLVED)}
@@ -79,7 +81,7 @@ def alerts_evaluate(*, targets: list[TargetView], now: datetime | None = None) -
         # What no longer fires resolves, including targets that left the scrape (a lane
         # stopped on purpose, a node put in maintenance): callers pass every lane and node.
         for key, alert in live.items():
-            if key in firing:
+            if key in firing or key in held:
                 continue
             if alert.state == AlertState.PENDING:
                 alert.delete()

@@ -52,6 +52,30 @@ RULE_LABELS = {
 }
 
 
+def rule_table(t: Thresholds) -> list[dict[str, str]]:
+    """Every rule as the alerts page shows it: what fires it, with the thresholds in force
+    and the setting that changes each."""
+    return [
+        {"rule": "lane_down", "label": RULE_LABELS["lane_down"],
+         "condition": "a lane that should serve is failed or stopped", "setting": ""},
+        {"rule": "kv_high", "label": RULE_LABELS["kv_high"],
+         "condition": f"KV-cache use above {t.kv_pct:g}% for {t.kv_for_s:g} s",
+         "setting": "PORTAL_METRICS_ALERT_KV_PCT, PORTAL_METRICS_ALERT_KV_FOR_S"},
+        {"rule": "ttft_high", "label": RULE_LABELS["ttft_high"],
+         "condition": f"TTFT p95 above {t.ttft_p95_ms:g} ms (kept while requests wait with no first token)",
+         "setting": "PORTAL_METRICS_ALERT_TTFT_P95_MS"},
+        {"rule": "node_memory_low", "label": RULE_LABELS["node_memory_low"],
+         "condition": f"MemAvailable below {t.node_mem_gib:g} GiB", "setting": "PORTAL_METRICS_ALERT_NODE_MEM_GIB"},
+        {"rule": "swap_in_use", "label": RULE_LABELS["swap_in_use"],
+         "condition": f"more than {t.swap_gib:g} GiB of swap in use", "setting": "PORTAL_METRICS_ALERT_SWAP_GIB"},
+        {"rule": "scrape_failing", "label": RULE_LABELS["scrape_failing"],
+         "condition": f"{t.scrape_failures} failed scrapes in a row", "setting": "PORTAL_METRICS_ALERT_SCRAPE_FAILURES"},
+        {"rule": "rdma_rtt_high", "label": RULE_LABELS["rdma_rtt_high"],
+         "condition": "the RDMA watchdog holds the lane degraded (its moving average above its threshold)",
+         "setting": "the lane's watchdog (Fabric)"},
+    ]
+
+
 def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:
     firing: list[Firing] = []
     for target in targets:
@@ -89,3 +113,20 @@ def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:
                 firing.append(Firing("swap_in_use", "node", target.name,
                                      f"node {target.name}: {swap:.2f} GiB of swap in use", swap))
     return firing
+
+
+def held_rules(targets: list[TargetView]) -> set[tuple[str, str, str]]:
+    """(rule, kind, target) whose input is missing from a scrape that worked, while the
+    condition may well persist: an open (or pending) alert on it is kept, neither refreshed
+    nor resolved. A TTFT p95 exists only for an interval in which some request got its
+    first token; a lane so slow that none did, with requests still running or waiting, has
+    not recovered (without this its alert resolved and reopened at every other scrape). An
+    idle lane (nothing running or waiting) lets the alert resolve."""
+    held: set[tuple[str, str, str]] = set()
+    for target in targets:
+        f = target.figures
+        if target.kind != "lane" or not f or "ttft_p95_ms" in f:
+            continue
+        if (f.get("running") or 0) + (f.get("waiting") or 0) > 0:
+            held.add(("ttft_high", "lane", target.name))
+    return held

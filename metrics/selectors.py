@@ -160,6 +160,8 @@ def gateway_live(*, minutes: int = 5, now: datetime | None = None) -> dict[str, 
         "latency_p50_ms": _percentile(latencies, 0.5), "latency_p95_ms": _percentile(latencies, 0.95),
         "ttft_p50_ms": _percentile(ttfts, 0.5), "ttft_p95_ms": _percentile(ttfts, 0.95),
         "share": {lane: 100.0 * n / total for lane, n in sorted(share.items())} if total else {},
+        # The last two minutes per minute: the gateway page's traffic chart follows each tick.
+        "traffic": gateway_traffic(minutes=2, now=now),
     }
 
 

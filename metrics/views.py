@@ -13,15 +13,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from lanes.models import Lane, Node
-from metrics.alerts import alert_acknowledge
+from metrics.alerts import alert_acknowledge, thresholds_from_settings
 from metrics.exposition import render_metrics
 from metrics.forms import RequestLogFilterForm, UsageForm
 from metrics.models import Alert, AlertState, TargetKind
-from metrics.rules import RULE_LABELS
+from metrics.rules import RULE_LABELS, rule_table
 from metrics.selectors import (
     CHART_RANGES,
     GATEWAY_RANGES,
@@ -156,11 +157,17 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @role_required(Capability.VIEW)
 def alerts_page(request: HttpRequest) -> HttpResponse:
+    open_alerts = list(Alert.objects.filter(state=AlertState.OPEN).select_related("acknowledged_by")
+                       .order_by("-opened_at"))
+    history = list(Alert.objects.filter(state=AlertState.RESOLVED).select_related("acknowledged_by")
+                   .order_by("-resolved_at")[:200])
+    for alert in (*open_alerts, *history):
+        alert.rule_label = RULE_LABELS.get(alert.rule, alert.rule)  # type: ignore[attr-defined]
     return render(request, "metrics/alerts.html", {
-        "open": Alert.objects.filter(state=AlertState.OPEN).select_related("acknowledged_by").order_by("-opened_at"),
-        "history": Alert.objects.filter(state=AlertState.RESOLVED).select_related("acknowledged_by")
-        .order_by("-resolved_at")[:200],
-        "rule_labels": RULE_LABELS,
+        "open": open_alerts,
+        "history": history,
+        "rule_labels": RULE_LABELS, "rules": rule_table(thresholds_from_settings()),
+        "webhook_on": bool(settings.METRICS_ALERT_WEBHOOK_URL),
     })
 
 
@@ -172,4 +179,7 @@ def alert_ack(request: HttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied("Only an admin may acknowledge alerts.")
     alert_acknowledge(alert=alert, actor=request.user)
     back = str(request.POST.get("next") or "")
-    return redirect(back if back.startswith("/") and not back.startswith("//") else "/monitor/alerts/")
+    # Only a path of this site: a browser reads a backslash after the first slash as a second slash.
+    safe = back.startswith("/") and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()},
+                                                                    require_https=request.is_secure())
+    return redirect(back if safe else "/monitor/alerts/")

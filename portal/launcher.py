@@ -34,6 +34,10 @@ class Launcher:
         self.logs = self.var / "log"
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="portal.settings", PYTHONUNBUFFERED="1")
+        # The benchmark job's gateway target is this portal: on another port than the default,
+        # "through the gateway" levels went to whatever answered on 8080.
+        local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104  (a bind-all address)
+        self.env.setdefault("PORTAL_GATEWAY_URL", f"http://{local}:{port}")
 
     # --- processes -------------------------------------------------------------------
     def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:

@@ -17,7 +17,8 @@
           borderDash: name === "b" ? [6, 4] : [],
           data: labels.map(function (label) {
             const level = run.levels.find(function (l) { return l.target === target && l.label === label; });
-            return level ? level.stats[key] * scale : null;
+            // a level where nothing succeeded has no figure to draw (its zeros are no measurement)
+            return level && level.stats.completed ? level.stats[key] * scale : null;
           }),
         });
       }

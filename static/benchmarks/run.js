@@ -11,7 +11,15 @@
   function fmt(value) {
     if (value === null || value === undefined) return "-";
     if (typeof value !== "number") return String(value);
+    if (Number.isInteger(value)) return String(value);
     return Math.abs(value) >= 100 ? value.toFixed(0) : value.toFixed(2);
+  }
+  // A level where no request succeeded has no latency or speed: "-" and a gap in the
+  // charts, never a 0 that reads as a measurement.
+  const COUNTS = ["completed", "failed", "total"];
+  function figure(level, key) {
+    if (!level.stats.completed && !COUNTS.includes(key)) return null;
+    return level.stats[key];
   }
   function pct(value) { return value === null || value === undefined ? "-" : (100 * value).toFixed(1) + "%"; }
   function spec(m) {
@@ -56,7 +64,8 @@
           label: target, borderColor: COLORS[target], backgroundColor: COLORS[target],
           data: labels.map(function (label) {
             const level = levels.find(function (l) { return l.target === target && l.label === label; });
-            return level ? level.stats[key] * scale : null;
+            const value = level ? figure(level, key) : null;
+            return value === null || value === undefined ? null : value * scale;
           }),
         };
       });
@@ -69,7 +78,10 @@
     tr.dataset.position = level.position;
     const m = level.metrics || {};
     const client = level.stats.client || {};
-    const cells = [level.target, level.label].concat(columns.map(function (c) { return fmt(level.stats[c[0]]); }))
+    const cells = [level.target, level.label].concat(columns.map(function (c) {
+      const value = fmt(figure(level, c[0]));
+      return c[0] === "failed" && level.stats.failed ? [value, (level.stats.errors || []).join("\n")] : value;
+    }))
       .concat([pct(m.prefix_cache_hit_rate), fmt(m.preemptions), spec(m), roce(level.fabric),
                client.saturated ? "saturated: " + client.saturated_because : (100 * (client.cpu_share || 0)).toFixed(0) + "% CPU"]);
     for (const cell of cells) {
@@ -81,6 +93,18 @@
     if (level.stats.failed) tr.classList.add("table-warning");
     if (client.saturated) tr.classList.add("table-danger");
     tbody.appendChild(tr);
+    if (level.stats.failed && (level.stats.errors || []).length) {
+      // Failures are shown with their reasons, under the level they belong to.
+      const errors = document.createElement("tr");
+      errors.className = "level-errors";
+      errors.dataset.position = level.position;
+      const td = document.createElement("td");
+      td.colSpan = tr.children.length;
+      td.className = "small text-danger pt-0";
+      td.textContent = level.stats.failed + " failed: " + level.stats.errors.join("; ");
+      errors.appendChild(td);
+      tbody.appendChild(errors);
+    }
   }
 
   function gatewayAdded() {
@@ -91,7 +115,7 @@
     let any = false;
     for (const level of levels) {
       const base = direct[level.label];
-      if (level.target !== "gateway" || !base) continue;
+      if (level.target !== "gateway" || !base || !base.completed || !level.stats.completed) continue;
       any = true;
       const tr = document.createElement("tr");
       for (const text of [level.label, fmt(level.stats.median_ttft_ms - base.median_ttft_ms),
@@ -119,9 +143,46 @@
     gatewayAdded();
     setProgress(levels.length / Math.max(1, data.levels_planned));
   }
-  data.levels.forEach(levelDone);
   const FINAL = ["succeeded", "failed", "cancelled", "timed_out", "lost"];
+  function showState(state, error) {
+    const box = document.getElementById("run-state");
+    box.textContent = state;
+    box.dataset.state = state;
+    if (state === "succeeded") setProgress(1);
+    if (FINAL.includes(state)) {
+      const cancel = document.getElementById("cancel-form");
+      if (cancel) cancel.remove();
+    }
+    if (error) {
+      const banner = document.getElementById("run-error");
+      banner.textContent = error;
+      banner.hidden = false;
+    }
+  }
+  data.levels.forEach(levelDone);
   if (FINAL.includes(data.state)) { if (data.state === "succeeded") setProgress(1); return; }
+
+  // Cancel from this page and stay on it: the progress bar stops, the state says cancelled.
+  const cancelForm = document.getElementById("cancel-form");
+  if (cancelForm) {
+    cancelForm.addEventListener("submit", function (event) {
+      event.preventDefault();
+      cancelForm.querySelector("button").disabled = true;
+      fetch(cancelForm.action, { method: "POST", body: new FormData(cancelForm), credentials: "same-origin" });
+    });
+  }
+
+  // What happened between the page's render and the socket's open (a level, the end of
+  // the run) arrives by no event: read the run once at each (re)connect, then follow events.
+  function catchUp() {
+    fetch("/api/benchmarks/" + data.job, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (run) {
+        if (!run) return;
+        run.levels.forEach(levelDone);
+        if (run.state !== "queued") showState(run.state, null);
+      });
+  }
 
   PortalLive.connect("/ws/jobs/" + data.job + "/", function (message) {
     if (message.event === "benchmark.progress") {
@@ -131,15 +192,7 @@
     } else if (message.event === "benchmark.level") {
       levelDone(message.data);
     } else if (message.event === "job.state" && message.data.id === data.job) {
-      const state = document.getElementById("run-state");
-      state.textContent = message.data.state;
-      state.dataset.state = message.data.state;
-      if (message.data.state === "succeeded") setProgress(1);
-      if (message.data.error) {
-        const box = document.getElementById("run-error");
-        box.textContent = message.data.error;
-        box.hidden = false;
-      }
+      showState(message.data.state, message.data.error);
     }
-  });
+  }, catchUp);
 })();

@@ -4,8 +4,13 @@
   const box = document.getElementById("charts");
   const kind = box.dataset.kind, name = box.dataset.name;
   const labels = JSON.parse(document.getElementById("series-labels").textContent);
-  const MAX_POINTS = { "15m": 180, "6h": 360 + 72, "7d": 168 + 720 };
+  const MAX_POINTS = { "15m": 180, "6h": 360, "7d": 168 };
+  // 6 h and 7 days show one point a minute and an hour: a tick updates the current
+  // bucket's point (a running mean), and starts a new point when a new bucket begins, so
+  // the live end of the chart keeps the same time scale as its history.
+  const BUCKET_S = { "15m": 0, "6h": 60, "7d": 3600 };
   let range = "15m";
+  let lastBucket = null, inBucket = 0;
   const charts = Array.from(box.querySelectorAll("canvas")).map(function (canvas) {
     const series = canvas.dataset.series.split(",");
     return { series: series, chart: SparkMetrics.lineChart(canvas, series, labels) };
@@ -22,6 +27,8 @@
           });
           c.chart.update("none");
         });
+        const last = body.points.length ? Date.parse(body.points[body.points.length - 1].t) : null;
+        lastBucket = last; inBucket = last === null ? 0 : 1;
         box.dataset.loaded = range;
       });
   }
@@ -41,9 +48,26 @@
     badge.textContent = entry.state; badge.className = "badge state state-" + entry.state;
     document.getElementById("scrape-error").textContent = entry.scraped && entry.ok === false ? "scrape failed: " + entry.error : "";
     if (!entry.scraped || !entry.ok) { return; }
-    charts.forEach(function (c) {
-      SparkMetrics.push(c.chart, label(msg.data.at), c.series.map(function (s) { return entry.figures[s]; }), MAX_POINTS[range]);
-    });
+    const size = BUCKET_S[range];
+    const bucket = size ? Math.floor(Date.parse(msg.data.at) / 1000 / size) * size * 1000 : null;
+    if (size && bucket === lastBucket) {
+      charts.forEach(function (c) {
+        c.chart.data.datasets.forEach(function (ds, i) {
+          const value = entry.figures[c.series[i]];
+          if (value === undefined || !ds.data.length) { return; }
+          const old = ds.data[ds.data.length - 1];
+          ds.data[ds.data.length - 1] = old === null || old === undefined ? value : (old * inBucket + value) / (inBucket + 1);
+        });
+        c.chart.update("none");
+      });
+      inBucket += 1;
+    } else {
+      const at = size ? new Date(bucket).toISOString() : msg.data.at;
+      charts.forEach(function (c) {
+        SparkMetrics.push(c.chart, label(at), c.series.map(function (s) { return entry.figures[s]; }), MAX_POINTS[range]);
+      });
+      if (size) { lastBucket = bucket; inBucket = 1; }
+    }
     box.dataset.ticks = String(Number(box.dataset.ticks || 0) + 1);
   });
 })();

@@ -40,6 +40,20 @@ document.addEventListener("DOMContentLoaded", function () {
       li.className = "list-group-item"; li.dataset.alert = d.id;
       const strong = document.createElement("strong"); strong.textContent = d.rule_label + " ";
       li.replaceChildren(strong, document.createTextNode(d.message + (d.acknowledged_by ? ` (acknowledged by ${d.acknowledged_by})` : "")));
+      const box = document.getElementById("metrics-dashboard");
+      if (!d.acknowledged_by && box.dataset.canAck) {
+        // An alert that opens while the page is open can be acknowledged from it, like the rendered ones.
+        const form = document.createElement("form");
+        form.method = "post"; form.action = `/monitor/alerts/${encodeURIComponent(d.id)}/ack`; form.className = "d-inline ms-2";
+        for (const [name, value] of [["csrfmiddlewaretoken", box.dataset.csrf], ["next", "/"]]) {
+          const input = document.createElement("input"); input.type = "hidden"; input.name = name; input.value = value;
+          form.append(input);
+        }
+        const button = document.createElement("button");
+        button.className = "btn btn-sm btn-outline-secondary py-0"; button.textContent = "Acknowledge";
+        form.append(button);
+        li.append(form);
+      }
       if (!existing) { list.prepend(li); }
     }
     // The header's badge follows its own socket on every page (portal/header.js).

@@ -74,3 +74,49 @@ def test_an_admin_starts_a_sweep_on_the_lanes_current_revision(admin_client: Cli
     assert response["Location"] == f"/benchmarks/{run.job_id}/"
     assert queued == [run.job_id] and run.revision_number == 2 and run.levels_planned == 6
     assert run.params["targets"] == ["direct", "gateway"] and run.params["cache_mode"] == "cache_hit"
+
+
+def _failed_level(run: BenchmarkRun, target: str) -> None:
+    from benchmarks.models import BenchmarkLevel
+    from benchmarks.stats import RequestRecord, level_stats
+
+    BenchmarkLevel.objects.create(run=run, position=1, target=target, concurrency=1, stats=level_stats(
+        [RequestRecord(sent_at=0.0, error="HTTP 503: no lane")], started_at=0.0, ended_at=1.0))
+
+
+def test_a_level_where_nothing_succeeded_has_no_figures_to_compare_or_subtract(
+        viewer_client: Client, finished_runs: tuple) -> None:
+    """Seen live on a stopped lane: every request failed, and the gateway's added TTFT and
+    the comparison were computed from the zeros of a level that measured nothing."""
+    from benchmarks.selectors import compare_runs, run_payload
+
+    a, b = finished_runs
+    BenchmarkRun.objects.filter(pk=a.pk).update(params={**a.params, "targets": ["direct", "gateway"]})
+    _failed_level(a, "gateway")  # direct C=1 measured, gateway C=1 failed entirely
+    assert run_payload(a)["gateway_added"] == []
+    b.levels.update(stats=b.levels.get().stats | {"completed": 0, "failed": 1, "total": 1})
+    (row,) = [row for row in compare_runs(a, b) if row["target"] == "direct"]
+    figures = {figure["name"]: figure for figure in row["figures"]}
+    assert figures["median_ttft_ms"]["a"] == pytest.approx(500.0)
+    assert figures["median_ttft_ms"]["b"] is None and figures["median_ttft_ms"]["delta"] is None
+    assert figures["failed"]["b"] == 1 and figures["failed"]["delta"] == 1
+
+
+def test_the_run_page_is_never_cached(viewer_client: Client, finished_runs: tuple) -> None:
+    """The back button showed a run as it was at its first render (running, no level),
+    and a finished run sends no event that would ever correct it."""
+    a, _ = finished_runs
+    response = viewer_client.get(f"/benchmarks/{a.job_id}/")
+    assert "no-cache" in response["Cache-Control"] and "no-store" in response["Cache-Control"]
+
+
+def test_the_start_form_offers_a_serving_lane_and_says_which_do_not_serve(
+        admin_client: Client, finished_runs: tuple) -> None:
+    from lanes.models import Lane
+
+    stopped = Lane.objects.get(name="qwen")
+    serving = Lane.objects.create(name="zeta", model_id="org/zeta", image="img@sha256:" + "0" * 64,
+                                  max_model_len=32768, observed_state="serving", desired_state="serving")
+    page = admin_client.get("/benchmarks/").content.decode()
+    assert f'<option value="{stopped.name}" data-state="stopped">qwen (stopped)</option>' in page
+    assert f'<option value="{serving.name}" data-state="serving" selected>zeta</option>' in page

@@ -157,3 +157,46 @@ def test_the_sample_grafana_dashboard_uses_only_metrics_the_portal_exports(lane_
                 for sample in family.samples}
     exported |= {f.name for f in text_string_to_metric_families(render_metrics().decode())}
     assert used and used <= exported, used - exported
+
+
+def test_the_gateway_tabs_lead_to_its_figures_request_log_and_usage(role_clients):
+    """The figures, the searchable request log and the usage pages were reachable only from
+    a link on the dashboard: the Gateway section's tabs did not name them."""
+    for path in ("/gateway/", "/monitor/gateway/", "/monitor/requests/", "/monitor/usage/"):
+        page = role_clients["admin"].get(path).content.decode()
+        for link in ('href="/monitor/gateway/"', 'href="/monitor/requests/"', 'href="/monitor/usage/"'):
+            assert link in page, (path, link)
+
+
+@override_settings(METRICS_ALERT_TTFT_P95_MS=2500, METRICS_ALERT_KV_PCT=90, METRICS_ALERT_KV_FOR_S=120)
+def test_the_alerts_page_shows_every_rule_with_its_threshold_and_names_rules_by_label(role_clients):
+    Alert.objects.create(rule="ttft_high", kind="lane", target="qwen", state="open", message="slow",
+                         opened_at=datetime(2026, 11, 30, tzinfo=UTC))
+    page = role_clients["viewer"].get("/monitor/alerts/").content.decode()
+    assert "TTFT p95 above 2500 ms" in page and "KV-cache use above 90% for 120 s" in page
+    assert page.count('<tr data-rule="') == 7
+    assert "<td>Slow first token</td>" in page and "<td>ttft_high</td>" not in page
+
+
+def test_acknowledging_goes_back_only_to_a_page_of_this_site(role_clients):
+    alert = Alert.objects.create(rule="ttft_high", kind="lane", target="qwen", state="open", message="slow",
+                                 opened_at=datetime(2026, 11, 30, tzinfo=UTC))
+    admin = role_clients["admin"]
+    assert admin.post(f"/monitor/alerts/{alert.pk}/ack", {"next": "/"})["Location"] == "/"
+    for elsewhere in ("/\\evil.example/", "//evil.example/", "https://evil.example/"):
+        response = admin.post(f"/monitor/alerts/{alert.pk}/ack", {"next": elsewhere})
+        assert response["Location"] == "/monitor/alerts/", elsewhere
+
+
+def test_each_tick_carries_the_gateways_last_minutes_for_its_traffic_chart(traffic, role_clients):
+    """The gateway page's traffic chart was drawn once and never followed the scrapes, and
+    showed no latency: the tick's gateway figures now carry the current minutes, slowest
+    request included, and the page draws that series."""
+    from metrics.selectors import gateway_live
+
+    now = timezone.now()
+    points = gateway_live(now=now)["traffic"]
+    assert sum(point["requests"] for point in points) == 3 and sum(point["errors"] for point in points) == 1
+    assert max(point["max_latency_ms"] for point in points) == 1200.0
+    page = role_clients["admin"].get("/monitor/gateway/").content.decode()
+    assert '"max_latency_ms"' in page and "follow(g.traffic)" in page
