@@ -194,8 +194,8 @@ def scrape_ticks(ticks: int, *, with_nodes: bool) -> None:
               f"{failures}")
         mean_cpu = statistics.mean(cpu_self)
         print(f"  portal process CPU {mean_cpu * 1000:.0f} ms a tick = {100 * mean_cpu / SCRAPE_INTERVAL_S:.1f}% of one "
-              f"core at a {SCRAPE_INTERVAL_S} s interval; the local-transport probes' children (bash + the simulated "
-              f"nvidia-smi, a Python process) {statistics.mean(cpu_children) * 1000:.0f} ms (on real Sparks they run there)")
+              f"core at a {SCRAPE_INTERVAL_S} s interval; the local-transport probes' children (bash, timeout and the simulated "
+              f"nvidia-smi, a sh script) {statistics.mean(cpu_children) * 1000:.0f} ms (on real Sparks they run there)")
     finally:
         server.terminate()
         cluster_down(sim_root)
