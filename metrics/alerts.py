@@ -38,15 +38,21 @@ def alert_payload(alert: Alert) -> dict[str, Any]:
     }
 
 
-def _announce(alert: Alert, event: str, now: datetime) -> None:
-    """Saved first; the broadcast and the webhook row follow the commit."""
+def _announce(alert: Alert, event: str, now: datetime, *, header: bool = True) -> None:
+    """Saved first; the broadcast and the webhook row follow the commit. `header=False`: the
+    caller sends the header's count once for all the alerts it changed."""
     payload = alert_payload(alert)
     if settings.METRICS_ALERT_WEBHOOK_URL:
         WebhookDelivery.objects.create(
             alert=alert, event=event, payload={"event": event, "alert": payload}, next_attempt_at=now
         )
     transaction.on_commit(lambda: broadcast(DASHBOARD_GROUP, "alert.changed", {"event": event, **payload}))
-    transaction.on_commit(lambda: broadcast(HEADER_GROUP, *alerts_header_snapshot()))
+    if header:
+        transaction.on_commit(_broadcast_header_count)
+
+
+def _broadcast_header_count() -> None:
+    broadcast(HEADER_GROUP, *alerts_header_snapshot())
 
 
 ALERTS_COUNT_EVENT = "alerts.count"
@@ -77,7 +83,7 @@ def alerts_evaluate(*, targets: list[TargetView], now: datetime | None = None) -
             alert.save()
             if opens:
                 counts["opened"] += 1
-                _announce(alert, "opened", now)
+                _announce(alert, "opened", now, header=False)
         # What no longer fires resolves, including targets that left the scrape (a lane
         # stopped on purpose, a node put in maintenance): callers pass every lane and node.
         for key, alert in live.items():
@@ -89,7 +95,11 @@ def alerts_evaluate(*, targets: list[TargetView], now: datetime | None = None) -
             alert.state, alert.resolved_at = AlertState.RESOLVED, now
             alert.save(update_fields=["state", "resolved_at"])
             counts["resolved"] += 1
-            _announce(alert, "resolved", now)
+            _announce(alert, "resolved", now, header=False)
+        if counts["opened"] or counts["resolved"]:
+            # One count query and one header message per tick, however many alerts changed
+            # (a switch going down opens one per lane and node behind it).
+            transaction.on_commit(_broadcast_header_count)
     return counts
 
 

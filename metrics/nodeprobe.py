@@ -15,16 +15,20 @@ ROCE_WORD_BYTES = 4
 KIB = 1024
 GIB = 1024**3
 
+# One bash per node, one process tree: files are read with bash builtins (`read`), not
+# cat/head/$(cat) (a fork each, 18 a probe before), so the probe's only children are
+# `timeout` and `nvidia-smi`. The output is what cat/head printed.
 PROBE_COMMAND = (
     'P="${SPARK_PROCFS:-/proc}"; S="${SPARK_SYSFS:-/sys}"; '
-    'echo @meminfo; cat "$P/meminfo"; '
+    'echo @meminfo; while IFS= read -r l || [ -n "$l" ]; do printf "%s\\n" "$l"; done < "$P/meminfo"; '
     # A simulated Spark has no stat of its own: its CPU is this machine's.
-    'echo @stat; head -n1 "$P/stat" 2>/dev/null || head -n1 /proc/stat; '
+    'echo @stat; l=; { IFS= read -r l < "$P/stat"; } 2>/dev/null || IFS= read -r l < /proc/stat; '
+    'printf "%s\\n" "$l"; '
     # nvidia-smi can hang on a wedged GPU: bounded on the node itself.
     f"echo @gpu; timeout -k 1 3 nvidia-smi --query-gpu={GPU_FIELDS} --format=csv,noheader,nounits 2>/dev/null; "
     'echo @roce; for f in "$S"/class/infiniband/*/ports/*/counters/port_xmit_data '
     '"$S"/class/infiniband/*/ports/*/counters/port_rcv_data; do '
-    '[ -r "$f" ] && printf "%s %s\\n" "$f" "$(cat "$f")"; done; true'
+    'v=; [ -r "$f" ] && { IFS= read -r v < "$f" || [ -n "$v" ]; } && printf "%s %s\\n" "$f" "$v"; done; true'
 )
 
 

@@ -8,6 +8,7 @@ the engine restarted: its delta is then the new value, as Prometheus' rate() tre
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,12 +84,33 @@ def parse_vllm_metrics(text: str, *, at: float) -> EngineReading:
     return reading
 
 
+# A sample line whose labels are well-formed (the text format's grammar); anything else is
+# left as it is for the parser to judge.
+_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\\n]|\\.)*"'
+_SAMPLE_LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{(\s*(?:" + _PAIR + r"(?:\s*,\s*" + _PAIR + r")*\s*,?)?\s*)\}(.*)")
+_LABEL_TOKEN = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"')
+
+
 def _used_lines(text: str) -> str:
+    """The lines of the used families, each sample with only the `le` label: the figures sum
+    over every other label (engines, models, finish reasons), and the parser spends most of
+    its time reading labels character by character (a vLLM page: ~5 ms → ~1 ms).
+    HELP lines are dropped too; TYPE lines stay."""
     kept = []
     for line in text.splitlines():
-        name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
-        if name.startswith(USED_FAMILIES):
-            kept.append(line)
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] == "TYPE" and parts[2].startswith(USED_FAMILIES):
+                kept.append(line)
+            continue
+        if not line.startswith(USED_FAMILIES):
+            continue
+        match = _SAMPLE_LINE.fullmatch(line)
+        if match is not None:
+            name, labels, rest = match.groups()
+            le = next((value for label, value in _LABEL_TOKEN.findall(labels) if label == "le"), None)
+            line = f'{name}{{le="{le}"}}{rest}' if le is not None else f"{name}{rest}"
+        kept.append(line)
     return "\n".join(kept) + "\n"
 
 

@@ -19,6 +19,8 @@ CLOSE_NOT_FOUND = 4404
 # RFC 6455: a text frame that is not the JSON this socket speaks; a binary frame.
 CLOSE_INVALID_PAYLOAD = 1007
 CLOSE_UNSUPPORTED_DATA = 1003
+# Where the first consumer leaves a group message's JSON text for the others.
+ENCODED_KEY = "_portal_encoded"
 
 
 class PortalConsumer(AsyncJsonWebsocketConsumer):
@@ -53,7 +55,14 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def portal_event(self, message: dict[str, Any]) -> None:
-        await self.send_json({"event": message["event"], "data": message["data"]})
+        # The channel layer hands one message object to every consumer of this process in the
+        # group (one delivery per process): encode it once, not once per socket (a tick is
+        # ~27 KiB of JSON and a web process may hold hundreds of dashboards).
+        text = message.get(ENCODED_KEY)
+        if text is None:
+            text = await self.encode_json({"event": message["event"], "data": message["data"]})
+            message[ENCODED_KEY] = text
+        await self.send(text_data=text)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         """A bad message closes the socket with a code saying why (never a traceback)."""

@@ -18,6 +18,7 @@ from sparksim.host.node import (
     save_node,
 )
 from sparksim.host.procfs import write_proc_tree
+from sparksim.host.smi import nvidia_smi_script
 from sparksim.host.sysfs import write_node_tree
 from sparksim.rendezvous import cluster_dir
 
@@ -79,10 +80,13 @@ def write_wrappers(node: NodeInfo) -> None:
     bin_dir.mkdir(exist_ok=True)
     prologue = (f"#!/bin/sh\nexport PYTHONPATH='{PACKAGE_ROOT}'${{PYTHONPATH:+:$PYTHONPATH}}\n")
     python = sys.executable
-    scripts = {"docker": f"exec '{python}' -m sparksim docker --node-dir '{node.sim_dir}' \"$@\"\n"}
+    scripts = {"docker": prologue + f"exec '{python}' -m sparksim docker --node-dir '{node.sim_dir}' \"$@\"\n"}
     for tool in TOOLS:
-        scripts[tool] = (f"exec '{python}' -m sparksim tool {tool} --node-dir '{node.sim_dir}' "
-                         "\"$@\"\n")
+        scripts[tool] = prologue + (f"exec '{python}' -m sparksim tool {tool} --node-dir '{node.sim_dir}' "
+                                    "\"$@\"\n")
+    # The node probe runs nvidia-smi on every node every scrape tick: a plain sh script
+    # (no Python interpreter per call), as cheap on this machine as the real tool on a Spark.
+    scripts["nvidia-smi"] = nvidia_smi_script(node)
     # A tool missing on a node (`tool-missing` fault) is absent from its PATH, as on a
     # Spark where nobody built nccl-tests or installed perftest.
     missing = set(node.faults.get("tools_missing", []))
@@ -91,7 +95,7 @@ def write_wrappers(node: NodeInfo) -> None:
         if name in missing:
             path.unlink(missing_ok=True)
             continue
-        path.write_text(prologue + body)
+        path.write_text(body)
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 

@@ -1,4 +1,7 @@
-"""Stand-ins for nvidia-smi, ibdev2netdev and ip, reading the node's fake /sys."""
+"""Stand-ins for nvidia-smi, ibdev2netdev and ip, reading the node's fake /sys.
+
+A node's `bin/nvidia-smi` is the sh script sparksim.host.smi writes (no Python per call);
+`nvidia_smi` here answers the same for `python -m sparksim tool nvidia-smi`."""
 
 import sys
 from pathlib import Path
@@ -6,9 +9,9 @@ from pathlib import Path
 from sparksim.host.nccl import PROGRAMS, collective_direct, mpirun
 from sparksim.host.node import MANAGEMENT_NETDEV, ROCE_DEVICES, NodeInfo, load_node
 from sparksim.host.procfs import engines_gib
+from sparksim.host.smi import BANNER, engine_app, foreign_app, gpu_fields
 from sparksim.host.sysfs import mac_address, netdev_mtu, netdev_up, port_active
 
-DRIVER_VERSION = "580.95.05"
 NETDEV_INDEX = {MANAGEMENT_NETDEV: 2, **{netdev: 7 + offset for offset, netdev in
                                          enumerate(ROCE_DEVICES.values())}}
 
@@ -40,25 +43,6 @@ def tool_command(argv: list[str]) -> int:
     return 127
 
 
-def gpu_fields(node: NodeInfo) -> dict[str, tuple[str, str]]:
-    """Field -> (value, unit). Memory is [N/A] on a GB10: GPU and CPU share one memory."""
-    busy = engines_gib(node) > 0
-    return {
-        "name": ("NVIDIA GB10", ""),
-        "driver_version": (DRIVER_VERSION, ""),
-        "utilization.gpu": ("96" if busy else "0", " %"),
-        "power.draw": ("42.37" if busy else "11.02", " W"),
-        "temperature.gpu": ("61" if busy else "38", ""),
-        "memory.used": ("[N/A]", ""),
-        "memory.total": ("[N/A]", ""),
-        "memory.free": ("[N/A]", ""),
-        "index": ("0", ""),
-        "uuid": (f"GPU-{node.host_number:08x}-5f2a-4c1b-9e77-0000{node.host_number:08x}", ""),
-        "pci.bus_id": ("0000000F:01:00.0", ""),
-        "compute_cap": ("12.1", ""),
-    }
-
-
 def nvidia_smi(node: NodeInfo, argv: list[str]) -> int:
     query = next((item.split("=", 1)[1] for item in argv if item.startswith("--query-gpu=")), None)
     if query is None and "--query-gpu" in argv:
@@ -69,11 +53,9 @@ def nvidia_smi(node: NodeInfo, argv: list[str]) -> int:
     if apps is not None:
         return compute_apps(node, apps, output_format)
     if query is None:
-        print(f"NVIDIA-SMI {DRIVER_VERSION}  Driver Version: {DRIVER_VERSION}  CUDA Version: 13.0")
-        print("|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |"
-              "                  N/A |")
+        print("\n".join(BANNER))
         return 0
-    fields = gpu_fields(node)
+    fields = gpu_fields(node, busy=engines_gib(node) > 0)
     names = [name.strip() for name in query.split(",")]
     unknown = [name for name in names if name not in fields]
     if unknown:
@@ -95,11 +77,10 @@ def compute_apps(node: NodeInfo, query: str, output_format: str) -> int:
     """Processes holding the GPU: an engine the shim runs, or a foreign one (`gpu-busy` fault)."""
     apps: list[dict[str, str]] = []
     if engines_gib(node) > 0:
-        apps.append({"pid": str(4100 + node.host_number), "process_name": "python3",
-                     "name": "python3"})
-    if node.faults.get("gpu_busy"):
-        apps.append({"pid": str(5200 + node.host_number), "process_name": str(node.faults["gpu_busy"]),
-                     "name": str(node.faults["gpu_busy"])})
+        apps.append(engine_app(node))
+    foreign = foreign_app(node)
+    if foreign is not None:
+        apps.append(foreign)
     names = [name.strip() for name in query.split(",")]
     if "noheader" not in output_format:
         print(", ".join(names))

@@ -57,6 +57,21 @@ async def test_a_viewer_gets_the_open_alert_count_then_each_change(viewer_user, 
     await ws.disconnect()
 
 
+@override_settings(METRICS_ALERT_KV_PCT=90, METRICS_ALERT_KV_FOR_S=0)
+async def test_a_tick_that_changes_many_alerts_sends_the_header_one_count(viewer_user):
+    ws = await header_socket(viewer_user)
+    assert (await ws.connect())[0]
+    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 0}}
+    evaluate = database_sync_to_async(alerts_evaluate)
+    lanes = [TargetView(kind="lane", name=f"lane{i}", figures={"kv_pct": 95}, consecutive_failures=0,
+                        lane_state="serving", lane_desired="serving") for i in range(3)]
+    await evaluate(targets=lanes, now=T0)  # three open in one tick: one message, not three
+    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 3}}
+    await evaluate(targets=lanes[:2], now=T0 + timedelta(seconds=5))  # the next message is the next change
+    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 2}}
+    await ws.disconnect()
+
+
 async def test_a_user_without_a_role_is_refused(outsider_user):
     ws = await header_socket(outsider_user)
     connected, code = await ws.connect()

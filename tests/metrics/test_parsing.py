@@ -109,3 +109,23 @@ def test_spec_decode_acceptance_rate_and_length():
 def test_a_malformed_text_raises_value_error():
     with pytest.raises(ValueError):
         parse_vllm_metrics("vllm:num_requests_running{engine=0 1\n", at=0)
+
+
+def test_labels_with_quotes_commas_and_braces_in_their_values_are_summed_like_any_other():
+    """Labels other than `le` are dropped before the parser: a model name holding `"`, `,`,
+    `}` or `le="…"` must neither break a line nor move a bucket."""
+    text = "\n".join([
+        "# HELP vllm:num_requests_running Running.",
+        "# TYPE vllm:num_requests_running gauge",
+        'vllm:num_requests_running{engine="0",model_name="org/a,b} \\"le=\\"9\\"\\""} 2.0',
+        'vllm:num_requests_running{ engine = "1" , model_name="x\\\\y" , } 3.0',
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+        'vllm:time_to_first_token_seconds_bucket{model_name="le=\\"0.5\\",",le="0.1",engine="0"} 1.0',
+        'vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 4.0',
+        'vllm:time_to_first_token_seconds_bucket{model_name="m2",le="0.1"} 2.0',
+        'vllm:time_to_first_token_seconds_bucket{model_name="m2",le="+Inf"} 5.0',
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 4.0',
+    ]) + "\n"
+    reading = parse_vllm_metrics(text, at=0)
+    assert reading.gauges == {"vllm:num_requests_running": 5.0}
+    assert reading.histograms[TTFT] == {0.1: 3.0, math.inf: 9.0}

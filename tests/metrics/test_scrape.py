@@ -4,7 +4,10 @@ local transport: figures, samples, a dead and a hung lane marked without stallin
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,13 +15,18 @@ from django.core.cache import cache
 from django.test import override_settings
 
 from jobs.models import LaneWatchdog
+from jobs.transports import NodeEndpoint
+from jobs.transports.base import sim_prefix
 from lanes.models import Node
 from metrics.models import Alert, Sample, ScrapeTarget
-from metrics.nodeprobe import node_figures, parse_probe_output
-from metrics.scraper import LaneTarget, ScrapeResult, scrape_all
+from metrics.nodeprobe import GPU_FIELDS, PROBE_COMMAND, NodeReading, node_figures, parse_probe_output
+from metrics.scraper import LaneTarget, ScrapeResult, scrape_all, scrape_node
 from metrics.services import scrape_tick
 from metrics.tasks import TICK_LOCK
 from metrics.tasks import scrape_tick as scrape_tick_task
+from sparksim.host.node import NodeInfo
+from sparksim.host.procfs import record_budget
+from sparksim.host.sysfs import add_traffic
 from tests.conftest import free_port
 from tests.metrics.conftest import QWEN, make_lane_for
 
@@ -157,3 +165,57 @@ def test_targets_are_scraped_at_most_n_at_a_time_each_within_its_timeout():
     assert peak == 2 and in_flight == 0
     assert [r.name for r in results] == [f"lane{i}" for i in range(6)]
     assert all(r.reading is None and "no answer" in r.error for r in results)
+
+
+# The probe as it was written with cat, head and $(cat) (a fork per file): the builtin-only
+# probe must print the same lines.
+FORKING_PROBE = (
+    'P="${SPARK_PROCFS:-/proc}"; S="${SPARK_SYSFS:-/sys}"; '
+    'echo @meminfo; cat "$P/meminfo"; '
+    'echo @stat; head -n1 "$P/stat" 2>/dev/null || head -n1 /proc/stat; '
+    f"echo @gpu; timeout -k 1 3 nvidia-smi --query-gpu={GPU_FIELDS} --format=csv,noheader,nounits 2>/dev/null; "
+    'echo @roce; for f in "$S"/class/infiniband/*/ports/*/counters/port_xmit_data '
+    '"$S"/class/infiniband/*/ports/*/counters/port_rcv_data; do '
+    '[ -r "$f" ] && printf "%s %s\\n" "$f" "$(cat "$f")"; done; true'
+)
+
+
+def probe_lines(info: NodeInfo, command: str) -> list[str]:
+    done = subprocess.run(["bash", "-c", sim_prefix(info.sim_dir) + command], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert done.stderr == ""
+    # /proc/stat is this machine's and moves between two runs.
+    return [line for line in done.stdout.splitlines() if not line.startswith("cpu ")]
+
+
+def read_node(info: NodeInfo) -> NodeReading:
+    endpoint = NodeEndpoint(name=info.name, address=info.address, transport="local", sim_dir=info.sim_dir)
+    result = asyncio.run(scrape_node(endpoint, timeout_s=30))
+    assert result.error == "" and isinstance(result.reading, NodeReading)
+    return result.reading
+
+
+def test_the_probe_prints_what_the_forking_probe_printed_and_reads_every_field(sim_nodes):
+    info = sim_nodes[0]
+    add_traffic(info, 4 * 4 * 1000)  # 1,000 words on each of the 4 devices, both directions
+    assert probe_lines(info, PROBE_COMMAND) == probe_lines(info, FORKING_PROBE)
+    idle = read_node(info)
+    meminfo = dict(line.split(":", 1) for line in (Path(info.sim_dir) / "proc" / "meminfo").read_text().splitlines())
+    assert idle.mem_available_kib == float(meminfo["MemAvailable"].split()[0])
+    assert idle.swap_total_kib == idle.swap_free_kib == 16 * 1024 * 1024
+    assert idle.cpu_total and idle.cpu_idle is not None and 0 < idle.cpu_idle < idle.cpu_total
+    assert idle.gpu == {"util": 0.0, "power": 11.02, "temp": 38.0}
+    assert idle.roce == {device: {"port_xmit_data": 1000.0, "port_rcv_data": 1000.0}
+                         for device in ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1")}
+    # An engine running on the node: its budget leaves MemAvailable and the GPU is busy.
+    engine = subprocess.Popen(["sleep", "600"])
+    try:
+        record_budget(info, engine.pid, 40.0)
+        assert probe_lines(info, PROBE_COMMAND) == probe_lines(info, FORKING_PROBE)
+        busy = read_node(info)
+        assert busy.gpu == {"util": 96.0, "power": 42.37, "temp": 61.0}
+        assert busy.mem_available_kib == pytest.approx(float(idle.mem_available_kib) - 40 * 1024 * 1024)
+        assert json.loads((Path(info.sim_dir) / "proc" / ".budgets" / f"{engine.pid}.json").read_text())["gib"] == 40.0
+    finally:
+        engine.kill()
+        engine.wait()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -9,7 +11,7 @@ from django.test import Client
 
 from portal.asgi import application
 from portal.broadcast import DASHBOARD_GROUP, abroadcast
-from portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, PortalConsumer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -94,3 +96,30 @@ async def test_same_port_explicit_is_accepted_and_a_trusted_origin_too(viewer_us
     connected, _ = await ws.connect(timeout=30)
     assert connected
     await ws.disconnect(timeout=30)
+
+
+async def test_a_broadcast_is_encoded_once_for_all_the_sockets_of_a_process(viewer_user, monkeypatch):
+    """The channel layer delivers a group message once per process; the first consumer's JSON
+    text is what every socket of the process sends (a tick is ~27 KiB, a web process holds
+    many dashboards)."""
+    encoded: list[str] = []
+    original = PortalConsumer.encode_json.__func__  # type: ignore[attr-defined]
+
+    async def counting(cls: type[PortalConsumer], content: dict) -> str:
+        encoded.append(content["event"])
+        return await original(cls, content)
+
+    monkeypatch.setattr(PortalConsumer, "encode_json", classmethod(counting))
+    cookie = await session_cookie(viewer_user)
+    sockets = [communicator(cookie) for _ in range(3)]
+    for ws in sockets:
+        assert (await ws.connect(timeout=30))[0]
+        assert (await ws.receive_json_from(timeout=30))["event"] == "hello"
+    tick = {"lanes": {f"lane-{i}": {"figures": {"gen_tps": i * 1.5}} for i in range(20)}, "at": "2026-12-01T00:00:00"}
+    await abroadcast(DASHBOARD_GROUP, "metrics.tick", tick)
+    texts = [await ws.receive_from(timeout=30) for ws in sockets]
+    assert texts[0] == texts[1] == texts[2]
+    assert json.loads(texts[0]) == {"event": "metrics.tick", "data": tick}
+    assert encoded.count("metrics.tick") == 1 and encoded.count("hello") == 3
+    for ws in sockets:
+        await ws.disconnect(timeout=30)

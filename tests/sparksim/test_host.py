@@ -9,7 +9,7 @@ from pathlib import Path
 from sparksim.cluster import cluster_up
 from sparksim.host.node import NodeInfo, load_node
 from sparksim.host.sysfs import roce_v2_ipv4_gid_index
-from tests.sparksim.conftest import node_shell
+from tests.sparksim.conftest import node_shell, wait_for
 
 # network.sh's rule, as a probe script would run it on a node.
 GID_PROBE = r"""
@@ -244,3 +244,77 @@ def test_gpu_busy_shows_in_compute_apps(nodes: list[NodeInfo]) -> None:
     fault(nodes[1], "gpu-busy", "python3 train.py")
     pid, name, memory = node_shell(nodes[1], query).stdout.strip().split(", ")
     assert pid.isdigit() and name == "python3 train.py" and memory == "[N/A]"
+
+
+# Every query form the portal sends (node probe, net probe, fabric check), the forms the tests
+# and docs use, and the error cases: the node's sh script must answer each like the Python
+# stand-in (`python -m sparksim tool nvidia-smi`), byte for byte, status included.
+SMI_FORMS = [
+    [], ["-L"],
+    ["--query-gpu=utilization.gpu,power.draw,temperature.gpu", "--format=csv,noheader,nounits"],  # node probe
+    ["--query-gpu=driver_version", "--format=csv,noheader"],  # net probe
+    ["--query-compute-apps=pid,process_name", "--format=csv,noheader"],  # fabric check
+    ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+    ["--query-compute-apps=pid, name ,used_memory", "--format=csv"],
+    ["--query-gpu=name,driver_version,utilization.gpu,power.draw,temperature.gpu,memory.used,memory.total",
+     "--format=csv,noheader,nounits"],
+    ["--query-gpu=name,utilization.gpu,power.draw,memory.free,uuid,index,pci.bus_id,compute_cap", "--format=csv"],
+    ["--query-gpu=utilization.gpu,power.draw", "--format=csv,nounits"],
+    ["--query-gpu", " power.draw , utilization.gpu"],
+    ["--format=csv", "--query-gpu=temperature.gpu", "--format=csv,noheader"],
+    ["--query-gpu=power.draw,fan.speed,clocks.sm", "--format=csv"],  # not a field: stderr, status 2
+    ["--query-gpu=", "--format=csv"], ["--query-gpu=power.draw,", "--format=csv"],
+    ["--query-compute-apps=pid", "--query-gpu=power.draw"],
+]
+
+
+def smi_answers(node: NodeInfo, argv: list[str]) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+    python = subprocess.run([sys.executable, "-m", "sparksim", "tool", "nvidia-smi", "--node-dir", node.sim_dir,
+                             *argv], capture_output=True, text=True, check=False)
+    # No PATH: the script runs on shell builtins alone (no Python, no child process).
+    script = subprocess.run([f"{node.sim_dir}/bin/nvidia-smi", *argv], capture_output=True, text=True,
+                            env={"PATH": "/nonexistent"}, check=False)
+    return ((python.returncode, python.stdout, python.stderr), (script.returncode, script.stdout, script.stderr))
+
+
+def assert_smi_forms_match(node: NodeInfo) -> None:
+    for argv in SMI_FORMS:
+        python, script = smi_answers(node, argv)
+        assert script == python, argv
+
+
+def test_the_nvidia_smi_script_answers_every_query_form_like_the_python_stand_in(nodes: list[NodeInfo]) -> None:
+    node = nodes[0]
+    script = Path(node.sim_dir, "bin", "nvidia-smi").read_text()
+    assert script.startswith("#!/bin/sh\n") and sys.executable not in script and "exec" not in script
+    probe = SMI_FORMS[2]
+    assert smi_answers(node, probe)[1] == (0, "0, 11.02, 38\n", "")
+    assert smi_answers(node, SMI_FORMS[12])[1] == (2, "", 'Field "fan.speed" is not a valid field to query.\n')
+    assert_smi_forms_match(node)
+    # An engine's budget makes the GPU busy while its process lives: a zero budget does not,
+    # a zombie does not, a dead process does not.
+    budgets = Path(node.sim_dir) / "proc" / ".budgets"
+    budgets.mkdir(parents=True, exist_ok=True)
+    engine = subprocess.Popen(["sleep", "600"])
+    try:
+        budget = budgets / f"{engine.pid}.json"
+        budget.write_text(json.dumps({"pid": engine.pid, "gib": 0.0}))
+        assert smi_answers(node, probe)[1][1] == "0, 11.02, 38\n"
+        budget.write_text(json.dumps({"pid": engine.pid, "gib": 41.5}))
+        assert smi_answers(node, probe)[1] == (0, "96, 42.37, 61\n", "")
+        assert smi_answers(node, SMI_FORMS[4])[1][1] == f"{4100 + node.host_number}, python3\n"
+        assert_smi_forms_match(node)
+        fault(node, "gpu-busy", "python3 'train.py' --tag \"$HOME\"")
+        assert_smi_forms_match(node)
+        engine.kill()  # a zombie until reaped
+        wait_for(lambda: Path(f"/proc/{engine.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+                 what="the killed engine to be a zombie")
+        assert smi_answers(node, probe)[1][1] == "0, 11.02, 38\n"
+        assert_smi_forms_match(node)
+    finally:
+        engine.kill()
+        engine.wait()
+    budget.write_text(json.dumps({"pid": engine.pid, "gib": 41.5}))  # its process is gone
+    assert smi_answers(node, probe)[1][1] == "0, 11.02, 38\n"
+    assert smi_answers(node, SMI_FORMS[4])[1][1] == f"{5200 + node.host_number}, python3 'train.py' --tag \"$HOME\"\n"
+    assert_smi_forms_match(node)
