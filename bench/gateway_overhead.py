@@ -305,24 +305,53 @@ async def alternate(direct_url: str, gateway_url: str, auth: dict[str, str], sec
     return direct, gateway
 
 
+async def probe(url: str) -> dict[str, Any]:
+    """The gateway process's loop lag and CPU since the previous call (bench/loop_probe.py)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        return dict(await resp.json())
+
+
+def cpu_s(pid: int) -> float:
+    from bench.loop_probe import proc_cpu_s
+
+    return proc_cpu_s(pid)
+
+
 async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, str], secret: str, *,
-                            large_clients: int, seconds: float) -> list[dict[str, Any]]:
+                            large_clients: int, seconds: float, probe_url: str, upstream_pid: int,
+                            large_nice: int) -> list[dict[str, Any]]:
     """Small requests' latency at one client (through the gateway, and directly to the
-    upstream in alternation), alone, then while `large_clients` (another process) post
-    8 MB bodies to the gateway back to back."""
+    upstream in alternation), alone, then while `large_clients` (another process, at
+    niceness `large_nice`) post 8 MB bodies to the gateway back to back. With each phase:
+    the gateway's event-loop lag and where the machine's CPU went (gateway loop thread,
+    its other threads, its worker processes, the fake upstream, the 8 MB posters, this
+    client)."""
     await alternate(direct_url, gateway_url, auth, 1.0)  # warm-up
+    await probe(probe_url)
+    marks = (cpu_s(upstream_pid), time.process_time(), 0.0)
     alone = await alternate(direct_url, gateway_url, auth, seconds)
+    phases = [(await probe(probe_url), cpu_s(upstream_pid) - marks[0], 0.0, time.process_time() - marks[1])]
     posters = subprocess.Popen([sys.executable, __file__, "--post-large", gateway_url, "--secret", secret,
-                                "--large-clients", str(large_clients)], stdout=subprocess.PIPE, text=True)
+                                "--large-clients", str(large_clients)], stdout=subprocess.PIPE, text=True,
+                               preexec_fn=(lambda: os.nice(large_nice)) if large_nice else None)
     await asyncio.sleep(2.0)  # the large posts are under way
     began = time.perf_counter()
+    await probe(probe_url)
+    marks = (cpu_s(upstream_pid), time.process_time(), cpu_s(posters.pid))
     loaded = await alternate(direct_url, gateway_url, auth, seconds)
+    phases.append((await probe(probe_url), cpu_s(upstream_pid) - marks[0], cpu_s(posters.pid) - marks[2],
+                   time.process_time() - marks[1]))
     posters.send_signal(signal.SIGINT)
     counts = json.loads(posters.communicate(timeout=120)[0] or "{}")
     counts["per_s"] = round(sum(counts.values()) / (time.perf_counter() - began + 2.0), 1)
     rows = []
-    for label, (direct, gateway) in (("small requests alone", alone),
-                                     (f"small requests, {large_clients} clients posting 8 MB bodies", loaded)):
+    loaded_label = f"small requests, {large_clients} clients posting 8 MB bodies" + (
+        f" (nice {large_nice})" if large_nice else "")
+    for (label, (direct, gateway)), (lag, upstream_cpu, posters_cpu, client_cpu) in zip(
+            (("small requests alone", alone), (loaded_label, loaded)), phases, strict=True):
+        wall = lag["wall_s"] or 1.0
         rows.append({"case": label, "p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
                      "p99_ms": round(gateway.pct(gateway.latencies, 0.99), 2),
                      "direct_p50_ms": round(direct.pct(direct.latencies, 0.5), 2),
@@ -331,8 +360,20 @@ async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, s
                      "added_p99_ms": round(gateway.pct(gateway.latencies, 0.99) - direct.pct(direct.latencies, 0.99),
                                            2),
                      "requests": len(gateway.latencies), "errors": gateway.errors + direct.errors,
-                     "large_bodies_answered": counts if gateway is loaded[1] else None})
+                     "large_bodies_answered": counts if gateway is loaded[1] else None,
+                     "loop_lag_p50_ms": lag["lag_p50_ms"], "loop_lag_p99_ms": lag["lag_p99_ms"],
+                     "loop_lag_max_ms": lag["lag_max_ms"], "loop_stalled_ms_per_s": round(lag["stalled_ms"] / wall, 1),
+                     # CPU share of one core, per process, over the phase (2 cores = 200 %)
+                     "cpu_pct": {"gateway_loop": round(100 * lag["loop_thread_cpu_s"] / wall),
+                                 "gateway_threads": round(100 * lag["other_threads_cpu_s"] / wall),
+                                 "gateway_workers": round(100 * lag["workers_cpu_s"] / wall),
+                                 "upstream": round(100 * upstream_cpu / wall),
+                                 "posters": round(100 * posters_cpu / wall),
+                                 "client": round(100 * client_cpu / wall)},
+                     "load_avg_1m": os.getloadavg()[0]})
         print(json.dumps(rows[-1]), flush=True)
+        for count, stack in lag["stall_stacks"]:
+            print(f"    stalled {count}× in {stack}", flush=True)
     return rows
 
 
@@ -429,6 +470,10 @@ def print_table(rows: list[dict[str, Any]], cols: list[str] | None = None) -> No
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve-upstream", type=int)
+    parser.add_argument("--serve-gateway", type=int, help=argparse.SUPPRESS)  # the probed gateway's process
+    parser.add_argument("--loop-stacks", action="store_true",
+                        help="sample the gateway loop's stack whenever it stalls (perturbs the figures)")
+    parser.add_argument("--large-nice", type=int, default=0, help="niceness of the 8 MB posters' process")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--large-bodies", action="store_true")
@@ -441,6 +486,11 @@ def main() -> None:
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
+    if args.serve_gateway:
+        from bench.loop_probe import serve
+
+        serve(args.serve_gateway, stacks=args.loop_stacks)
+        return
     if args.post_large:
         post_large(args.post_large, args.secret, args.large_clients)
         return
@@ -450,10 +500,11 @@ def main() -> None:
     try:
         wait_port(upstream_port)
         secret = prepare_database(upstream_port)
+        # uvicorn as production runs it (1 worker, uvloop, httptools, no access log), with a
+        # probe of its event loop's lag and CPU (bench/loop_probe.py).
         children.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port",
-             str(gateway_port), "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--no-access-log",
-             "--log-level", "warning"], cwd=ROOT, env=env))
+            [sys.executable, __file__, "--serve-gateway", str(gateway_port),
+             *(["--loop-stacks"] if args.loop_stacks else [])], cwd=ROOT, env=env))
         litellm_port = free_port()
         if args.litellm_python:
             config = Path(os.environ.get("TMPDIR", "/tmp")) / f"litellm-bench-{litellm_port}.yaml"
@@ -476,10 +527,14 @@ def main() -> None:
             print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
         if args.large_bodies:
             report["large_bodies"] = asyncio.run(small_under_large(
-                f"http://127.0.0.1:{upstream_port}/v1/chat/completions", gateway_url, auth, secret, large_clients=args.large_clients, seconds=10 if args.quick else 30))
+                f"http://127.0.0.1:{upstream_port}/v1/chat/completions", gateway_url, auth, secret,
+                large_clients=args.large_clients, seconds=10 if args.quick else 30,
+                probe_url=f"http://127.0.0.1:{gateway_port}/__bench/probe", upstream_pid=children[0].pid,
+                large_nice=args.large_nice))
             print_table(report["large_bodies"], ["case", "p50_ms", "p99_ms", "direct_p50_ms", "direct_p99_ms",
-                                                 "added_p50_ms", "added_p99_ms", "requests", "errors",
-                                                 "large_bodies_answered"])
+                                                 "added_p50_ms", "added_p99_ms", "loop_lag_p99_ms",
+                                                 "loop_lag_max_ms", "loop_stalled_ms_per_s", "cpu_pct", "requests",
+                                                 "errors", "large_bodies_answered"])
         if args.litellm_python:
             wait_port(litellm_port, timeout=120)
             report["litellm"] = asyncio.run(versus_litellm(
