@@ -423,23 +423,59 @@ litellm_settings:
 """
 
 
-async def versus_litellm(gateway_url: str, auth: dict[str, str], litellm_url: str,
-                         scale: float) -> list[dict[str, Any]]:
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and all its descendants (a LiteLLM proxy may run its server
+    in a child; the gateway's large-body workers are its children)."""
+    from bench.loop_probe import proc_cpu_s
+
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        total += proc_cpu_s(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    pending.extend(int(child) for child in children.read().split())
+        except OSError:
+            pass
+    return total
+
+
+async def versus_litellm(gateway_url: str, auth: dict[str, str], litellm_url: str, scale: float, *,
+                         gateway_pid: int, litellm_pid: int, rounds: int = 3) -> list[dict[str, Any]]:
     """The same plain requests through the gateway and through a LiteLLM proxy, each one
-    worker in front of the same upstream."""
+    worker in front of the same upstream, in alternating rounds (both see the same moments
+    of a shared machine). Besides req/s, each server's CPU time per request: on a machine
+    whose other load comes and goes, the steadier measure of what one worker can serve
+    (1 / CPU per request, when CPU-bound)."""
     rows = []
     litellm_auth = {"authorization": f"Bearer {LITELLM_KEY}"}
     await drive(litellm_url, litellm_auth, stream=False, concurrency=8, requests=200)  # warm-up
     for concurrency, requests in ((1, int(500 * scale)), (16, int(2000 * scale)), (64, int(3000 * scale))):
-        gateway = await drive(gateway_url, auth, stream=False, concurrency=concurrency, requests=requests)
-        litellm = await drive(litellm_url, litellm_auth, stream=False, concurrency=concurrency,
-                              requests=max(100, requests // 4))
+        sides = {"gateway": (gateway_url, auth, gateway_pid, max(concurrency, requests // rounds)),
+                 "litellm": (litellm_url, litellm_auth, litellm_pid, max(concurrency, requests // 4 // rounds))}
+        totals = {name: Result() for name in sides}
+        cpu = dict.fromkeys(sides, 0.0)
+        for _ in range(rounds):
+            for name, (url, headers, pid, n) in sides.items():
+                before = tree_cpu_s(pid)
+                result = await drive(url, headers, stream=False, concurrency=concurrency, requests=n)
+                cpu[name] += tree_cpu_s(pid) - before
+                totals[name].latencies += result.latencies
+                totals[name].errors += result.errors
+                totals[name].elapsed += result.elapsed
+        gateway, litellm = totals["gateway"], totals["litellm"]
+        gateway_cpu_ms = 1000 * cpu["gateway"] / max(1, len(gateway.latencies))
+        litellm_cpu_ms = 1000 * cpu["litellm"] / max(1, len(litellm.latencies))
         rows.append({"case": f"plain c={concurrency}", "gateway_rps": round(gateway.rps, 1),
                      "litellm_rps": round(litellm.rps, 1),
                      "ratio": round(gateway.rps / litellm.rps, 1) if litellm.rps else None,
+                     "gateway_cpu_ms_per_req": round(gateway_cpu_ms, 2),
+                     "litellm_cpu_ms_per_req": round(litellm_cpu_ms, 2),
+                     "cpu_ratio": round(litellm_cpu_ms / gateway_cpu_ms, 1) if gateway_cpu_ms else None,
                      "gateway_p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
                      "litellm_p50_ms": round(litellm.pct(litellm.latencies, 0.5), 2),
-                     "errors": gateway.errors + litellm.errors})
+                     "errors": gateway.errors + litellm.errors, "load_avg_1m": os.getloadavg()[0]})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -538,9 +574,11 @@ def main() -> None:
         if args.litellm_python:
             wait_port(litellm_port, timeout=120)
             report["litellm"] = asyncio.run(versus_litellm(
-                gateway_url, auth, f"http://127.0.0.1:{litellm_port}/chat/completions", 0.2 if args.quick else 1.0))
-            print_table(report["litellm"], ["case", "gateway_rps", "litellm_rps", "ratio", "gateway_p50_ms",
-                                            "litellm_p50_ms", "errors"])
+                gateway_url, auth, f"http://127.0.0.1:{litellm_port}/chat/completions", 0.2 if args.quick else 1.0,
+                gateway_pid=children[1].pid, litellm_pid=children[2].pid))
+            print_table(report["litellm"], ["case", "gateway_rps", "litellm_rps", "ratio", "gateway_cpu_ms_per_req",
+                                            "litellm_cpu_ms_per_req", "cpu_ratio", "gateway_p50_ms",
+                                            "litellm_p50_ms", "errors", "load_avg_1m"])
         print(f"\nValidation of a typical chat body ({report['validation']['body_bytes']} bytes): "
               f"{report['validation']['validate_us']} µs; with JSON parsing "
               f"{report['validation']['parse_and_validate_us']} µs")
