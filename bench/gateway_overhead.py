@@ -363,6 +363,9 @@ async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, s
                      "large_bodies_answered": counts if gateway is loaded[1] else None,
                      "loop_lag_p50_ms": lag["lag_p50_ms"], "loop_lag_p99_ms": lag["lag_p99_ms"],
                      "loop_lag_max_ms": lag["lag_max_ms"], "loop_stalled_ms_per_s": round(lag["stalled_ms"] / wall, 1),
+                     # the loop's own CPU between two 1 ms ticks: what the portal held it for
+                     "loop_busy_p999_ms": lag["busy_p999_ms"], "loop_busy_max_ms": lag["busy_max_ms"],
+                     "loop_busy_over_2ms_per_s": round(lag["busy_over_2ms"] / wall, 1),
                      # CPU share of one core, per process, over the phase (2 cores = 200 %)
                      "cpu_pct": {"gateway_loop": round(100 * lag["loop_thread_cpu_s"] / wall),
                                  "gateway_threads": round(100 * lag["other_threads_cpu_s"] / wall),
@@ -569,7 +572,8 @@ def main() -> None:
                 large_nice=args.large_nice))
             print_table(report["large_bodies"], ["case", "p50_ms", "p99_ms", "direct_p50_ms", "direct_p99_ms",
                                                  "added_p50_ms", "added_p99_ms", "loop_lag_p99_ms",
-                                                 "loop_lag_max_ms", "loop_stalled_ms_per_s", "cpu_pct", "requests",
+                                                 "loop_lag_max_ms", "loop_stalled_ms_per_s", "loop_busy_p999_ms",
+                                                 "loop_busy_max_ms", "loop_busy_over_2ms_per_s", "cpu_pct", "requests",
                                                  "errors", "large_bodies_answered"])
         if args.litellm_python:
             wait_port(litellm_port, timeout=120)

@@ -5,7 +5,10 @@ loop or as the process waiting for one of the 2 cores.
 `serve(port, stacks=...)` runs the portal's ASGI app as production does (uvicorn, uvloop,
 httptools, no access log), wrapped so that:
 - a task sleeps 1 ms again and again and records how late it wakes up (the loop's lag:
-  any callback that holds the loop, or the process not getting a CPU, shows up here);
+  any callback that holds the loop, or the process not getting a CPU, shows up here),
+  and how much CPU the loop's thread used between two wake-ups (its own work: what the
+  portal itself held the loop for, whatever the rest of the machine does; the lag minus
+  that is time spent waiting for a core);
 - GET /__bench/probe answers (and resets) the lag's percentiles, the longest stalls, and
   the CPU seconds of the loop's thread, of the process's other threads and of its worker
   processes since the previous call;
@@ -47,6 +50,7 @@ def proc_cpu_s(pid: int) -> float:
 class LoopProbe:
     def __init__(self, *, stacks: bool) -> None:
         self.lags: list[float] = []
+        self.busy: list[float] = []
         self.last = time.perf_counter()
         self.stacks: Counter[str] = Counter()
         self.stack_samples = 0
@@ -71,10 +75,11 @@ class LoopProbe:
 
     async def _tick(self) -> None:
         while True:
-            before = time.perf_counter()
+            before, cpu_before = time.perf_counter(), time.thread_time()
             await asyncio.sleep(TICK_S)
             self.last = now = time.perf_counter()
             self.lags.append(now - before - TICK_S)
+            self.busy.append(time.thread_time() - cpu_before)
 
     def _watch(self) -> None:
         while True:
@@ -93,18 +98,23 @@ class LoopProbe:
     def snapshot(self) -> dict[str, Any]:
         """Since the previous snapshot (which it resets)."""
         lags, self.lags = sorted(self.lags), []
+        busy, self.busy = sorted(self.busy), []
         now = self._cpu()
         (wall0, loop0, proc0, work0), self._mark = self._mark, now
         wall, loop_cpu, proc, work = now[0] - wall0, now[1] - loop0, now[2] - proc0, now[3] - work0
 
-        def pct(q: float) -> float:
-            return round(lags[min(len(lags) - 1, int(q * len(lags)))] * 1000, 2) if lags else float("nan")
+        def pct(q: float, values: list[float] = lags) -> float:
+            return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 2) if values else float("nan")
 
         stacks, self.stacks, samples, self.stack_samples = self.stacks, Counter(), self.stack_samples, 0
         return {
             "wall_s": round(wall, 2), "ticks": len(lags),
             "lag_p50_ms": pct(0.5), "lag_p99_ms": pct(0.99), "lag_p999_ms": pct(0.999),
             "lag_max_ms": round(lags[-1] * 1000, 2) if lags else None,
+            # the loop thread's own CPU between two wake-ups of the 1 ms tick
+            "busy_p99_ms": pct(0.99, busy), "busy_p999_ms": pct(0.999, busy),
+            "busy_max_ms": round(busy[-1] * 1000, 2) if busy else None,
+            "busy_over_2ms": sum(1 for value in busy if value > 0.002),
             # time the loop spent more than 5 ms late, in all
             "stalled_ms": round(sum(lag for lag in lags if lag > STALL_S) * 1000, 1),
             "loop_thread_cpu_s": round(loop_cpu, 3), "other_threads_cpu_s": round(proc - loop_cpu, 3),
