@@ -11,7 +11,8 @@ httptools, no access log), wrapped so that:
   that is time spent waiting for a core);
 - GET /__bench/probe answers (and resets) the lag's percentiles, the longest stalls, and
   the CPU seconds of the loop's thread, of the process's other threads and of its worker
-  processes since the previous call;
+  processes since the previous call. The tick runs from the first such call until one
+  with `?stop` (it costs the process some CPU: off for the other measurements);
 - with `stacks`, a watchdog thread samples the loop thread's Python stack whenever the
   loop has not ticked for 5 ms (what the loop was doing while it stalled). It competes for
   the GIL, so figures are taken without it and stacks in a separate run.
@@ -56,6 +57,7 @@ class LoopProbe:
         self.stack_samples = 0
         self.loop_thread = threading.get_ident()
         self.started = False
+        self.ticking: asyncio.Task[None] | None = None
         self.want_stacks = stacks
         self._mark = self._cpu()
 
@@ -69,7 +71,6 @@ class LoopProbe:
         self.started = True
         self.loop_thread = threading.get_ident()
         self._mark = self._cpu()
-        asyncio.get_running_loop().create_task(self._tick())
         if self.want_stacks:
             threading.Thread(target=self._watch, daemon=True).start()
 
@@ -129,6 +130,12 @@ def wrap(app: Any, probe: LoopProbe) -> Any:
         probe.start()
         if scope["type"] == "http" and scope["path"] == "/__bench/probe":
             body = orjson.dumps(probe.snapshot())
+            if scope.get("query_string") == b"stop":
+                if probe.ticking is not None:
+                    probe.ticking.cancel()
+                    probe.ticking = None
+            elif probe.ticking is None:
+                probe.ticking = asyncio.get_running_loop().create_task(probe._tick())
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": body})
