@@ -305,24 +305,54 @@ async def alternate(direct_url: str, gateway_url: str, auth: dict[str, str], sec
     return direct, gateway
 
 
+async def probe(url: str) -> dict[str, Any]:
+    """The gateway process's loop lag and CPU since the previous call (bench/loop_probe.py)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        return dict(await resp.json())
+
+
+def cpu_s(pid: int) -> float:
+    from bench.loop_probe import proc_cpu_s
+
+    return proc_cpu_s(pid)
+
+
 async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, str], secret: str, *,
-                            large_clients: int, seconds: float) -> list[dict[str, Any]]:
+                            large_clients: int, seconds: float, probe_url: str, upstream_pid: int,
+                            large_nice: int) -> list[dict[str, Any]]:
     """Small requests' latency at one client (through the gateway, and directly to the
-    upstream in alternation), alone, then while `large_clients` (another process) post
-    8 MB bodies to the gateway back to back."""
+    upstream in alternation), alone, then while `large_clients` (another process, at
+    niceness `large_nice`) post 8 MB bodies to the gateway back to back. With each phase:
+    the gateway's event-loop lag and where the machine's CPU went (gateway loop thread,
+    its other threads, its worker processes, the fake upstream, the 8 MB posters, this
+    client)."""
     await alternate(direct_url, gateway_url, auth, 1.0)  # warm-up
+    await probe(probe_url)
+    marks = (cpu_s(upstream_pid), time.process_time(), 0.0)
     alone = await alternate(direct_url, gateway_url, auth, seconds)
+    phases = [(await probe(probe_url), cpu_s(upstream_pid) - marks[0], 0.0, time.process_time() - marks[1])]
     posters = subprocess.Popen([sys.executable, __file__, "--post-large", gateway_url, "--secret", secret,
-                                "--large-clients", str(large_clients)], stdout=subprocess.PIPE, text=True)
+                                "--large-clients", str(large_clients)], stdout=subprocess.PIPE, text=True,
+                               preexec_fn=(lambda: os.nice(large_nice)) if large_nice else None)
     await asyncio.sleep(2.0)  # the large posts are under way
     began = time.perf_counter()
+    await probe(probe_url)
+    marks = (cpu_s(upstream_pid), time.process_time(), cpu_s(posters.pid))
     loaded = await alternate(direct_url, gateway_url, auth, seconds)
+    phases.append((await probe(probe_url), cpu_s(upstream_pid) - marks[0], cpu_s(posters.pid) - marks[2],
+                   time.process_time() - marks[1]))
     posters.send_signal(signal.SIGINT)
+    await probe(probe_url + "?stop")  # the probe's tick costs CPU: off for what follows
     counts = json.loads(posters.communicate(timeout=120)[0] or "{}")
     counts["per_s"] = round(sum(counts.values()) / (time.perf_counter() - began + 2.0), 1)
     rows = []
-    for label, (direct, gateway) in (("small requests alone", alone),
-                                     (f"small requests, {large_clients} clients posting 8 MB bodies", loaded)):
+    loaded_label = f"small requests, {large_clients} clients posting 8 MB bodies" + (
+        f" (nice {large_nice})" if large_nice else "")
+    for (label, (direct, gateway)), (lag, upstream_cpu, posters_cpu, client_cpu) in zip(
+            (("small requests alone", alone), (loaded_label, loaded)), phases, strict=True):
+        wall = lag["wall_s"] or 1.0
         rows.append({"case": label, "p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
                      "p99_ms": round(gateway.pct(gateway.latencies, 0.99), 2),
                      "direct_p50_ms": round(direct.pct(direct.latencies, 0.5), 2),
@@ -331,8 +361,23 @@ async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, s
                      "added_p99_ms": round(gateway.pct(gateway.latencies, 0.99) - direct.pct(direct.latencies, 0.99),
                                            2),
                      "requests": len(gateway.latencies), "errors": gateway.errors + direct.errors,
-                     "large_bodies_answered": counts if gateway is loaded[1] else None})
+                     "large_bodies_answered": counts if gateway is loaded[1] else None,
+                     "loop_lag_p50_ms": lag["lag_p50_ms"], "loop_lag_p99_ms": lag["lag_p99_ms"],
+                     "loop_lag_max_ms": lag["lag_max_ms"], "loop_stalled_ms_per_s": round(lag["stalled_ms"] / wall, 1),
+                     # the loop's own CPU between two 1 ms ticks: what the portal held it for
+                     "loop_busy_p999_ms": lag["busy_p999_ms"], "loop_busy_max_ms": lag["busy_max_ms"],
+                     "loop_busy_over_2ms_per_s": round(lag["busy_over_2ms"] / wall, 1),
+                     # CPU share of one core, per process, over the phase (2 cores = 200 %)
+                     "cpu_pct": {"gateway_loop": round(100 * lag["loop_thread_cpu_s"] / wall),
+                                 "gateway_threads": round(100 * lag["other_threads_cpu_s"] / wall),
+                                 "gateway_workers": round(100 * lag["workers_cpu_s"] / wall),
+                                 "upstream": round(100 * upstream_cpu / wall),
+                                 "posters": round(100 * posters_cpu / wall),
+                                 "client": round(100 * client_cpu / wall)},
+                     "load_avg_1m": os.getloadavg()[0]})
         print(json.dumps(rows[-1]), flush=True)
+        for count, stack in lag["stall_stacks"]:
+            print(f"    stalled {count}× in {stack}", flush=True)
     return rows
 
 
@@ -382,23 +427,59 @@ litellm_settings:
 """
 
 
-async def versus_litellm(gateway_url: str, auth: dict[str, str], litellm_url: str,
-                         scale: float) -> list[dict[str, Any]]:
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and all its descendants (a LiteLLM proxy may run its server
+    in a child; the gateway's large-body workers are its children)."""
+    from bench.loop_probe import proc_cpu_s
+
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        total += proc_cpu_s(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    pending.extend(int(child) for child in children.read().split())
+        except OSError:
+            pass
+    return total
+
+
+async def versus_litellm(gateway_url: str, auth: dict[str, str], litellm_url: str, scale: float, *,
+                         gateway_pid: int, litellm_pid: int, rounds: int = 3) -> list[dict[str, Any]]:
     """The same plain requests through the gateway and through a LiteLLM proxy, each one
-    worker in front of the same upstream."""
+    worker in front of the same upstream, in alternating rounds (both see the same moments
+    of a shared machine). Besides req/s, each server's CPU time per request: on a machine
+    whose other load comes and goes, the steadier measure of what one worker can serve
+    (1 / CPU per request, when CPU-bound)."""
     rows = []
     litellm_auth = {"authorization": f"Bearer {LITELLM_KEY}"}
     await drive(litellm_url, litellm_auth, stream=False, concurrency=8, requests=200)  # warm-up
     for concurrency, requests in ((1, int(500 * scale)), (16, int(2000 * scale)), (64, int(3000 * scale))):
-        gateway = await drive(gateway_url, auth, stream=False, concurrency=concurrency, requests=requests)
-        litellm = await drive(litellm_url, litellm_auth, stream=False, concurrency=concurrency,
-                              requests=max(100, requests // 4))
+        sides = {"gateway": (gateway_url, auth, gateway_pid, max(concurrency, requests // rounds)),
+                 "litellm": (litellm_url, litellm_auth, litellm_pid, max(concurrency, requests // 4 // rounds))}
+        totals = {name: Result() for name in sides}
+        cpu = dict.fromkeys(sides, 0.0)
+        for _ in range(rounds):
+            for name, (url, headers, pid, n) in sides.items():
+                before = tree_cpu_s(pid)
+                result = await drive(url, headers, stream=False, concurrency=concurrency, requests=n)
+                cpu[name] += tree_cpu_s(pid) - before
+                totals[name].latencies += result.latencies
+                totals[name].errors += result.errors
+                totals[name].elapsed += result.elapsed
+        gateway, litellm = totals["gateway"], totals["litellm"]
+        gateway_cpu_ms = 1000 * cpu["gateway"] / max(1, len(gateway.latencies))
+        litellm_cpu_ms = 1000 * cpu["litellm"] / max(1, len(litellm.latencies))
         rows.append({"case": f"plain c={concurrency}", "gateway_rps": round(gateway.rps, 1),
                      "litellm_rps": round(litellm.rps, 1),
                      "ratio": round(gateway.rps / litellm.rps, 1) if litellm.rps else None,
+                     "gateway_cpu_ms_per_req": round(gateway_cpu_ms, 2),
+                     "litellm_cpu_ms_per_req": round(litellm_cpu_ms, 2),
+                     "cpu_ratio": round(litellm_cpu_ms / gateway_cpu_ms, 1) if gateway_cpu_ms else None,
                      "gateway_p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
                      "litellm_p50_ms": round(litellm.pct(litellm.latencies, 0.5), 2),
-                     "errors": gateway.errors + litellm.errors})
+                     "errors": gateway.errors + litellm.errors, "load_avg_1m": os.getloadavg()[0]})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -429,6 +510,10 @@ def print_table(rows: list[dict[str, Any]], cols: list[str] | None = None) -> No
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve-upstream", type=int)
+    parser.add_argument("--serve-gateway", type=int, help=argparse.SUPPRESS)  # the probed gateway's process
+    parser.add_argument("--loop-stacks", action="store_true",
+                        help="sample the gateway loop's stack whenever it stalls (perturbs the figures)")
+    parser.add_argument("--large-nice", type=int, default=0, help="niceness of the 8 MB posters' process")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--large-bodies", action="store_true")
@@ -441,6 +526,11 @@ def main() -> None:
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
+    if args.serve_gateway:
+        from bench.loop_probe import serve
+
+        serve(args.serve_gateway, stacks=args.loop_stacks)
+        return
     if args.post_large:
         post_large(args.post_large, args.secret, args.large_clients)
         return
@@ -450,10 +540,11 @@ def main() -> None:
     try:
         wait_port(upstream_port)
         secret = prepare_database(upstream_port)
+        # uvicorn as production runs it (1 worker, uvloop, httptools, no access log), with a
+        # probe of its event loop's lag and CPU (bench/loop_probe.py).
         children.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port",
-             str(gateway_port), "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--no-access-log",
-             "--log-level", "warning"], cwd=ROOT, env=env))
+            [sys.executable, __file__, "--serve-gateway", str(gateway_port),
+             *(["--loop-stacks"] if args.loop_stacks else [])], cwd=ROOT, env=env))
         litellm_port = free_port()
         if args.litellm_python:
             config = Path(os.environ.get("TMPDIR", "/tmp")) / f"litellm-bench-{litellm_port}.yaml"
@@ -476,16 +567,23 @@ def main() -> None:
             print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
         if args.large_bodies:
             report["large_bodies"] = asyncio.run(small_under_large(
-                f"http://127.0.0.1:{upstream_port}/v1/chat/completions", gateway_url, auth, secret, large_clients=args.large_clients, seconds=10 if args.quick else 30))
+                f"http://127.0.0.1:{upstream_port}/v1/chat/completions", gateway_url, auth, secret,
+                large_clients=args.large_clients, seconds=10 if args.quick else 30,
+                probe_url=f"http://127.0.0.1:{gateway_port}/__bench/probe", upstream_pid=children[0].pid,
+                large_nice=args.large_nice))
             print_table(report["large_bodies"], ["case", "p50_ms", "p99_ms", "direct_p50_ms", "direct_p99_ms",
-                                                 "added_p50_ms", "added_p99_ms", "requests", "errors",
-                                                 "large_bodies_answered"])
+                                                 "added_p50_ms", "added_p99_ms", "loop_lag_p99_ms",
+                                                 "loop_lag_max_ms", "loop_stalled_ms_per_s", "loop_busy_p999_ms",
+                                                 "loop_busy_max_ms", "loop_busy_over_2ms_per_s", "cpu_pct", "requests",
+                                                 "errors", "large_bodies_answered"])
         if args.litellm_python:
             wait_port(litellm_port, timeout=120)
             report["litellm"] = asyncio.run(versus_litellm(
-                gateway_url, auth, f"http://127.0.0.1:{litellm_port}/chat/completions", 0.2 if args.quick else 1.0))
-            print_table(report["litellm"], ["case", "gateway_rps", "litellm_rps", "ratio", "gateway_p50_ms",
-                                            "litellm_p50_ms", "errors"])
+                gateway_url, auth, f"http://127.0.0.1:{litellm_port}/chat/completions", 0.2 if args.quick else 1.0,
+                gateway_pid=children[1].pid, litellm_pid=children[2].pid))
+            print_table(report["litellm"], ["case", "gateway_rps", "litellm_rps", "ratio", "gateway_cpu_ms_per_req",
+                                            "litellm_cpu_ms_per_req", "cpu_ratio", "gateway_p50_ms",
+                                            "litellm_p50_ms", "errors", "load_avg_1m"])
         print(f"\nValidation of a typical chat body ({report['validation']['body_bytes']} bytes): "
               f"{report['validation']['validate_us']} µs; with JSON parsing "
               f"{report['validation']['parse_and_validate_us']} µs")

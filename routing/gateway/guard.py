@@ -15,11 +15,11 @@ from routing.gateway.tokens import count_prompt
 from routing.gateway.wire import GatewayError
 
 
-async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest, raw: bytes) -> None:
+async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> None:
     messages = request.body.get("messages")
     count = len(messages) if isinstance(messages, list) else 1
     # The raw body's length bounds the prompt's bytes: no parsing needed for the common case.
-    check = context_bound(prompt_bytes=len(raw), messages=count, max_tokens=request.max_tokens,
+    check = context_bound(prompt_bytes=request.size, messages=count, max_tokens=request.max_tokens,
                           limit=lane.context_limit, threshold=settings.GATEWAY_TOKENIZE_THRESHOLD)
     if not check.needs_exact:
         return

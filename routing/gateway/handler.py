@@ -37,13 +37,13 @@ from routing.gateway.http import (
     send_bytes,
     send_error,
 )
-from routing.gateway.large import POOL, busy_error, request_of
+from routing.gateway.large import POOL, SharedBody, busy_error, read_shared_body, request_of
 from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
 from routing.gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
 from routing.gateway.replicas import affinity_key
 from routing.gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
 from routing.gateway.runtime import GatewayRuntime, runtime
-from routing.gateway.shadow import shadow_enabled, shadow_replay, text_of_stream
+from routing.gateway.shadow import LARGE_SHADOWS, shadow_enabled, shadow_replay, text_of_stream
 from routing.gateway.upstream import provably_not_received, upstream_send
 from routing.gateway.wire import GatewayError, completion_text
 from routing.models import RouteReason
@@ -70,9 +70,18 @@ def large_body_limit() -> int:
     return settings.GATEWAY_LARGE_BODY_WORKERS + settings.GATEWAY_LARGE_BODY_QUEUE
 
 
-async def parse_body(raw: bytes, endpoint: str, key: KeyInfo) -> ParsedRequest:
+async def read_request_body(scope: Scope, receive: Receive, limit: int) -> bytes | SharedBody:
+    """A body that announces a large length goes straight into shared memory (when it can)."""
+    if declared_large(scope):
+        shared = await read_shared_body(receive, int(header(scope, b"content-length") or 0))
+        if shared is not None:
+            return shared
+    return await read_body(receive, limit)
+
+
+async def parse_body(raw: bytes | SharedBody, endpoint: str, key: KeyInfo) -> ParsedRequest:
     """Parsed and validated here, or (a large body) in a worker process: routing.gateway.large."""
-    if len(raw) <= settings.GATEWAY_LARGE_BODY_BYTES:
+    if isinstance(raw, bytes) and len(raw) <= settings.GATEWAY_LARGE_BODY_BYTES:
         return parse_request(raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
     inspection = await POOL.inspect(
         raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N, affinity_messages=settings.ROUTER_AFFINITY_MESSAGES,
@@ -97,18 +106,20 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
         key = await authenticate(rt, scope)
         if declared_large(scope) and POOL.full(large_body_limit()):
             raise busy_error()  # before reading a byte of it
-        raw = await read_body(receive, body_limit)
-        request = await parse_body(raw, endpoint, key)
+        body = await read_request_body(scope, receive, body_limit)
+        request = await parse_body(body, endpoint, key)
+        raw = body if isinstance(body, bytes) else b""  # a large body is in request.large
+        del body
         lanes = await rt.lanes.get()
         try:
             decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body,
-                                         lanes=lanes, router=rt.router, raw_bytes=len(raw))
+                                         lanes=lanes, router=rt.router, raw_bytes=request.size)
         except GatewayError as error:
             if error.code != "model_not_found" or not await rt.lanes.refresh_on_miss():
                 raise
             lanes = await rt.lanes.get()
             decision = await choose_lane(model=request.model, path_lane=path_lane, key=key, body=request.body,
-                                         lanes=lanes, router=rt.router, raw_bytes=len(raw))
+                                         lanes=lanes, router=rt.router, raw_bytes=request.size)
         outcome.lane, outcome.reason, outcome.score, outcome.label = (
             decision.lane, decision.reason, decision.score, decision.label)
         outcome.auto = decision.auto
@@ -168,8 +179,10 @@ async def admit_and_send(
         await refuse(send, admission, outcome)
         return
     explicit = idem_mode == limits.IDEM_EXPLICIT
-    # Large bodies are not shadowed: the replay would parse them in this process.
-    outcome.shadow = shadow_enabled() and request.large is None and random.random() < settings.GATEWAY_SHADOW_SHARE
+    # A large body is shadowed too (its shadow body cut from its raw bytes), within the
+    # bound on large bodies held for replays (routing.gateway.shadow.LARGE_SHADOWS).
+    outcome.shadow = (shadow_enabled() and random.random() < settings.GATEWAY_SHADOW_SHARE
+                      and (request.large is None or LARGE_SHADOWS.take()))
     outcome.keep_answer = explicit or outcome.shadow
     # A client that left is not waited for: closing the upstream connection makes vLLM abort
     # the request, and the in-flight slot is freed now, not when the lane would have
@@ -180,7 +193,7 @@ async def admit_and_send(
     this_task = asyncio.current_task()
     watcher = asyncio.create_task(watch_disconnect(receive, outcome, this_task if cancel_on_leave else None))
     try:
-        await send_once(rt, send, key, request, raw, decision, lanes, endpoint, outcome)
+        await send_once(rt, send, key, request, decision, lanes, endpoint, outcome)
     except asyncio.CancelledError:
         if not (cancel_on_leave and outcome.gone.is_set()) or this_task is None:
             raise  # the server is stopping: not the client leaving
@@ -251,8 +264,8 @@ async def replay(send: Send, record: bytes, outcome: Outcome) -> None:
 
 
 async def send_once(
-    rt: GatewayRuntime, send: Send, key: KeyInfo, request: ParsedRequest, raw: bytes,
-    decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
+    rt: GatewayRuntime, send: Send, key: KeyInfo, request: ParsedRequest, decision: RouteDecision, lanes: Any,
+    endpoint: str, outcome: Outcome,
 ) -> None:
     unavailable: list[str] = []
     for hop, lane in enumerate(fallback_chain(lanes[decision.lane], lanes, key)):
@@ -261,7 +274,7 @@ async def send_once(
         if not lane.serving:
             unavailable.append(f"{lane.name} is {lane.observed_state}")
             continue
-        await check_context(rt, lane, request, raw)
+        await check_context(rt, lane, request)
         several = len(lane.replicas) > 1
         order = rt.health.order(lane, affinity_key(request.body) if several else None)
         if not order:
@@ -319,6 +332,7 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
         **outcome.router_columns(),
     })
+    large_slot = outcome.shadow and request is not None and request.large is not None
     if key is not None and request is not None and outcome.shadow and outcome.status == 200 and outcome.record is not None:
         raw = outcome.record.partition(b"|")[2].partition(b"|")[2]
         if request.stream:
@@ -328,8 +342,11 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
                 text = completion_text(orjson.loads(raw))
             except orjson.JSONDecodeError:
                 text = ""
+        body = request.large.shadow(settings.GATEWAY_SHADOW_MODEL) if request.large is not None else request.body
         rt.spawn(shadow_replay(
-            client=rt.client, endpoint=endpoint, body=request.body, request_id=outcome.request_id, key_id=key.id,
+            client=rt.client, endpoint=endpoint, body=body, request_id=outcome.request_id, key_id=key.id,
             lane=outcome.lane, local_text=text, local_latency_ms=latency_ms,
-            local_completion_tokens=outcome.usage.completion_tokens,
+            local_completion_tokens=outcome.usage.completion_tokens, large_slot=large_slot,
         ))
+    elif large_slot:
+        LARGE_SHADOWS.give_back()  # chosen, but no answer to compare: no replay

@@ -8,8 +8,16 @@ only what the web process needs: the body's outline (its small top-level members
 shape of its messages), counts for the context guard, its digest, and where each
 top-level member lies in the raw bytes. The body sent upstream is then the client's own
 bytes with the few members the gateway changes (`model`, `max_tokens`, `stream_options`)
-replaced in place (`forward_bytes`): a large body is never parsed nor re-serialised in the
-web process, and everything else in it reaches the lane byte for byte.
+replaced in place (`LargeBody.forward`): a large body is never parsed nor re-serialised in
+the web process, and everything else in it reaches the lane byte for byte.
+
+Nor is it copied whole on the event loop. A body that announces its length is read
+straight into a shared-memory file (`SharedBody`, in /dev/shm, its space reserved before
+the first byte): the worker reads it from there, so only its name crosses the pipe (an
+8 MB body pickled into the pipe cost the web process ~3 ms of GIL each), and the body
+sent upstream is a `StreamedBody` (routing.gateway.body), slices of that memory with the
+edits in between, never one joined copy. Where /dev/shm is missing or full, or the body
+came without a length, the bytes are read as before and pickled to the worker.
 
 The pool is bounded: PORTAL_GATEWAY_LARGE_BODY_WORKERS bodies are inspected at once and
 PORTAL_GATEWAY_LARGE_BODY_QUEUE more may wait; beyond that a large body is refused with
@@ -21,11 +29,16 @@ No Django here: the worker processes import this module alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import itertools
+import logging
+import mmap
 import multiprocessing
 import os
 import re
 import threading
+from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -33,8 +46,11 @@ from typing import Any
 
 import orjson
 
+from routing.gateway.body import Piece, StreamedBody, edited
 from routing.gateway.request import ParsedRequest, parse_request, prompt_text
 from routing.gateway.wire import GatewayError
+
+log = logging.getLogger(__name__)
 
 PROMPT_FIELDS = ("messages", "tools", "prompt")
 # A top-level member larger than this (an engine extra carrying a blob) stays out of the outline.
@@ -51,16 +67,24 @@ Span = tuple[int, int]
 Edit = tuple[int, int, bytes | None]  # replace raw[start:end] (an insertion when start == end)
 
 
-def member_spans(raw: bytes) -> tuple[dict[str, list[Span]], int]:
-    """Where the value of each top-level member lies in `raw`, a JSON object that orjson
-    accepted (every occurrence of a repeated name), and the offset of its closing brace.
-    Strings are skipped with `bytes.find` (memchr), so an 8 MB prompt costs a few ms."""
-    spans: dict[str, list[Span]] = {}
+@dataclass(frozen=True)
+class Member:
+    name: str
+    key_start: int  # its name's opening quote
+    start: int  # its value's first byte
+    stop: int  # after its value's last byte
+
+
+def member_places(raw: bytes) -> tuple[list[Member], int]:
+    """Every top-level member of `raw`, a JSON object that orjson accepted, in order (a
+    repeated name each time), and the offset of its closing brace. Strings are skipped
+    with `bytes.find` (memchr), so an 8 MB prompt costs a few ms."""
+    members: list[Member] = []
     pos = _skip_ws(raw, _skip_ws(raw, 0) + 1)  # past "{"
     if raw[pos] == _CLOSE_BRACE:
-        return spans, pos
+        return members, pos
     while True:
-        key_end = _string_end(raw, pos)
+        key_start, key_end = pos, _string_end(raw, pos)
         name = orjson.loads(raw[pos:key_end])  # escapes decoded: "mod\u0065l" is `model`
         start = pos = _skip_ws(raw, _skip_ws(raw, key_end) + 1)  # past ":"
         first = raw[pos]
@@ -70,11 +94,21 @@ def member_spans(raw: bytes) -> tuple[dict[str, list[Span]], int]:
             pos = _container_end(raw, pos)
         else:
             pos = _SCALAR.match(raw, pos).end()  # type: ignore[union-attr]
-        spans.setdefault(name, []).append((start, pos))
+        members.append(Member(name, key_start, start, pos))
         pos = _skip_ws(raw, pos)
         if raw[pos] == _CLOSE_BRACE:
-            return spans, pos
+            return members, pos
         pos = _skip_ws(raw, pos + 1)  # past ","
+
+
+def member_spans(raw: bytes) -> tuple[dict[str, list[Span]], int]:
+    """Where the value of each top-level member lies in `raw` (every occurrence of a
+    repeated name), and the offset of its closing brace."""
+    members, end = member_places(raw)
+    spans: dict[str, list[Span]] = {}
+    for member in members:
+        spans.setdefault(member.name, []).append((member.start, member.stop))
+    return spans, end
 
 
 def _skip_ws(raw: bytes, pos: int) -> int:
@@ -130,16 +164,48 @@ def upstream_edits(body: dict[str, Any], spans: dict[str, list[Span]], end: int,
     return sorted(edits, key=lambda edit: edit[0])  # stable: insertions keep their order
 
 
-def forward_bytes(raw: bytes, edits: list[Edit], model: str) -> bytes:
+def shadow_edits(members: list[Member], end: int) -> list[Edit]:
+    """The changes routing.gateway.shadow makes to a body it replays, as edits of the raw
+    bytes: every `model` becomes the shadow model (MODEL), every `stream` false (added
+    before the closing brace `end` if absent), and every `stream_options` member is removed
+    (with one of the commas around it)."""
+    edits: list[Edit] = []
+    kept_before: Member | None = None  # the last member kept so far
+    removed: list[Member] = []  # removed since then
+
+    def cut(following: Member | None) -> None:
+        if not removed:
+            return
+        if kept_before is not None:  # `, removed…` after the kept member, up to the last removed value
+            edits.append((kept_before.stop, removed[-1].stop, b""))
+        elif following is not None:  # at the start: `removed… , ` up to the next kept member's name
+            edits.append((removed[0].key_start, following.key_start, b""))
+        removed.clear()
+
+    for member in members:
+        if member.name == "stream_options":
+            removed.append(member)
+            continue
+        cut(member)
+        kept_before = member
+        if member.name == "model":
+            edits.append((member.start, member.stop, MODEL))
+        elif member.name == "stream":
+            edits.append((member.start, member.stop, b"false"))
+    cut(None)
+    if not any(member.name == "stream" for member in members):
+        edits.append((end, end, b',"stream":false'))
+    return sorted(edits, key=lambda edit: edit[0])
+
+
+def edited_body(raw: bytes | memoryview, edits: list[Edit], model: str) -> StreamedBody:
     """The client's bytes with the edits applied, `model` written where MODEL stands."""
-    view, served = memoryview(raw), orjson.dumps(model)
-    parts: list[bytes | memoryview] = []
-    pos = 0
-    for start, stop, value in edits:
-        parts += [view[pos:start], served if value is None else value]
-        pos = stop
-    parts.append(view[pos:])
-    return b"".join(parts)
+    served = orjson.dumps(model)
+    return edited(raw, [(start, stop, served if value is None else value) for start, stop, value in edits])
+
+
+def forward_bytes(raw: bytes, edits: list[Edit], model: str) -> bytes:
+    return edited_body(raw, edits, model).join()
 
 
 def outline(body: dict[str, Any], spans: dict[str, list[Span]], *, affinity_messages: int) -> dict[str, Any]:
@@ -182,6 +248,7 @@ class Inspection:
     edits: list[Edit] = field(default_factory=list)
     prompt_chars: int = 0
     prompt: str | None = None  # the prompt's text, only when the key logs prompts
+    shadow_edits: list[Edit] = field(default_factory=list)
 
 
 def inspect(raw: bytes, endpoint: str, max_n: int, affinity_messages: int, want_prompt: bool) -> Inspection:
@@ -191,40 +258,148 @@ def inspect(raw: bytes, endpoint: str, max_n: int, affinity_messages: int, want_
         request = parse_request(raw, endpoint=endpoint, max_n=max_n)
     except GatewayError as error:
         return Inspection(digest=digest, error=(error.status, error.message, error.code, error.param))
-    spans, end = member_spans(raw)
+    members, end = member_places(raw)
+    spans: dict[str, list[Span]] = {}
+    for member in members:
+        spans.setdefault(member.name, []).append((member.start, member.stop))
     text = prompt_text(request)
     return Inspection(
         digest=digest, outline=outline(request.body, spans, affinity_messages=affinity_messages),
         stream=request.stream, client_wants_usage=request.client_wants_usage, max_tokens=request.max_tokens,
         validated=request.validated, prompt_spans={name: spans[name] for name in PROMPT_FIELDS if name in spans},
         edits=upstream_edits(request.body, spans, end, stream=request.stream), prompt_chars=len(text),
-        prompt=text if want_prompt else None,
+        prompt=text if want_prompt else None, shadow_edits=shadow_edits(members, end),
     )
+
+
+def inspect_shared(path: str, size: int, endpoint: str, max_n: int, affinity_messages: int,
+                   want_prompt: bool) -> Inspection:
+    """Runs in a worker process: `inspect` the body the web process wrote to `path`."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(size)
+    except OSError:  # the request was abandoned and its file removed meanwhile
+        return Inspection(digest="", error=(503, "The request body could not be read back.", "server_busy", None))
+    return inspect(raw, endpoint, max_n, affinity_messages, want_prompt)
 
 
 @dataclass(frozen=True)
 class LargeBody:
-    """What a ParsedRequest of a large body carries instead of the parsed body."""
+    """What a ParsedRequest of a large body carries instead of the parsed body. `raw` is
+    the client's bytes, or a view of the shared memory they were read into (kept mapped
+    while anything — an upstream send, a shadow replay — still refers to it)."""
 
-    raw: bytes
+    raw: bytes | memoryview
     digest: str
     edits: list[Edit]
     prompt_spans: dict[str, list[Span]]
     prompt_chars: int
     prompt: str | None
+    shadow_edits: list[Edit] = field(default_factory=list)
 
-    def forward(self, model: str) -> bytes:
-        return forward_bytes(self.raw, self.edits, model)
+    def forward(self, model: str) -> StreamedBody:
+        return edited_body(self.raw, self.edits, model)
 
-    def prompt_members(self, model: str) -> bytes:
+    def shadow(self, model: str) -> StreamedBody:
+        """The body a shadow replay sends (routing.gateway.shadow: the shadow model, not
+        streamed), cut from the raw bytes like the one sent to the lane."""
+        return edited_body(self.raw, self.shadow_edits, model)
+
+    def prompt_members(self, model: str) -> StreamedBody:
         """`{"model": model, "messages": …, "tools": …}` (or `prompt`) cut from the raw
         bytes: the lane's /tokenize body, never re-serialised."""
-        view = memoryview(self.raw)
-        parts: list[bytes | memoryview] = [b'{"model":', orjson.dumps(model)]
+        pieces: list[Piece] = [b'{"model":' + orjson.dumps(model)]
         for name, places in self.prompt_spans.items():
-            start, stop = places[-1]
-            parts += [b",", orjson.dumps(name), b":", view[start:stop]]
-        return b"".join([*parts, b"}"])
+            pieces += [b"," + orjson.dumps(name) + b":", places[-1]]
+        return StreamedBody(self.raw, [*pieces, b"}"])
+
+
+SHARED_DIR = "/dev/shm"  # a tmpfs: the body stays in memory, shared with the worker by name
+SHARED_PREFIX = "spark-gw-"
+_shared_count = itertools.count()
+
+
+class SharedBody:
+    """A large body read into a shared-memory file that a worker process reads by name.
+    Its space is reserved up front (posix_fallocate: a full tmpfs says so now, instead of
+    a SIGBUS on a write into a page it cannot give). The file is removed as soon as the
+    worker has read it; the mapping lives on while `view` is referred to."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.path = os.path.join(SHARED_DIR, f"{SHARED_PREFIX}{os.getpid()}-{next(_shared_count)}")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            self._map = mmap.mmap(fd, size)
+        except BaseException:
+            self.remove()
+            raise
+        finally:
+            os.close(fd)
+        self.view = memoryview(self._map)
+        self.filled = 0
+
+    @classmethod
+    async def create(cls, size: int) -> SharedBody | None:
+        """A SharedBody, or None where shared memory cannot hold it (no /dev/shm, full).
+        Reserving the space zeroes its pages: done in a thread, off the event loop."""
+        try:
+            return await asyncio.to_thread(cls, size)
+        except OSError as exc:
+            log.warning("gateway: a %d-byte body is read into the process instead of shared memory (%s)", size, exc)
+            return None
+
+    def write(self, chunk: bytes) -> None:
+        end = self.filled + len(chunk)
+        if end > self.size:
+            raise ValueError("more bytes than announced")
+        self.view[self.filled:end] = chunk
+        self.filled = end
+
+    def remove(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def sweep_shared_files() -> None:
+    """Remove the shared-memory files of web processes that died before removing them."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(SHARED_DIR):
+            if not name.startswith(SHARED_PREFIX):
+                continue
+            pid = name[len(SHARED_PREFIX):].partition("-")[0]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(SHARED_DIR, name))
+
+
+async def read_shared_body(receive: Callable[[], Awaitable[MutableMapping[str, Any]]], size: int) -> SharedBody | None:
+    """A body that announced `size` bytes (over the large-body threshold), read into shared
+    memory chunk by chunk as it arrives (no joined copy); None, before reading a byte,
+    where shared memory cannot hold it (then the caller reads it into the process)."""
+    shared = await SharedBody.create(size)
+    if shared is None:
+        return None
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise GatewayError(400, "The client went away before sending the whole body.",
+                                   code="client_disconnected")
+            body = message.get("body", b"")
+            if body:
+                if shared.filled + len(body) > size:  # the server frames the body by its length: cannot happen
+                    raise GatewayError(400, "The body is longer than its content-length.", code="invalid_request")
+                shared.write(body)
+            if not message.get("more_body", False):
+                break
+        if shared.filled != size:
+            raise GatewayError(400, "The body is shorter than its content-length.", code="invalid_request")
+        return shared
+    except BaseException:
+        shared.remove()
+        raise
 
 
 def _lower_priority(niceness: int) -> None:
@@ -261,7 +436,9 @@ class LargeBodyPool:
 
     def warm(self, workers: int, niceness: int) -> None:
         """Start the worker processes now (at the web process's start), not on the first
-        large body: a spawned interpreter takes a while to import, longer at low priority."""
+        large body: a spawned interpreter takes a while to import, longer at low priority.
+        Also clears shared-memory files a killed web process left behind."""
+        sweep_shared_files()
         with self._lock:
             executor = self._executor_for(workers, niceness)
         for _ in range(workers):
@@ -286,23 +463,32 @@ class LargeBodyPool:
             if self._executor is broken:
                 self._executor = None
 
-    async def inspect(self, raw: bytes, *, endpoint: str, max_n: int, affinity_messages: int, want_prompt: bool,
-                      workers: int, queue: int, niceness: int) -> Inspection:
-        executor = self._take(workers + queue, workers, niceness)
+    async def inspect(self, raw: bytes | SharedBody, *, endpoint: str, max_n: int, affinity_messages: int,
+                      want_prompt: bool, workers: int, queue: int, niceness: int) -> Inspection:
+        """Bytes are pickled to the worker; a SharedBody is read there by name, then removed."""
         try:
-            future = executor.submit(inspect, raw, endpoint, max_n, affinity_messages, want_prompt)
-        except (BrokenProcessPool, RuntimeError):
-            self._release(Future())
-            self._reset(executor)
-            raise busy_error() from None
-        # The slot is freed when the worker is done, not when the client leaves: the bound
-        # counts the work really in the processes.
-        future.add_done_callback(self._release)
-        try:
-            return await asyncio.wrap_future(future)
-        except BrokenProcessPool:  # a worker died (killed): start afresh on the next body
-            self._reset(executor)
-            raise busy_error() from None
+            executor = self._take(workers + queue, workers, niceness)
+            try:
+                if isinstance(raw, SharedBody):
+                    future = executor.submit(inspect_shared, raw.path, raw.size, endpoint, max_n,
+                                             affinity_messages, want_prompt)
+                else:
+                    future = executor.submit(inspect, raw, endpoint, max_n, affinity_messages, want_prompt)
+            except (BrokenProcessPool, RuntimeError):
+                self._release(Future())
+                self._reset(executor)
+                raise busy_error() from None
+            # The slot is freed when the worker is done, not when the client leaves: the bound
+            # counts the work really in the processes.
+            future.add_done_callback(self._release)
+            try:
+                return await asyncio.wrap_future(future)
+            except BrokenProcessPool:  # a worker died (killed): start afresh on the next body
+                self._reset(executor)
+                raise busy_error() from None
+        finally:
+            if isinstance(raw, SharedBody):
+                raw.remove()
 
     def shutdown(self) -> None:
         with self._lock:
@@ -314,15 +500,16 @@ class LargeBodyPool:
 POOL = LargeBodyPool()
 
 
-def request_of(inspection: Inspection, raw: bytes) -> ParsedRequest:
+def request_of(inspection: Inspection, raw: bytes | SharedBody) -> ParsedRequest:
     if inspection.error is not None:
         status, message, code, param = inspection.error
         raise GatewayError(status, message, code=code, param=param)
     body = inspection.outline
+    data = raw.view if isinstance(raw, SharedBody) else raw
     return ParsedRequest(
         body=body, model=body["model"], stream=inspection.stream, client_wants_usage=inspection.client_wants_usage,
-        max_tokens=inspection.max_tokens, validated=inspection.validated, size=len(raw),
-        large=LargeBody(raw=raw, digest=inspection.digest, edits=inspection.edits,
+        max_tokens=inspection.max_tokens, validated=inspection.validated, size=len(data),
+        large=LargeBody(raw=data, digest=inspection.digest, edits=inspection.edits,
                         prompt_spans=inspection.prompt_spans, prompt_chars=inspection.prompt_chars,
-                        prompt=inspection.prompt),
+                        prompt=inspection.prompt, shadow_edits=inspection.shadow_edits),
     )

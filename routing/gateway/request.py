@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from routing.gateway.body import StreamedBody
 from routing.gateway.validation import validate_body
 from routing.gateway.wire import GatewayError
 
@@ -27,9 +28,11 @@ class LargeBody(Protocol):
     @property
     def prompt_chars(self) -> int: ...
 
-    def forward(self, model: str) -> bytes: ...
+    def forward(self, model: str) -> StreamedBody: ...
 
-    def prompt_members(self, model: str) -> bytes: ...
+    def shadow(self, model: str) -> StreamedBody: ...
+
+    def prompt_members(self, model: str) -> StreamedBody: ...
 
 
 T = TypeVar("T")
@@ -74,12 +77,12 @@ def parse_request(raw: bytes, *, endpoint: str, max_n: int) -> ParsedRequest:
                          max_tokens=max_tokens, validated=validated, size=len(raw))
 
 
-def upstream_body(request: ParsedRequest, *, upstream_model: str) -> bytes:
+def upstream_body(request: ParsedRequest, *, upstream_model: str) -> bytes | StreamedBody:
     """The client's body with three changes: the lane's served model name; the client's
     `max_completion_tokens` also sent as `max_tokens` (engines that only know the older
     name would otherwise ignore the cap); and (streaming) usage always requested so tokens
     are counted even when the client did not ask. A large body gets the same changes made
-    in its raw bytes (routing.gateway.large.forward_bytes)."""
+    in its raw bytes, sent in slices (routing.gateway.large.LargeBody.forward)."""
     if request.large is not None:
         return request.large.forward(upstream_model)
     body = dict(request.body)

@@ -1,13 +1,21 @@
 """Shadow traffic: a share of requests is replayed, after the client has its answer, to
 an external OpenAI-compatible endpoint, and the two answers are compared (seed 000: a
 silent second router on 1% of traffic, with divergence logs). It runs in a background
-task with its own timeout: it can neither delay nor fail the client's request."""
+task with its own timeout: it can neither delay nor fail the client's request.
+
+A large body (routing.gateway.large) is shadowed like a small one, with the same changes
+(the shadow model, not streamed, no stream_options) made in its raw bytes and sent in
+slices (LargeBody.shadow) — never parsed in the web process. Its memory is held until the
+replay ends (up to PORTAL_GATEWAY_SHADOW_TIMEOUT_S), so at most LARGE_SHADOWS_MAX large
+bodies are held for replays at once per process; a large request chosen for the shadow
+beyond that is not shadowed (counted in `large_shadows_skipped`)."""
 
 from __future__ import annotations
 
 import logging
 import math
 import re
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -16,7 +24,9 @@ import httpx
 import orjson
 from django.conf import settings
 
+from routing.gateway.body import StreamedBody
 from routing.gateway.db import db_call
+from routing.gateway.upstream import body_arguments
 from routing.gateway.wire import completion_text, usage_from
 from routing.models import ShadowSample
 
@@ -26,6 +36,41 @@ WORD = re.compile(r"\w+", re.UNICODE)
 
 def shadow_enabled() -> bool:
     return bool(settings.GATEWAY_SHADOW_BASE_URL and settings.GATEWAY_SHADOW_MODEL and settings.GATEWAY_SHADOW_SHARE > 0)
+
+
+LARGE_SHADOWS_MAX = 2  # large bodies held for shadow replays at once, per process
+
+
+class LargeShadows:
+    """The bound on large bodies held for shadow replays (a slot is taken when the request
+    is chosen, given back when its replay ends or is not made)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # tests run several event loops (servers) in one process
+        self.held = 0
+        self.skipped = 0
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.held >= LARGE_SHADOWS_MAX:
+                self.skipped += 1
+                return False
+            self.held += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self.held -= 1
+
+
+LARGE_SHADOWS = LargeShadows()
+
+
+def shadow_body(body: dict[str, Any]) -> bytes:
+    """What the shadow endpoint is sent for a (small) body: the shadow model, not streamed."""
+    external = {**body, "model": settings.GATEWAY_SHADOW_MODEL, "stream": False}
+    external.pop("stream_options", None)
+    return orjson.dumps(external)
 
 
 def divergence(first: str, second: str) -> float:
@@ -69,7 +114,31 @@ async def shadow_replay(
     *,
     client: httpx.AsyncClient,
     endpoint: str,
-    body: dict[str, Any],
+    body: dict[str, Any] | StreamedBody,
+    request_id: str,
+    key_id: int | None,
+    lane: str,
+    local_text: str,
+    local_latency_ms: float,
+    local_completion_tokens: int | None,
+    large_slot: bool = False,
+) -> None:
+    """`body`: a small request's parsed body, or a large one's shadow body cut from its raw
+    bytes (then `large_slot`: it holds one of LARGE_SHADOWS, given back at the end)."""
+    try:
+        await _replay(client=client, endpoint=endpoint, body=body, request_id=request_id, key_id=key_id, lane=lane,
+                      local_text=local_text, local_latency_ms=local_latency_ms,
+                      local_completion_tokens=local_completion_tokens)
+    finally:
+        if large_slot:
+            LARGE_SHADOWS.give_back()
+
+
+async def _replay(
+    *,
+    client: httpx.AsyncClient,
+    endpoint: str,
+    body: dict[str, Any] | StreamedBody,
     request_id: str,
     key_id: int | None,
     lane: str,
@@ -77,10 +146,10 @@ async def shadow_replay(
     local_latency_ms: float,
     local_completion_tokens: int | None,
 ) -> None:
-    external = {**body, "model": settings.GATEWAY_SHADOW_MODEL, "stream": False}
-    external.pop("stream_options", None)
+    content = body if isinstance(body, StreamedBody) else shadow_body(body)
     path = "/chat/completions" if endpoint == "chat.completions" else "/completions"
-    headers = {"content-type": "application/json"}
+    arguments = body_arguments(content)
+    headers = arguments.pop("headers")
     if settings.GATEWAY_SHADOW_API_KEY:
         headers["authorization"] = f"Bearer {settings.GATEWAY_SHADOW_API_KEY}"
     row: dict[str, Any] = {
@@ -91,7 +160,7 @@ async def shadow_replay(
     started = time.perf_counter()
     try:
         response = await client.post(
-            settings.GATEWAY_SHADOW_BASE_URL.rstrip("/") + path, content=orjson.dumps(external), headers=headers,
+            settings.GATEWAY_SHADOW_BASE_URL.rstrip("/") + path, **arguments, headers=headers,
             timeout=settings.GATEWAY_SHADOW_TIMEOUT_S,
         )
         row["external_latency_ms"] = (time.perf_counter() - started) * 1000

@@ -17,9 +17,11 @@ from typing import Any
 import httpx
 import orjson
 
+from routing.gateway.body import StreamedBody
 from routing.gateway.directory import LaneInfo
 from routing.gateway.request import ParsedRequest, prompt_length, sized_call
 from routing.gateway.runtime import GatewayRuntime
+from routing.gateway.upstream import body_arguments
 from routing.gateway.wire import Usage
 
 CHARS_PER_TOKEN = 4  # English text in a BPE vocabulary; an estimate, never an exact count
@@ -58,22 +60,23 @@ def lane_has_tokenize(rt: GatewayRuntime, lane: LaneInfo) -> bool:
     return False
 
 
-async def tokenize(rt: GatewayRuntime, lane: LaneInfo, body: dict[str, Any] | Callable[[str], bytes],
+async def tokenize(rt: GatewayRuntime, lane: LaneInfo, body: dict[str, Any] | Callable[[str], StreamedBody],
                    size: int) -> int | None:
     """The lane's exact count for `body` (messages/tools or prompt; `size` bounds its
     bytes; a large body's members come already serialised, cut from its raw bytes), None
     if it cannot say."""
     if not lane_has_tokenize(rt, lane) or size > tokenize_cap(lane):
         return None
+    content: bytes | StreamedBody
     if callable(body):
-        content = body(lane.public_model_name)
+        content = body(lane.public_model_name)  # cut from a large body's raw bytes, sent in slices
     else:
         content = await sized_call(size, orjson.dumps, {"model": lane.public_model_name, **body})
     if len(content) > tokenize_cap(lane):
         return None
     try:
-        response = await rt.client.post(f"{lane.base_url}/tokenize", content=content,
-                                        headers={"content-type": "application/json"}, timeout=TOKENIZE_TIMEOUT_S)
+        response = await rt.client.post(f"{lane.base_url}/tokenize", **body_arguments(content),
+                                        timeout=TOKENIZE_TIMEOUT_S)
     except httpx.HTTPError:
         return None
     if response.status_code in (404, 405, 501):

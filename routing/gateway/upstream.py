@@ -4,12 +4,15 @@ failed over: only when the upstream provably never received the request."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 import httpx
 from django.conf import settings
 from httpx_aiohttp import AiohttpTransport
 
 from portal.http import async_http_client
+from routing.gateway.body import StreamedBody
 
 
 def upstream_timeouts() -> dict[str, float]:
@@ -38,12 +41,20 @@ def upstream_client(transport: AiohttpTransport) -> httpx.AsyncClient:
     return async_http_client(transport=transport, timeout=httpx.Timeout(**upstream_timeouts()))
 
 
-async def upstream_send(transport: AiohttpTransport, url: str, body: bytes) -> httpx.Response:
+def body_arguments(body: bytes | StreamedBody) -> dict[str, Any]:
+    """httpx's `content` and headers for a body: a StreamedBody goes in slices, with its
+    length announced (not chunked: every engine reads a content-length)."""
+    if isinstance(body, bytes):
+        return {"content": body, "headers": {"content-type": "application/json"}}
+    return {"content": body.chunks(),
+            "headers": {"content-type": "application/json", "content-length": str(body.length)}}
+
+
+async def upstream_send(transport: AiohttpTransport, url: str, body: bytes | StreamedBody) -> httpx.Response:
     """The hot path's one upstream call: an httpx Request handed straight to the transport.
     AsyncClient.send adds auth, redirect and cookie handling this call never needs —
     ~150 µs a request, measured here (10% of the gateway's whole budget)."""
-    request = httpx.Request("POST", url, content=body, headers={"content-type": "application/json"},
-                            extensions={"timeout": upstream_timeouts()})
+    request = httpx.Request("POST", url, **body_arguments(body), extensions={"timeout": upstream_timeouts()})
     return await transport.handle_async_request(request)
 
 

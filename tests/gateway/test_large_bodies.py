@@ -6,7 +6,9 @@ web process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
@@ -15,13 +17,18 @@ import httpx
 import orjson
 import pytest
 from django.contrib.auth.models import User
+from django.test import override_settings
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from routing.gateway import body as streamed
+from routing.gateway import large
+from routing.gateway.body import StreamedBody
 from routing.gateway.directory import KeyInfo
 from routing.gateway.large import POOL, inspect, member_spans, outline, request_of
 from routing.gateway.request import parse_request, prompt_text, upstream_body
+from routing.gateway.shadow import LARGE_SHADOWS, LARGE_SHADOWS_MAX, shadow_body
 from routing.router.route import conversation_key, last_user_text, prompt_upper_bound
 from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
@@ -48,6 +55,23 @@ FORMATS = st.sampled_from([
 @pytest.fixture
 def large_bodies(settings: Any) -> None:
     settings.GATEWAY_LARGE_BODY_BYTES = LARGE
+
+
+def sent(body: bytes | StreamedBody) -> bytes:
+    """The bytes that go upstream: a StreamedBody's slices, as the upstream send reads them."""
+    if isinstance(body, bytes):
+        return body
+
+    async def collect() -> bytes:
+        return b"".join([bytes(chunk) async for chunk in body.chunks()])
+
+    collected = asyncio.run(collect())
+    assert len(collected) == body.length  # the content-length announced upstream
+    return collected
+
+
+def shared_files() -> list[str]:
+    return [name for name in os.listdir(large.SHARED_DIR) if name.startswith(f"{large.SHARED_PREFIX}{os.getpid()}-")]
 
 
 @hypothesis_settings(max_examples=300, deadline=None)
@@ -78,8 +102,8 @@ def test_a_large_body_is_forwarded_as_the_small_path_would_and_other_members_byt
         body["stream_options"] = {"include_usage": True, "x_extra": 1}
     raw = json.dumps(body, **form).encode()
     inspection = inspect(raw, "chat.completions", 8, 2, False)
-    forwarded = upstream_body(request_of(inspection, raw), upstream_model="served/model")
-    small = upstream_body(parse_request(raw, endpoint="chat.completions", max_n=8), upstream_model="served/model")
+    forwarded = sent(upstream_body(request_of(inspection, raw), upstream_model="served/model"))
+    small = sent(upstream_body(parse_request(raw, endpoint="chat.completions", max_n=8), upstream_model="served/model"))
     assert orjson.loads(forwarded) == orjson.loads(small)
     before, after = member_spans(raw)[0], member_spans(forwarded)[0]
     for name in set(before) - {"model", "max_tokens", "stream_options"}:
@@ -90,7 +114,7 @@ def test_edits_reach_every_copy_of_a_repeated_or_escaped_member() -> None:
     raw = (b'{"model": "a", "mod\\u0065l" :"b",  "messages":[{"role":"user","content":"}\\"{"}],'
            b' "max_completion_tokens": 5, "max_tokens":1, "max_tokens":2 }')
     request = request_of(inspect(raw, "chat.completions", 8, 2, False), raw)
-    assert upstream_body(request, upstream_model="m") == (
+    assert sent(upstream_body(request, upstream_model="m")) == (
         b'{"model": "m", "mod\\u0065l" :"m",  "messages":[{"role":"user","content":"}\\"{"}],'
         b' "max_completion_tokens": 5, "max_tokens":5, "max_tokens":5 }')
 
@@ -118,7 +142,7 @@ def test_the_outline_keeps_what_the_router_reads_of_a_large_auto_body() -> None:
 def test_unchecked_extras_named_like_prompt_fields_do_not_break_a_large_body(endpoint: str, body: Any) -> None:
     raw = orjson.dumps({**body, "x_pad": PAD})
     request = request_of(inspect(raw, endpoint, 8, 2, False), raw)
-    assert not request.validated and orjson.loads(upstream_body(request, upstream_model="m"))["model"] == "m"
+    assert not request.validated and orjson.loads(sent(upstream_body(request, upstream_model="m")))["model"] == "m"
     assert len(request.body.get("messages", [])) == len(body.get("messages", []))
     small = parse_request(orjson.dumps(body), endpoint=endpoint, max_n=8)  # the small path reads them too
     assert isinstance(prompt_text(small), str) and isinstance(prompt_text(request), str)
@@ -186,3 +210,143 @@ def test_large_bodies_beyond_the_pool_bound_get_503_with_retry_after(
     monkeypatch.setattr(POOL, "pending", 2)  # one slot free again
     assert post(fault_gateway, large).status_code == 200
     assert upstream.completions == 2
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(body=CHAT_BODIES, form=FORMATS, options=st.lists(st.integers(0, 7), max_size=3), repeat_model=st.booleans())
+def test_a_large_bodys_shadow_replay_is_the_small_paths_with_every_other_member_byte_for_byte(
+    body: dict[str, Any], form: dict[str, Any], options: list[int], repeat_model: bool
+) -> None:
+    if options:
+        body["stream"] = True  # stream_options are refused on a body that does not stream
+    raw = json.dumps(body, **form).encode()
+    # stream_options (a member the shadow removes) anywhere: first, between, last, repeated
+    members, end = large.member_places(raw)
+    member = b'"stream_options" : {"include_usage": true}'
+    for place in sorted(options, reverse=True):
+        if place < len(members):
+            at = members[place].key_start
+            raw = raw[:at] + member + b",\n" + raw[at:]
+        else:
+            raw = raw[:end] + b" ," + member + raw[end:]
+    if repeat_model:  # a repeated member: every copy is the shadow model
+        raw = raw[:-1].rstrip() + b', "model": "again"}'
+    request = request_of(inspect(raw, "chat.completions", 8, 2, False), raw)
+    assert request.large is not None
+    shadowed = sent(request.large.shadow("shadow/model"))
+    with override_settings(GATEWAY_SHADOW_MODEL="shadow/model"):
+        small = shadow_body(parse_request(raw, endpoint="chat.completions", max_n=8).body)
+    assert orjson.loads(shadowed) == orjson.loads(small)
+    kept_before = [(name, raw[a:b]) for name, places in member_spans(raw)[0].items() for a, b in places
+                   if name not in ("model", "stream", "stream_options")]
+    kept_after = [(name, shadowed[a:b]) for name, places in member_spans(shadowed)[0].items() for a, b in places
+                  if name not in ("model", "stream")]
+    assert sorted(kept_before) == sorted(kept_after)
+
+
+def test_a_streamed_body_goes_in_bounded_slices_with_the_edits_between(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streamed, "SLICE", 1000)
+    raw = orjson.dumps({"model": "a", "messages": [{"role": "user", "content": "x" * 10_000}], "max_completion_tokens": 3})
+    request = request_of(inspect(raw, "chat.completions", 8, 2, False), raw)
+    body = upstream_body(request, upstream_model="served")
+    assert isinstance(body, StreamedBody)
+
+    async def slices() -> list[bytes]:
+        return [bytes(chunk) async for chunk in body.chunks()]
+
+    chunks = asyncio.run(slices())
+    assert len(chunks) > 10 and max(map(len, chunks)) <= 1000
+    assert b"".join(chunks) == body.join() == raw.replace(b'"model":"a"', b'"model":"served"')[:-1] + b',"max_tokens":3}'
+    assert asyncio.run(slices()) == chunks  # fresh on every call (a send refused before a byte left is made again)
+
+
+def test_a_large_body_with_a_length_goes_through_shared_memory_that_is_removed_after(
+    fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+    inspect_shared = large.inspect_shared
+
+    def spy(path: str, *args: Any) -> Any:
+        seen.append(path)
+        return inspect_shared(path, *args)
+
+    monkeypatch.setattr(large, "inspect_shared", spy)
+    monkeypatch.setattr(POOL, "_executor_for", lambda workers, niceness: InlineExecutor())  # the spy runs here
+    raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}], "x_vendor": [1.50, "é"]})
+    response = post(fault_gateway, raw)
+    assert response.status_code == 200, response.text
+    assert len(seen) == 1 and seen[0].startswith(os.path.join(large.SHARED_DIR, large.SHARED_PREFIX))
+    assert upstream.raw_bodies == [raw.replace(b'"model":"qwen"', b'"model":"qwen-test"')]
+    assert shared_files() == []  # removed once the worker had read it
+    bad = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}], "temperature": "hot"})
+    assert post(fault_gateway, bad).status_code == 400 and shared_files() == []
+
+
+def test_without_shared_memory_a_large_body_is_read_into_the_process_and_forwarded_the_same(
+    fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    monkeypatch.setattr(large, "SHARED_DIR", str(tmp_path / "missing"))
+    raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}], "top_k": 5})
+    response = post(fault_gateway, raw)
+    assert response.status_code == 200, response.text
+    assert upstream.raw_bodies == [raw.replace(b'"model":"qwen"', b'"model":"qwen-test"')]
+
+
+class InlineExecutor:
+    """A process pool stand-in that runs the call at once, in this process."""
+
+    def submit(self, function: Any, *args: Any) -> Any:
+        from concurrent.futures import Future
+
+        future: Future[Any] = Future()
+        future.set_result(function(*args))
+        return future
+
+
+@pytest.fixture
+def shadow_upstream(second_upstream: CountingUpstream, settings: Any) -> CountingUpstream:
+    settings.GATEWAY_SHADOW_BASE_URL = f"{second_upstream.url}/v1"
+    settings.GATEWAY_SHADOW_MODEL = "shadow-model"
+    settings.GATEWAY_SHADOW_SHARE = 1.0
+    return second_upstream
+
+
+def test_a_large_body_is_shadowed_with_its_bytes_cut_for_the_shadow(
+    fault_gateway: Gateway, upstream: CountingUpstream, shadow_upstream: CountingUpstream, large_bodies: None
+) -> None:
+    from routing.models import ShadowSample
+
+    raw = (b'{"stream_options": {"include_usage": true}, "model": "qwen", "stream": true,\n'
+           b' "messages": [{"role": "user", "content": "' + PAD.encode() + b'"}], "top_k": 5e0}')
+    response = post(fault_gateway, raw)
+    assert response.status_code == 200, response.text
+    sample = wait_for(lambda: ShadowSample.objects.first(), what="the large body's shadow sample")
+    assert sample.error == "" and sample.external_model == "shadow-model" and sample.divergence is not None
+    assert shadow_upstream.raw_bodies == [
+        b'{"model": "shadow-model", "stream": false,\n'
+        b' "messages": [{"role": "user", "content": "' + PAD.encode() + b'"}], "top_k": 5e0}']
+    no_stream = raw.replace(b'"stream_options": {"include_usage": true}, ', b"").replace(b' "stream": true,', b"")
+    assert post(fault_gateway, no_stream).status_code == 200
+    wait_for(lambda: len(shadow_upstream.raw_bodies) == 2, what="the second shadow replay")
+    assert shadow_upstream.raw_bodies[1] == no_stream.replace(b'"qwen"', b'"shadow-model"')[:-1] + b',"stream":false}'
+    assert LARGE_SHADOWS.held == 0  # given back when the replay ended
+
+
+def test_large_bodies_held_for_shadow_replays_are_bounded(
+    fault_gateway: Gateway, upstream: CountingUpstream, shadow_upstream: CountingUpstream, large_bodies: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from routing.models import ShadowSample
+
+    monkeypatch.setattr(LARGE_SHADOWS, "held", LARGE_SHADOWS_MAX)  # as if replays held the bound
+    skipped = LARGE_SHADOWS.skipped
+    large_body = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}]})
+    assert post(fault_gateway, large_body).status_code == 200
+    assert post(fault_gateway, {"model": "qwen", "messages": [{"role": "user", "content": "small"}]}).status_code == 200
+    sample = wait_for(lambda: ShadowSample.objects.first(), what="the small request's shadow sample")
+    assert shadow_upstream.raw_bodies == [orjson.dumps({"model": "shadow-model",
+                                                        "messages": [{"role": "user", "content": "small"}],
+                                                        "stream": False})]
+    assert ShadowSample.objects.count() == 1 and sample.error == ""
+    assert LARGE_SHADOWS.skipped == skipped + 1 and LARGE_SHADOWS.held == LARGE_SHADOWS_MAX
