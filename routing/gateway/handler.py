@@ -213,7 +213,7 @@ async def admit_and_send(
             record = b"D" + str(outcome.status or 502).encode() + b"X|" + outcome.lane.encode() + b"|"
         if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm:
             in_flight = f"I{fingerprint}{outcome.request_id}"
-            rt.spawn(rt.release_script(
+            rt.spawn(rt.release(
                 keys=[names[4], names[3], names[1]],
                 args=[outcome.request_id, tokens, "keep" if keep else "forget",
                       limits.stored_record(record, fingerprint) if keep else b"",

@@ -49,6 +49,11 @@ return 1
 """
 
 
+# redis-py's BlockingConnectionPool raises this before anything is sent to Redis.
+POOL_EXHAUSTED = "No connection available."
+RELEASE_ATTEMPTS = 5
+
+
 class GatewayRuntime:
     def __init__(self) -> None:
         self.transport = upstream_transport()
@@ -68,6 +73,20 @@ class GatewayRuntime:
         self.router = RouterRuntime(self.redis)
         self.background: set[asyncio.Task[Any]] = set()
         self._listener = asyncio.create_task(self._listen())
+
+    async def release(self, *, keys: list[str], args: list[Any]) -> None:
+        """Give back a request's in-flight slot and count its tokens. When the pool had no
+        connection to lend (a burst of clients), nothing reached Redis, so it is retried
+        (bounded): a lost release would hold the key's slot until its lease runs out."""
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                await self.release_script(keys=keys, args=args)
+                return
+            except aioredis.ConnectionError as error:
+                if str(error) != POOL_EXHAUSTED or attempt == RELEASE_ATTEMPTS - 1:
+                    log.warning("gateway: in-flight slot not released (%s); its lease frees it", error)
+                    return
+                await asyncio.sleep(0.05 * 2 ** attempt)
 
     def spawn(self, coro: Any) -> None:
         """Fire-and-forget work after the answer (kept referenced until done)."""
