@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -172,4 +173,8 @@ def alert_ack(request: HttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied("Only an admin may acknowledge alerts.")
     alert_acknowledge(alert=alert, actor=request.user)
     back = str(request.POST.get("next") or "")
-    return redirect(back if back.startswith("/") and not back.startswith("//") else "/monitor/alerts/")
+    # Only a path of this site: not "//host" nor "/\\host" (browsers read both as another host),
+    # nor one with a control character or a line break.
+    local = back.startswith("/") and not any(ord(c) < 32 or c == "\x7f" for c in back) \
+        and url_has_allowed_host_and_scheme(back, allowed_hosts=None, require_https=False)
+    return redirect(back if local else "/monitor/alerts/")
