@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -19,6 +20,10 @@ CLOSE_NOT_FOUND = 4404
 # RFC 6455: a text frame that is not the JSON this socket speaks; a binary frame.
 CLOSE_INVALID_PAYLOAD = 1007
 CLOSE_UNSUPPORTED_DATA = 1003
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 class PortalConsumer(AsyncJsonWebsocketConsumer):
@@ -54,6 +59,11 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
 
     async def portal_event(self, message: dict[str, Any]) -> None:
         await self.send_json({"event": message["event"], "data": message["data"]})
+
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        """Strict JSON: NaN and ±Infinity are not JSON (Python's json reads them)."""
+        return json.loads(text_data, parse_constant=_not_json)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         """A bad message closes the socket with a code saying why (never a traceback)."""

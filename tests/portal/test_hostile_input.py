@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.test import Client
@@ -29,6 +31,8 @@ from jobs.models import Job
 from lanes.models import Lane, LaneNode, LaneReplica, LaneRevision, Node
 from lanes.services import lane_create, node_create
 from metrics.models import Alert
+from portal.asgi import application
+from portal.consumers import CLOSE_INVALID_PAYLOAD, CLOSE_NOT_FOUND, CLOSE_UNSUPPORTED_DATA
 from portal.models import AuditEvent
 from routing.models import ApiKey, Prototype, RequestLog, RouterVersion
 from tests.lanes.rule_cases import lane_data
@@ -282,3 +286,63 @@ def test_an_alert_acknowledgement_returns_only_to_a_path_of_this_site(
     assert response.status_code == 302 and response["Location"] == "/monitor/alerts/"
     assert Alert.objects.get().acknowledged_at is not None
     assert admin.post(f"/monitor/alerts/{alert.pk}/ack", {"next": "/lanes/qwen/"})["Location"] == "/lanes/qwen/"
+
+
+# ---------------------------------------------------------------- sockets
+
+
+async def _socket(user: User, path: str) -> WebsocketCommunicator:
+    def login() -> str:
+        client = Client()
+        client.force_login(user)
+        return client.cookies["sessionid"].value
+
+    cookie = await database_sync_to_async(login)()
+    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost"), (b"cookie", f"sessionid={cookie}".encode())]
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("frame, code", [({"text_data": "not json {"}, CLOSE_INVALID_PAYLOAD),
+                                         ({"text_data": "NaN"}, CLOSE_INVALID_PAYLOAD),
+                                         ({"text_data": "\x00"}, CLOSE_INVALID_PAYLOAD),
+                                         ({"bytes_data": b"\x00\xff"}, CLOSE_UNSUPPORTED_DATA)])
+async def test_the_header_socket_closes_with_a_code_on_a_bad_frame(
+    viewer_user: User, frame: dict[str, Any], code: int
+) -> None:
+    ws = await _socket(viewer_user, "/ws/header/")
+    connected, _ = await ws.connect(timeout=30)
+    assert connected
+    await ws.receive_json_from(timeout=30)  # the open-alert count
+    await ws.send_to(**frame)
+    assert (await ws.receive_output(timeout=30)) == {"type": "websocket.close", "code": code}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/ws/header/x/", "/ws/jobs/abc/", "/ws/benchmarks/1/", "/ws/%00/", "/ws/" + "x" * 5000])
+async def test_an_unknown_socket_path_is_refused_with_4404(viewer_user: User, path: str) -> None:
+    ws = await _socket(viewer_user, path)
+    connected, code = await ws.connect(timeout=30)
+    assert not connected and code == CLOSE_NOT_FOUND
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("message", [{"after_seq": 10**30}, {"after_seq": 2**63}, {"after_seq": -1}, {"after_seq": True},
+                                     {"after_seq": 1.5}, {"after_seq": "1"}, [1, 2], "after_seq", None])
+async def test_the_job_log_socket_answers_a_bad_resume_with_an_error_naming_after_seq(
+    viewer_user: User, message: Any
+) -> None:
+    job = await database_sync_to_async(Job.objects.create)(kind="status", params={"nodes": []})
+    ws = await _socket(viewer_user, f"/ws/jobs/{job.pk}/")
+    connected, _ = await ws.connect(timeout=30)
+    assert connected
+    await ws.send_json_to(message)
+    answer = await ws.receive_json_from(timeout=30)
+    if isinstance(message, dict) and message["after_seq"] in (10**30, 2**63):
+        # Past every line: nothing to replay, and the socket stays usable.
+        assert answer == {"event": "job.resumed", "data": {"job": job.pk, "last_seq": message["after_seq"]}}
+    else:
+        assert answer == {"event": "error", "data": {"after_seq": "must be a whole number >= 0"}}
+    await ws.send_json_to({"after_seq": 0})
+    assert (await ws.receive_json_from(timeout=30))["event"] == "job.resumed"
+    await ws.disconnect()
