@@ -8,6 +8,8 @@ from typing import Any
 
 from ninja import Schema
 
+from lanes.selectors import ReplicaView
+
 
 class NodeIn(Schema):
     name: str
@@ -164,20 +166,6 @@ class KvPoolOut(Schema):
     sessions: float | None
 
 
-class ReplicaOut(Schema):
-    index: int
-    nodes: list[str]
-    api_port: int
-    base_url: str
-    observed_state: str
-    state_reason: str
-    state_changed_at: datetime | None
-    health_checked_at: datetime | None
-    # What the gateways share through Redis (None when Redis does not answer).
-    skipped_until: datetime | None
-    in_flight: int | None
-
-
 class LaneOut(Schema):
     name: str
     model_id: str
@@ -216,7 +204,7 @@ class LaneOut(Schema):
     state_changed_at: datetime | None
     revision: int
     base_url: str
-    replicas: list[ReplicaOut]
+    replicas: list[ReplicaView]  # the selector's dataclass: one list of fields for the page and the API
     rules: list[RuleOut]
     budgets: list[BudgetOut]
     kv_pool: KvPoolOut | None

@@ -242,6 +242,9 @@ def plans_text(plans: Sequence[Plan]) -> str:
 
 @dataclass(frozen=True)
 class ReplicaView:
+    """One replica as the lane page and the API (LaneOut.replicas) show it: its state, and
+    what the gateways share about it through Redis (None when Redis does not answer)."""
+
     index: int
     nodes: list[str]
     api_port: int
