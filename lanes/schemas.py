@@ -9,9 +9,10 @@ from typing import Any
 from ninja import Schema
 
 from lanes.selectors import ReplicaView
+from portal.api import InSchema
 
 
-class NodeIn(Schema):
+class NodeIn(InSchema):
     name: str
     address: str
     transport: str = "ssh"
@@ -27,7 +28,7 @@ class NodeIn(Schema):
     state: str = "unknown"
 
 
-class NodePatch(Schema):
+class NodePatch(InSchema):
     name: str | None = None
     address: str | None = None
     transport: str | None = None
@@ -44,7 +45,7 @@ class NodePatch(Schema):
     state: str | None = None
 
 
-class HostKeyIn(Schema):
+class HostKeyIn(InSchema):
     host_key_line: str
 
 
@@ -70,12 +71,12 @@ class NodeOut(Schema):
     lanes: list[str]
 
 
-class ReplicaIn(Schema):
+class ReplicaIn(InSchema):
     nodes: list[str]  # rank order: the first is the replica's head
     api_port: int | None = None  # None: the lane's
 
 
-class LaneIn(Schema):
+class LaneIn(InSchema):
     name: str
     model_id: str
     model_revision: str = ""
@@ -109,7 +110,7 @@ class LaneIn(Schema):
     degraded_context_limit: int | None = None
 
 
-class LanePatch(Schema):
+class LanePatch(InSchema):
     name: str | None = None
     model_id: str | None = None
     model_revision: str | None = None

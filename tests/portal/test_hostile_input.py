@@ -137,6 +137,15 @@ CASES: list[Case] = [
     api("lane-fallback-nul", "PATCH", "/api/lanes/qwen", {"fallback": "a\x00"}, names="fallback"),
     api("lane-secret-name-nul", "PATCH", "/api/lanes/qwen", {"secret_env": {"A\x00": "b"}}, names="secret_env"),
     api("watchdog-enabled-text", "PATCH", "/api/fabric/watchdogs/qwen", {"enabled": "maybe"}, names="enabled"),
+    # A misspelt field is refused naming it, not dropped (a PATCH answered 200 having changed nothing).
+    api("lane-unknown-field", "PATCH", "/api/lanes/qwen", {"max_model_lenn": 4096}, names="max_model_lenn"),
+    api("replica-unknown-field", "PATCH", "/api/lanes/qwen", {"replicas": [{"nodes": ["spark1"], "port": 9}]},
+        names="port"),
+    api("node-unknown-field", "PATCH", "/api/nodes/spark1", {"memory": 64}, names="memory"),
+    api("watchdog-unknown-field", "PATCH", "/api/fabric/watchdogs/qwen", {"threshold": 3}, names="threshold"),
+    api("key-unknown-field", "POST", "/api/gateway/keys", {"name": "k2", "rpm": 5}, names="rpm"),
+    api("action-unknown-field", "POST", "/api/jobs/lanes/qwen/status", {"parameters": {"replica": 0}},
+        names="parameters"),
     # ---- the gateway's request log and totals
     api("requests-status-superscript", "GET", "/api/gateway/requests?status=%C2%B2", names="status"),
     api("requests-status-word", "GET", "/api/gateway/requests?status=teapot", names="status"),
