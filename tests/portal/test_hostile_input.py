@@ -325,3 +325,26 @@ async def test_the_job_log_socket_answers_a_bad_resume_with_an_error_naming_afte
     await ws.send_json_to({"after_seq": 0})
     assert (await ws.receive_json_from(timeout=30))["event"] == "job.resumed"
     await ws.disconnect()
+
+
+# ---------------------------------------------------------------- 10 MB bodies
+
+
+@pytest.mark.parametrize("url, content_type", [
+    ("/api/benchmarks", JSON), ("/api/lanes/qwen", JSON), ("/benchmarks/start/", "application/x-www-form-urlencoded"),
+    ("/routing/playground/send", "application/x-www-form-urlencoded"),
+    ("/monitor/alerts/{alert}/ack", "application/x-www-form-urlencoded"),
+])
+def test_a_10_mb_body_is_413_on_every_entry_and_logged_without_a_traceback(
+    world: dict[str, Any], admin: Client, caplog: pytest.LogCaptureFixture, url: str, content_type: str
+) -> None:
+    before = snapshot()
+    body = "label=" + "x" * (10 * 2**20) if content_type != JSON else json.dumps({"label": "x" * (10 * 2**20)})
+    method = "PATCH" if url == "/api/lanes/qwen" else "POST"
+    url = url.replace("{alert}", str(Alert.objects.get().pk))
+    with caplog.at_level("INFO"):
+        response = admin.generic(method, url, data=body, content_type=content_type)
+    assert response.status_code == 413 and b"larger than the limit" in response.content
+    assert snapshot() == before
+    assert not [record for record in caplog.records if record.exc_info or record.exc_text], \
+        [record.getMessage() for record in caplog.records]
