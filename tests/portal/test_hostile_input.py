@@ -21,7 +21,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
-from django.test import Client
+from django.test import Client, override_settings
 
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
 from jobs.models import Job
@@ -348,3 +348,14 @@ def test_a_10_mb_body_is_413_on_every_entry_and_logged_without_a_traceback(
     assert snapshot() == before
     assert not [record for record in caplog.records if record.exc_info or record.exc_text], \
         [record.getMessage() for record in caplog.records]
+
+
+@pytest.mark.parametrize("authorization", ["", "Bearer", "Bearer \x00", "Bearer " + "x" * 100_000, "Basic Zm9vOmJhcg==",
+                                           "Bearer s3cret\n", "bearer s3cret", "Bearer s3cr\u00e9t"])
+def test_the_portal_metrics_refuse_a_bad_bearer_with_401(world: dict[str, Any], authorization: str) -> None:
+    client = Client(raise_request_exception=False)
+    with override_settings(METRICS_TOKEN="s3cret"):
+        response = client.get("/metrics", HTTP_AUTHORIZATION=authorization)
+        assert response.status_code == 401 and response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+        good = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert good.status_code == 200 and good["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
