@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, override_settings
 
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
@@ -190,6 +191,18 @@ CASES: list[Case] = [
     page("router-shadow-word", "/routing/shadow/", {"version": "off"}, status=(404,)),
     page("router-version-huge", f"/routing/versions/{HUGE}/", method="GET", status=(404,)),
     page("playground-lane-nul", "/routing/playground/send", {"prompt": "hi", "lane": "q\x00"}, names="lane"),
+    page("prototypes-import-nul", "/routing/prototypes/import",
+         {"format": "json", "file": SimpleUploadedFile("p.json", json.dumps([{"text": "a\x00b", "label": "chat"}]).encode())},
+         status=(302,), names="`text` contains a NUL"),
+    page("eval-import-nul", "/routing/eval/import",
+         {"format": "csv", "file": SimpleUploadedFile("e.csv", b"text,label\n\"a\x00b\",chat\n")},
+         status=(302,), names="`text` contains a NUL"),
+    page("prototypes-import-not-utf8", "/routing/prototypes/import",
+         {"format": "csv", "file": SimpleUploadedFile("p.csv", b"text,label\n\xff\xfe,chat\n")},
+         status=(302,), names="not UTF-8"),
+    page("prototypes-import-nan", "/routing/prototypes/import",
+         {"format": "json", "file": SimpleUploadedFile("p.json", b'[{"text": "hi", "label": "chat", "enabled": NaN}]')},
+         status=(302,), names="enabled"),
     page("router-evaluate-huge", f"/routing/versions/{2**63}/evaluate?share=nan", method="GET", status=(404,)),
     # ---- gateway and metrics pages
     page("gateway-requests-superscript", "/gateway/requests/?key=%C2%B2", method="GET", names="key"),
