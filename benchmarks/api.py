@@ -164,7 +164,12 @@ def get_benchmark(request: HttpRequest, job_id: int) -> Any:
     return run_payload(_run(job_id))
 
 
-@router.get("/benchmarks/{int:job_id}/export", response={200: dict[str, Any]})
+# The 200 answer is JSON or, with format=csv, CSV: the schema names both.
+CSV_EXPORT = {"responses": {200: {"description": "JSON (format=json) or CSV (format=csv, one row per level)",
+                                  "content": {"text/csv": {"schema": {"type": "string"}}}}}}
+
+
+@router.get("/benchmarks/{int:job_id}/export", response={200: dict[str, Any]}, openapi_extra=CSV_EXPORT)
 def export_benchmark(request: HttpRequest, job_id: int, format: Literal["json", "csv"] = "json") -> Any:
     """`vllm bench serve`-style JSON (mean_ttft_ms, p99_itl_ms, output_throughput, ...) or
     CSV (one row per level)."""

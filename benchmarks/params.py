@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from portal.validators import finite_number, has_control_characters
+
 TARGETS = ("direct", "gateway")
 CACHE_MODES = ("cold", "cache_hit")
 MAX_LEVELS = 32
@@ -32,7 +34,7 @@ BENCHMARK_PARAMS = (*_NUMBERS, "targets", "cache_mode", "concurrency", "request_
 
 def _number(name: str, value: Any, errors: dict[str, str]) -> float | int | None:
     low, high, whole = _NUMBERS[name]
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not finite_number(value):  # NaN, Infinity and 10**400 too: int() and float() raise on them
         errors[name] = "must be a whole number" if whole else "must be a number"
         return None
     if whole and value != int(value):
@@ -53,7 +55,7 @@ def _levels(name: str, value: Any, whole: bool, low: float, high: float, errors:
         return None
     clean = []
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, int | float) or (whole and item != int(item)):
+        if not finite_number(item) or (whole and item != int(item)):
             errors[name] = "every level must be a whole number" if whole else "every level must be a number"
             return None
         if not low <= item <= high:
@@ -94,8 +96,8 @@ def validate_benchmark_params(params: dict[str, Any]) -> tuple[dict[str, Any], d
             if levels is not None:
                 clean[name] = levels
         elif name == "label":
-            if not isinstance(value, str) or len(value) > 100:
-                errors[name] = "must be text of at most 100 characters"
+            if not isinstance(value, str) or len(value) > 100 or has_control_characters(value):
+                errors[name] = "must be text of at most 100 characters, without NUL or control characters"
             else:
                 clean[name] = value.strip()
     if "concurrency" in params and "request_rates" in params and params["request_rates"] is not None \

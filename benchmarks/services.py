@@ -12,6 +12,7 @@ from benchmarks.records import run_for_job
 from jobs.models import Job, JobKind
 from jobs.services import job_create, lane_current_revision
 from lanes.models import Lane
+from lanes.selectors import lane_named
 from portal.audit import audit_record
 from portal.roles import UserLike
 
@@ -31,7 +32,7 @@ def benchmark_start(*, lane: Lane, user: UserLike | None, params: dict[str, Any]
 def benchmark_start_named(*, lane_name: Any, user: UserLike | None, params: dict[str, Any]) -> Job:
     """The page's and the API's entry: the lane by its name (refused naming the field), then
     benchmark_start, which validates every parameter (jobs.params → benchmarks.params)."""
-    lane = Lane.objects.filter(name=lane_name).first() if isinstance(lane_name, str) and lane_name else None
+    lane = lane_named(lane_name)
     if lane is None:
         raise ValidationError({"lane": "pick a lane" if not lane_name else "no lane of that name"})
     return benchmark_start(lane=lane, user=user, params=params)

@@ -35,6 +35,7 @@ from jobs.services import (
     node_network_check_create,
 )
 from lanes.models import Lane, Node
+from lanes.selectors import nodes_by_name
 from portal.api import ErrorOut, can_operate
 from portal.validators import INT64_MAX
 
@@ -151,7 +152,7 @@ FABRIC_ACTIONS = {"nccl-test": JobKind.NCCL_TEST, "latency-matrix": JobKind.LATE
 
 def fabric_nodes(names: list[str]) -> list[Node]:
     """The named nodes, in the given order (the first one runs mpirun)."""
-    found = {node.name: node for node in Node.objects.filter(name__in=names)}
+    found = nodes_by_name(names)
     unknown = [name for name in names if name not in found]
     if unknown:
         raise ValidationError({"nodes": f"no node named {', '.join(unknown)}"})

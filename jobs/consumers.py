@@ -46,7 +46,7 @@ class JobLogConsumer(PortalConsumer):
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         after = content.get("after_seq") if isinstance(content, dict) else None
-        if not isinstance(after, int) or after < 0:
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             await self.send_json({"event": "error", "data": {"after_seq": "must be a whole number >= 0"}})
             return
         # Replay runs before any queued live batch is handled (one message at a time), and

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from benchmarks.params import BENCHMARK_PARAMS, validate_benchmark_params
 from jobs.fabric.commands import COLLECTIVES, SAFE_MAX_BYTES
 from jobs.models import JobKind
+from portal.validators import finite_number, has_control_characters
 
 # name -> (kinds it applies to, minimum, maximum)
 _NUMBERS: dict[str, tuple[tuple[str, ...], float, float]] = {
@@ -51,7 +52,7 @@ def _fabric_param(kind: str, name: str, value: Any) -> tuple[Any, str]:
     if name in _FABRIC_THRESHOLDS:
         if kind not in _FABRIC_THRESHOLDS[name]:
             return None, f"does not apply to a {kind} job"
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 800:
+        if not finite_number(value) or not 1 <= value <= 800:
             return None, "must be a number of Gb/s between 1 and 800"
         return float(value), ""
     if name == "device":
@@ -69,7 +70,7 @@ def _fabric_param(kind: str, name: str, value: Any) -> tuple[Any, str]:
     if name == "collective":
         if kind != JobKind.NCCL_TEST:
             return None, f"does not apply to a {kind} job"
-        if value not in COLLECTIVES:
+        if not isinstance(value, str) or value not in COLLECTIVES:  # a list is not hashable
             return None, f"must be one of {', '.join(COLLECTIVES)}"
         return value, ""
     return None, "unknown parameter"
@@ -97,7 +98,7 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
             kinds, low, high = _NUMBERS[name]
             if kind not in kinds:
                 errors[name] = f"does not apply to a {kind} job"
-            elif isinstance(value, bool) or not isinstance(value, int | float):
+            elif not finite_number(value):  # NaN, Infinity, 10**400: float() cannot compare or hold them
                 errors[name] = "must be a number of seconds"
             elif not low <= float(value) <= high:
                 errors[name] = f"must be between {low:g} and {high:g} seconds"
@@ -111,8 +112,8 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
             else:
                 clean[name] = value
         elif name in _TEXT:
-            if not isinstance(value, str) or len(value) > _TEXT[name]:
-                errors[name] = f"must be text of at most {_TEXT[name]} characters"
+            if not isinstance(value, str) or len(value) > _TEXT[name] or has_control_characters(value):
+                errors[name] = f"must be text of at most {_TEXT[name]} characters, without NUL or control characters"
             else:
                 clean[name] = value
         else:

@@ -7,6 +7,8 @@ from typing import Any
 
 from ninja import Field, Schema
 
+from portal.api import InSchema
+
 
 class JobOut(Schema):
     id: int
@@ -91,11 +93,11 @@ class LogSearchOut(Schema):
     total: int
 
 
-class JobParamsIn(Schema):
+class JobParamsIn(InSchema):
     params: dict[str, Any] = {}
 
 
-class FabricJobIn(Schema):
+class FabricJobIn(InSchema):
     nodes: list[str]
     params: dict[str, Any] = {}
 
@@ -133,7 +135,7 @@ class WatchdogOut(Schema):
         return obj.lane.name
 
 
-class WatchdogIn(Schema):
+class WatchdogIn(InSchema):
     enabled: bool | None = None
     threshold_us: float | None = None
     recover_below_us: float | None = None

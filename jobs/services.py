@@ -111,6 +111,7 @@ def lane_job_create(*, lane: Lane, kind: str, user: UserLike | None, params: dic
         raise ValidationError({"kind": f"must be one of {', '.join(_LANE_KIND_ACTIONS)}"})
     revision = lane_current_revision(lane)
     params = dict(params or {})
+    validate_params(kind, params)  # first: the time limit below reads wait_timeout_s as a number
     replicas = replica_configs(revision.config)
     replica = params.get("replica")
     if not isinstance(replica, int) or isinstance(replica, bool):
@@ -157,6 +158,7 @@ def fabric_job_create(*, kind: str, nodes: list[Node], user: UserLike | None,
     compete with the lane for the GPU and the links, and measure that competition."""
     if kind not in FABRIC_KINDS:
         raise ValidationError({"kind": f"must be one of {', '.join(FABRIC_KINDS)}"})
+    validate_params(kind, params or {})  # a bad parameter is named whatever the nodes' state
     if len(nodes) < 2 or len({node.pk for node in nodes}) != len(nodes):
         raise ValidationError({"nodes": "give at least two different nodes"})
     without = [node.name for node in nodes if not (node.network_report or {}).get("devices")]

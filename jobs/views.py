@@ -26,7 +26,9 @@ from jobs.services import (
     node_network_check_create,
 )
 from lanes.models import Lane, Node
+from lanes.selectors import nodes_by_name
 from portal.roles import Capability, role_required
+from portal.validators import whole_number
 
 LANE_ACTIONS = {"launch": JobKind.LAUNCH, "stop": JobKind.STOP, "restart": JobKind.RESTART, "status": JobKind.STATUS}
 
@@ -105,9 +107,10 @@ def lane_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
         raise Http404(f"No lane action {action!r}.")
     replica = request.POST.get("replica", "")
     try:
-        if replica and not replica.isdigit():
+        number = whole_number(replica)
+        if replica and number is None:  # "²".isdigit() is true, and int() refuses it
             raise ValidationError({"replica": "must be a replica number"})
-        params = {"replica": int(replica)} if replica else {}
+        params = {"replica": number} if replica else {}
         job = lane_job_create(lane=lane, kind=LANE_ACTIONS[action], user=request.user, params=params)
     except (JobConflict, ValidationError) as exc:
         messages.error(request, str(exc) if isinstance(exc, JobConflict) else " ".join(exc.messages))
@@ -139,7 +142,7 @@ FABRIC_ACTIONS = {"nccl-test": JobKind.NCCL_TEST, "latency-matrix": JobKind.LATE
 def fabric_action(request: HttpRequest) -> HttpResponse:
     action = request.POST.get("action", "")
     names = list(dict.fromkeys(request.POST.getlist("nodes")))
-    nodes = {node.name: node for node in Node.objects.filter(name__in=names)}
+    nodes = nodes_by_name(names)
     back = request.headers.get("Referer") or "jobs:list"
     if action not in FABRIC_ACTIONS or len(nodes) != len(names):
         messages.error(request, f"action must be one of {', '.join(FABRIC_ACTIONS)}, on registered nodes")

@@ -70,7 +70,7 @@ def lane_out(lane: Lane, check: LaneCheck | None = None) -> dict[str, Any]:
         ],
         kv_pool=asdict(check.kv_pool) if check.kv_pool else None,
         secret_env={name: "set" for name in sorted(lane.secret_env or {})},
-        replicas=[asdict(view) for view in lane_replica_views(lane)],
+        replicas=lane_replica_views(lane),
     )
     return data
 

@@ -15,6 +15,7 @@ from lanes.models import Executor, Lane, NodeState, Transport
 from lanes.plan_shell import human_bytes
 from lanes.rules import parse_memory_bytes
 from lanes.selectors import lane_config
+from portal.validators import whole_number
 
 TRI_STATE = [("", "vLLM default"), ("true", "on"), ("false", "off")]
 
@@ -114,7 +115,7 @@ class LaneForm(forms.Form):
     api_port = forms.IntegerField(initial=8000)
     master_port = forms.IntegerField(initial=29501, help_text="Ray port or --master-port.")
     container_name = forms.SlugField(max_length=63, initial="vllm_node")
-    max_model_len = forms.CharField(help_text="Pinned, in tokens (no 'auto').")
+    max_model_len = forms.CharField(max_length=32, help_text="Pinned, in tokens (no 'auto').")
     kv_cache_memory_bytes = forms.CharField(required=False, help_text="Fixed KV cache per node, e.g. 11G.")
     gpu_memory_utilization = forms.FloatField(required=False, help_text="Ignored by vLLM when the KV size is fixed.")
     max_num_seqs = forms.IntegerField(required=False)
@@ -175,9 +176,9 @@ class LaneForm(forms.Form):
             nodes = []
             for word in words:
                 if word.startswith("port="):
-                    if not word[5:].isdigit() or not 1 <= int(word[5:]) <= 65535:
+                    port = whole_number(word[5:], 65535)
+                    if port is None or port < 1:
                         raise ValidationError(f"Line {number}: port= takes a port from 1 to 65,535.")
-                    port = int(word[5:])
                 else:
                     nodes.append(word)
             replicas.append({"nodes": nodes, "api_port": port})
@@ -185,7 +186,9 @@ class LaneForm(forms.Form):
 
     def clean_max_model_len(self) -> int | str:
         value = self.cleaned_data["max_model_len"].strip().replace(",", "").replace("_", "")
-        return int(value) if value.isdigit() else value  # anything else: the rule explains
+        # ASCII digits only: "²".isdigit() is true, and int() refuses it. Too large a number
+        # gets the field's range; anything else, the rule's message.
+        return int(value) if value.isascii() and value.isdigit() else value
 
     def clean_kv_cache_memory_bytes(self) -> int | None:
         try:

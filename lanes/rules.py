@@ -425,7 +425,10 @@ def parse_memory_bytes(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     match = MEMORY_SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"Enter a size such as 11G or 11811160064 (bytes); got {value!r}.")
+    if not match:  # the message never echoes the value: it may be 300 digits
+        raise ValueError("Enter a size such as 11G or 11811160064 (bytes).")
     number, unit = match.groups()
-    return int(float(number) * 1024 ** "_KMGT".index(unit.upper() or "_"))
+    size = float(number) * 1024 ** "_KMGT".index(unit.upper() or "_")
+    if not size < 2**63:  # also inf: "9" * 400 is a float too large to hold
+        raise ValueError("Enter a size such as 11G or 11811160064 (bytes), below 8 EiB.")
+    return int(size)

@@ -8,8 +8,11 @@ from typing import Any
 
 from ninja import Schema
 
+from lanes.selectors import ReplicaView
+from portal.api import InSchema
 
-class NodeIn(Schema):
+
+class NodeIn(InSchema):
     name: str
     address: str
     transport: str = "ssh"
@@ -25,7 +28,7 @@ class NodeIn(Schema):
     state: str = "unknown"
 
 
-class NodePatch(Schema):
+class NodePatch(InSchema):
     name: str | None = None
     address: str | None = None
     transport: str | None = None
@@ -42,7 +45,7 @@ class NodePatch(Schema):
     state: str | None = None
 
 
-class HostKeyIn(Schema):
+class HostKeyIn(InSchema):
     host_key_line: str
 
 
@@ -68,12 +71,12 @@ class NodeOut(Schema):
     lanes: list[str]
 
 
-class ReplicaIn(Schema):
+class ReplicaIn(InSchema):
     nodes: list[str]  # rank order: the first is the replica's head
     api_port: int | None = None  # None: the lane's
 
 
-class LaneIn(Schema):
+class LaneIn(InSchema):
     name: str
     model_id: str
     model_revision: str = ""
@@ -107,7 +110,7 @@ class LaneIn(Schema):
     degraded_context_limit: int | None = None
 
 
-class LanePatch(Schema):
+class LanePatch(InSchema):
     name: str | None = None
     model_id: str | None = None
     model_revision: str | None = None
@@ -164,20 +167,6 @@ class KvPoolOut(Schema):
     sessions: float | None
 
 
-class ReplicaOut(Schema):
-    index: int
-    nodes: list[str]
-    api_port: int
-    base_url: str
-    observed_state: str
-    state_reason: str
-    state_changed_at: datetime | None
-    health_checked_at: datetime | None
-    # What the gateways share through Redis (None when Redis does not answer).
-    skipped_until: datetime | None
-    in_flight: int | None
-
-
 class LaneOut(Schema):
     name: str
     model_id: str
@@ -216,7 +205,7 @@ class LaneOut(Schema):
     state_changed_at: datetime | None
     revision: int
     base_url: str
-    replicas: list[ReplicaOut]
+    replicas: list[ReplicaView]  # the selector's dataclass: one list of fields for the page and the API
     rules: list[RuleOut]
     budgets: list[BudgetOut]
     kv_pool: KvPoolOut | None

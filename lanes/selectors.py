@@ -19,6 +19,7 @@ from lanes.replica_health import replica_in_flight, replica_skipped_until
 from lanes.rules import LaneCheck, NodeFacts, OtherLane, check_lane, lane_footprint_gib
 from lanes.secrets import env_with_marks
 from portal.audit import audit_diff
+from portal.validators import has_control_characters
 
 # The lane's configuration as a revision stores it (and as rules and plans read it).
 CONFIG_FIELDS = (
@@ -41,6 +42,21 @@ def node_get(name: str) -> Node:
 
 def node_lane_names(node: Node) -> list[str]:
     return sorted({member.lane.name for member in node.memberships.all()})
+
+
+def nodes_by_name(names: Sequence[Any]) -> dict[str, Node]:
+    """The registered nodes among `names` (text sent by a client), by name. A name that is
+    not text or holds a NUL or control character names no node: it is never sent to the
+    database (PostgreSQL refuses a NUL)."""
+    wanted = [name for name in names if isinstance(name, str) and not has_control_characters(name)]
+    return {node.name: node for node in Node.objects.filter(name__in=wanted)} if wanted else {}
+
+
+def lane_named(name: Any) -> Lane | None:
+    """The lane of that name (text sent by a client), or None; like nodes_by_name."""
+    if not isinstance(name, str) or not name or has_control_characters(name):
+        return None
+    return Lane.objects.filter(name=name).first()
 
 
 def lane_list() -> QuerySet[Lane]:
@@ -226,6 +242,9 @@ def plans_text(plans: Sequence[Plan]) -> str:
 
 @dataclass(frozen=True)
 class ReplicaView:
+    """One replica as the lane page and the API (LaneOut.replicas) show it: its state, and
+    what the gateways share about it through Redis (None when Redis does not answer)."""
+
     index: int
     nodes: list[str]
     api_port: int

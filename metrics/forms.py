@@ -6,17 +6,18 @@ from __future__ import annotations
 from django import forms
 
 from metrics.selectors import USAGE_GROUPS, USAGE_PERIODS
+from portal.validators import INT64_MAX
 from routing.models import RouteReason
 
 
 class RequestLogFilterForm(forms.Form):
-    key = forms.IntegerField(required=False, min_value=1, label="API key")
+    key = forms.IntegerField(required=False, min_value=1, max_value=INT64_MAX, label="API key")
     lane = forms.SlugField(required=False, max_length=63)
     status = forms.IntegerField(required=False, min_value=100, max_value=599, label="HTTP status")
     route = forms.ChoiceField(required=False, choices=[("", "any route"), *RouteReason.choices])
     since = forms.DateTimeField(required=False, label="From (UTC)")
     until = forms.DateTimeField(required=False, label="To (UTC)")
-    before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    before = forms.IntegerField(required=False, min_value=1, max_value=INT64_MAX, widget=forms.HiddenInput)
 
     def clean(self) -> dict[str, object]:
         data = super().clean() or {}

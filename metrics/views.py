@@ -177,9 +177,10 @@ def alert_ack(request: HttpRequest, pk: int) -> HttpResponse:
     alert = get_object_or_404(Alert, pk=pk)
     if not user_can(request.user, Capability.OPERATE):
         raise PermissionDenied("Only an admin may acknowledge alerts.")
+    back = str(request.POST.get("next") or "")  # read first: an oversized body is refused before the ack
     alert_acknowledge(alert=alert, actor=request.user)
-    back = str(request.POST.get("next") or "")
-    # Only a path of this site: a browser reads a backslash after the first slash as a second slash.
-    safe = back.startswith("/") and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()},
-                                                                    require_https=request.is_secure())
-    return redirect(back if safe else "/monitor/alerts/")
+    # Only a path of this site: not "//host" nor "/\\host" (browsers read both as another host),
+    # nor one with a control character or a line break.
+    local = back.startswith("/") and not any(ord(c) < 32 or c == "\x7f" for c in back) \
+        and url_has_allowed_host_and_scheme(back, allowed_hosts=None, require_https=False)
+    return redirect(back if local else "/monitor/alerts/")

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Router, Schema
 from ninja.errors import AuthenticationError
 from ninja.security import SessionAuth
+from pydantic import ConfigDict
 
 from portal.api_docs import OfflineSwagger
 from portal.roles import Capability, require, role_required
@@ -36,6 +37,13 @@ class RoleAuth(SessionAuth):
 can_view = RoleAuth(Capability.VIEW)
 can_edit_routing = RoleAuth(Capability.EDIT_ROUTING)
 can_operate = RoleAuth(Capability.OPERATE)
+
+
+class InSchema(Schema):
+    """Every request body's base: an unknown field is refused (422 naming it) instead of
+    silently dropped, so a misspelt field in a PATCH cannot answer 200 having changed nothing."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class ErrorOut(Schema):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -21,6 +22,10 @@ CLOSE_INVALID_PAYLOAD = 1007
 CLOSE_UNSUPPORTED_DATA = 1003
 # Where the first consumer leaves a group message's JSON text for the others.
 ENCODED_KEY = "_portal_encoded"
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 class PortalConsumer(AsyncJsonWebsocketConsumer):
@@ -63,6 +68,11 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
             text = await self.encode_json({"event": message["event"], "data": message["data"]})
             message[ENCODED_KEY] = text
         await self.send(text_data=text)
+
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        """Strict JSON: NaN and ±Infinity are not JSON (Python's json reads them)."""
+        return json.loads(text_data, parse_constant=_not_json)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         """A bad message closes the socket with a code saying why (never a traceback)."""

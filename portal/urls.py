@@ -9,6 +9,7 @@ from portal import views
 from portal.api import api_not_found, build_api
 from routing.api import router as routing_router
 
+handler400 = "portal.views.bad_request"
 api = build_api([lanes_router, jobs_router, routing_router, benchmarks_router])
 
 urlpatterns = [

@@ -97,3 +97,23 @@ GIB = [FiniteNumber(0, MAX_GIB)]
 POSITIVE_GIB = [FiniteNumber(0, MAX_GIB, low_open=True)]
 # vLLM reads it as a share of the GPU's memory, whether or not the KV size is fixed.
 UTILIZATION = [FiniteNumber(0, 1, low_open=True)]
+
+
+def whole_number(text: object, high: int = INT64_MAX) -> int | None:
+    """A query or form value as a whole number from 0 to `high`, or None: ASCII digits only
+    (str.isdigit() also accepts "²", which int() refuses), and never a number no column holds."""
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit():
+        return None
+    number = int(text)
+    return number if number <= high else None
+
+
+def finite_number(value: object) -> bool:
+    """A JSON number a float can hold: not a bool, not NaN or ±Infinity, not an integer past
+    a float's range (float(10**400) raises OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False

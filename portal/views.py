@@ -5,10 +5,11 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import SetPasswordForm
 from django.contrib.auth.models import User
 from django.core.cache import cache
-from django.core.exceptions import ValidationError
+from django.core.exceptions import RequestDataTooBig, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
+from django.views import defaults
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -106,3 +107,12 @@ class PasswordSetView(auth_views.PasswordResetConfirmView):
         response = super().form_valid(form)
         messages.success(self.request, "Password set: log in with it now.")
         return response
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler400: a body over DATA_UPLOAD_MAX_MEMORY_SIZE on any page is 413 (Django answers
+    every suspicious request 400); the API answers its own 413 (portal.api)."""
+    if isinstance(exception, RequestDataTooBig):
+        return HttpResponse("The request body is larger than the limit.\n", status=413,
+                            content_type="text/plain; charset=utf-8")
+    return defaults.bad_request(request, exception or Exception())

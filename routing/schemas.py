@@ -6,8 +6,10 @@ from datetime import datetime
 
 from ninja import Schema
 
+from portal.api import InSchema
 
-class ApiKeyIn(Schema):
+
+class ApiKeyIn(InSchema):
     name: str
     allowed_lanes: list[str] = []
     default_route: str = "auto"

@@ -6,10 +6,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import Avg, Count, Q, QuerySet, Sum
 from django.utils import timezone
 
+from portal.validators import whole_number
 from routing.models import ApiKey, RequestLog, ShadowSample
+
+STATUS_FILTER_RULE = "must be ok, error or an HTTP status from 100 to 599"
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,11 @@ def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | 
         rows = rows.filter(status__lt=400)
     elif filters.status == "error":
         rows = rows.filter(status__gte=400)
-    elif filters.status.isdigit():
-        rows = rows.filter(status=int(filters.status))
+    elif filters.status:
+        code = whole_number(filters.status, 599)
+        if code is None or code < 100:  # "²".isdigit() is true, and int() refuses it
+            raise ValidationError({"status": STATUS_FILTER_RULE})
+        rows = rows.filter(status=code)
     if filters.since is not None:
         rows = rows.filter(created_at__gte=filters.since)
     if before_id is not None:

@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.roles import Capability, role_required
+from portal.validators import whole_number
 from routing.forms import ApiKeyForm
 from routing.models import ApiKey
 from routing.selectors import (
@@ -78,11 +79,20 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
 @role_required(Capability.OPERATE)
 def requests_page(request: HttpRequest) -> HttpResponse:
     key = request.GET.get("key", "")
-    filters = LogFilters(key_id=int(key) if key.isdigit() else None, lane=request.GET.get("lane", ""),
-                         status=request.GET.get("status", ""))
+    filters = LogFilters(key_id=whole_number(key), lane=request.GET.get("lane", ""), status=request.GET.get("status", ""))
+    if key and filters.key_id is None:
+        return _requests_refused(request, filters, {"key": ["must be an API key's number"]})
+    try:
+        rows = request_log_list(filters=filters, limit=200)
+    except ValidationError as exc:
+        return _requests_refused(request, filters, exc.message_dict)
+    return render(request, "routing/requests.html", {"rows": rows, "filters": filters, "keys": api_key_list()})
+
+
+def _requests_refused(request: HttpRequest, filters: LogFilters, errors: dict[str, list[str]]) -> HttpResponse:
     return render(request, "routing/requests.html", {
-        "rows": request_log_list(filters=filters, limit=200), "filters": filters, "keys": api_key_list(),
-    })
+        "rows": [], "filters": filters, "keys": api_key_list(),
+        "errors": [f"{field}: {' '.join(texts)}" for field, texts in errors.items()]}, status=400)
 
 
 @role_required(Capability.OPERATE)

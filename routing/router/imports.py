@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from portal.validators import has_control_characters
+
 LABEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_TEXT_CHARS = 20_000
 FORMATS = ("csv", "json")
@@ -33,8 +35,11 @@ def _row(line: int, text: object, label: object, enabled: object = True) -> Labe
         raise ImportProblem(line, "`text` is missing or empty")
     if len(text) > MAX_TEXT_CHARS:
         raise ImportProblem(line, f"`text` is longer than {MAX_TEXT_CHARS} characters")
+    if has_control_characters(text):  # PostgreSQL cannot store a NUL: it was a 500
+        raise ImportProblem(line, "`text` contains a NUL or control character")
     if not isinstance(label, str) or not LABEL_RE.match(label.strip()):
-        raise ImportProblem(line, f"`label` {label!r} must be lower-case letters, digits and _ (e.g. long_reasoning)")
+        shown = repr(label) if len(repr(label)) <= 40 else repr(label)[:37] + "..."
+        raise ImportProblem(line, f"`label` {shown} must be lower-case letters, digits and _ (e.g. long_reasoning)")
     if isinstance(enabled, str):
         lowered = enabled.strip().lower()
         if lowered not in {"", "1", "0", "true", "false", "yes", "no"}:

@@ -9,8 +9,9 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from lanes.selectors import lane_list
+from lanes.selectors import lane_list, lane_named
 from portal.roles import Capability, require, role_required
+from portal.validators import whole_number
 from routing.models import Prototype, RouterVersion, VersionStatus
 from routing.router.decision import decide
 from routing.router.encoder import EncoderUnavailable
@@ -52,8 +53,12 @@ def _form_errors(request: HttpRequest, form: PrototypeForm | VersionForm, exc: V
                 messages.error(request, error)
 
 
-def _version(number: int) -> RouterVersion:
-    return get_object_or_404(RouterVersion, number=number)
+def _version(number: int | str) -> RouterVersion:
+    """The version of that number (a form's text too: anything but a whole number is 404)."""
+    found = number if isinstance(number, int) else whole_number(number)
+    if found is None:
+        raise Http404("No router version of that number.")
+    return get_object_or_404(RouterVersion, number=found)
 
 
 @role_required(Capability.VIEW)
@@ -173,7 +178,7 @@ def playground(request: HttpRequest) -> HttpResponse:
 def playground_send(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """Sends the prompt to the chosen lane and streams the answer back as text."""
     prompt = request.POST.get("prompt", "").strip()
-    lane = lane_list().filter(name=request.POST.get("lane", "")).first()
+    lane = lane_named(request.POST.get("lane", ""))
     if not prompt or lane is None:
         return HttpResponse("prompt: write a prompt; lane: choose an existing lane.", status=400,
                             content_type="text/plain; charset=utf-8")
@@ -191,7 +196,7 @@ def versions_page(request: HttpRequest) -> HttpResponse:
         require(request.user, Capability.EDIT_ROUTING)
         source = published_version()
         if request.POST.get("source"):
-            source = _version(int(request.POST["source"]))
+            source = _version(request.POST["source"])
         draft = router_version_create_draft(actor=request.user, source=source)
         return redirect("routing:router-version", number=draft.number)
     return render(request, "routing/router/versions.html", {
@@ -277,7 +282,7 @@ def shadow_page(request: HttpRequest) -> HttpResponse:
         require(request.user, Capability.EDIT_ROUTING)
         number = request.POST.get("version", "")
         try:
-            router_version_set_shadow(actor=request.user, version=_version(int(number)) if number.isdigit() else None)
+            router_version_set_shadow(actor=request.user, version=_version(number) if number else None)
         except ValidationError as exc:
             messages.error(request, "; ".join(exc.messages))
         return redirect("routing:router-shadow")

@@ -28,7 +28,7 @@ from sparksim.engine.planning import (
     plan_completion,
 )
 from sparksim.engine.scheduler import ENGINE_DIED, EngineCore, ScheduledRequest
-from sparksim.engine.validation import validate_chat, validate_completion
+from sparksim.engine.validation import validate_chat, validate_completion, validate_faults, validate_tokenize
 from sparksim.tokenizer import chat_prompt_token_ids, completion_prompt_token_ids
 
 VLLM_VERSION = "0.21.1rc1.dev339+g1967a5627"
@@ -159,6 +159,7 @@ class EngineServer:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
+        validate_tokenize(body)
         vocab = self.config.profile.vocab_size
         if "messages" in body:
             ids = chat_prompt_token_ids(body["messages"], vocab, body.get("tools"))
@@ -278,6 +279,7 @@ class EngineServer:
 
     async def set_faults(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
+        validate_faults(body)
         if body.get("clear"):
             self.faults.__dict__.update(asdict(FaultSwitches()))
             self.core.dead = False

@@ -144,3 +144,56 @@ def validate_chat(body: dict[str, Any], *, max_num_seqs: int) -> None:
 def validate_completion(body: dict[str, Any], *, max_num_seqs: int) -> None:
     check_sampling(body, max_num_seqs=max_num_seqs)
     _integer(body, "logprobs")
+
+
+def validate_tokenize(body: dict[str, Any]) -> None:
+    """vLLM's /tokenize: a chat form (messages, tools as for chat) or a completion form (a
+    prompt string); a wrong type is pydantic's 400, never a 500."""
+    if "messages" in body:
+        if body["messages"] is None:
+            raise type_error("messages", "a valid list", "list_type", None)
+        check_messages(body)
+        check_tools(body)
+        _boolean(body, "add_generation_prompt")
+    elif "prompt" in body:
+        if not isinstance(body["prompt"], str):
+            raise type_error("prompt", "a valid string", "string_type", body["prompt"])
+    else:
+        raise bad_request("prompt or messages is required")
+    _boolean(body, "add_special_tokens")
+
+
+# The control endpoint's switches (POST /_sim/faults): name -> (kind, upper bound). A wrong
+# value is refused naming the switch, before any switch changes: a stored "slow" latency
+# once turned every later request into a 500.
+FAULT_RULES: dict[str, tuple[str, float]] = {
+    "refuse_connections_s": ("seconds", 3600), "latency_s": ("seconds", 3600),
+    "die_after_requests": ("count", 10**9), "die_mid_stream_after_tokens": ("count", 10**9),
+    "slow_prefill_factor": ("factor", 10**6),
+    "unavailable": ("bool", 0), "hold": ("bool", 0), "exit_on_death": ("bool", 0), "clear": ("bool", 0), "die": ("bool", 0),
+}
+
+
+def validate_faults(body: dict[str, Any]) -> None:
+    for name, value in body.items():
+        rule = FAULT_RULES.get(name)
+        if rule is None:
+            continue
+        kind, high = rule
+        nullable = kind in ("seconds", "count") and name != "latency_s"
+        if value is None and nullable:
+            continue
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise bad_request(f"{name} must be true or false", name)
+        elif kind == "count":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+                raise bad_request(f"{name} must be a whole number from 0 to {high:g}" + (" or null" if nullable else ""),
+                                  name)
+        else:
+            low_open = kind == "factor"
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or value < 0 or (low_open and value == 0) or value > high:
+                lower = "above 0" if low_open else "from 0"
+                raise bad_request(f"{name} must be a number {lower} to {high:g}" + (" or null" if nullable else ""),
+                                  name)

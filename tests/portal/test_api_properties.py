@@ -21,9 +21,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lanes.models import Lane, LaneNode, Node
 from portal.roles import Role
 from portal.urls import api
+from routing.models import ApiKey
 from tests.conftest import make_user
 
 SCHEMA = json.loads(json.dumps(api.get_openapi_schema(), default=str))  # as served: string keys
@@ -47,10 +47,30 @@ def deref(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+# Properties that name an object: often an existing one, so the service goes past the
+# lookup and checks the rest of the body (a benchmark's parameters, a replica's ports).
+NAMES = ["spark1", "spark2", "qwen"]
+NAMING_PROPERTIES = {"lane", "fallback", "default_route"}
+NAME_LIST_PROPERTIES = {"nodes", "allowed_lanes"}
+# Untyped properties (the benchmark body's, checked by the service): scalars, or short lists.
+ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+                      st.lists(st.integers(min_value=-2, max_value=2**33), max_size=3))
+
+
+def from_schema(schema: dict[str, Any], name: str = "") -> st.SearchStrategy[Any]:
     """Values valid for the (small) JSON schemas ninja emits: objects, arrays, scalars,
     anyOf, $ref into the components."""
+    if name in NAMING_PROPERTIES:
+        return st.one_of(st.sampled_from(NAMES), _from_schema(schema))
+    if name in NAME_LIST_PROPERTIES:
+        return st.one_of(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True), _from_schema(schema))
+    return _from_schema(schema)
+
+
+def _from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     schema = deref(schema)
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
     if "anyOf" in schema:
         return st.one_of(*(from_schema(option) for option in schema["anyOf"]))
     kind = schema.get("type")
@@ -58,8 +78,8 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         properties = schema.get("properties", {})
         required = set(schema.get("required", []))
         return st.fixed_dictionaries(
-            {name: from_schema(sub) for name, sub in properties.items() if name in required},
-            optional={name: from_schema(sub) for name, sub in properties.items() if name not in required},
+            {name: from_schema(sub, name) for name, sub in properties.items() if name in required},
+            optional={name: from_schema(sub, name) for name, sub in properties.items() if name not in required},
         ) if properties else st.dictionaries(st.text(max_size=8), st.text(max_size=8) | st.integers(), max_size=3)
     if kind == "array":
         return st.lists(from_schema(schema.get("items", {})), max_size=3)
@@ -75,7 +95,7 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         if schema.get("format") == "date-time":
             return st.datetimes().map(lambda moment: moment.isoformat())
         return st.text(max_size=schema.get("maxLength", 40))
-    return st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8))
+    return ANY_VALUE
 
 
 def spoil(value: Any) -> st.SearchStrategy[Any]:
@@ -86,14 +106,17 @@ def spoil(value: Any) -> st.SearchStrategy[Any]:
     return st.one_of(st.just(value), st.sampled_from(NASTY))
 
 
-def parameter_values(op: dict[str, Any], where: str, names: list[str]) -> st.SearchStrategy[dict[str, Any]]:
+def parameter_values(op: dict[str, Any], where: str, names: list[str], ids: list[int]) -> st.SearchStrategy[dict[str, Any]]:
     params = [p for p in op.get("parameters", []) if p["in"] == where]
     strategies = {}
     for param in params:
         generated = from_schema(resolved(param.get("schema", {})))
         choices = [generated, st.sampled_from(NASTY)]
-        if where == "path" and deref(param.get("schema", {})).get("type") == "string":
+        kind = deref(param.get("schema", {})).get("type")
+        if where == "path" and kind == "string":
             choices.insert(0, st.sampled_from(names))  # existing objects, and other routes' words
+        if kind == "integer":
+            choices.insert(0, st.sampled_from(ids))  # existing rows: a job, a benchmark run, a key
         strategies[param["name"]] = st.one_of(*choices)
     if where == "query":
         return st.fixed_dictionaries({}, optional=strategies)
@@ -117,26 +140,25 @@ def response_schema(op: dict[str, Any], status: int) -> dict[str, Any] | None:
 
 
 @pytest.fixture
-def admin_api(db: None) -> Iterator[tuple[Client, list[str]]]:
-    node = Node.objects.create(name="spark1", address="127.0.0.1", transport="local")
-    lane = Lane.objects.create(name="qwen", model_id="org/qwen", image="vllm/vllm-openai@sha256:" + "0" * 64,
-                               max_model_len=32768, kv_cache_memory_bytes=8 * 2**30)
-    LaneNode.objects.create(lane=lane, node=node, rank=0)
+def admin_api(world: dict[str, Any]) -> Iterator[tuple[Client, list[str], list[int]]]:
+    """The shared world (tests/portal/conftest.py: two nodes, a lane of two replicas with a
+    revision, a finished benchmark run, an API key, ...) and an admin's client."""
     admin: User = make_user("prop-admin", Role.ADMIN)
     client = Client()
     client.force_login(admin)
-    yield client, ["spark1", "qwen", "1", "nodes", "lanes", "launch", "key", "lane"]
+    ids = [world["run"], ApiKey.objects.get().pk, 1]
+    yield client, [*NAMES, "nodes", "lanes", "launch", "status", "key", "lane"], ids
 
 
 @pytest.mark.parametrize("path, method, op", OPERATIONS, ids=[f"{m.upper()} {p}" for p, m, _ in OPERATIONS])
 def test_every_endpoint_answers_bad_input_with_a_documented_4xx(
-    admin_api: tuple[Client, list[str]], path: str, method: str, op: dict[str, Any]
+    admin_api: tuple[Client, list[str], list[int]], path: str, method: str, op: dict[str, Any]
 ) -> None:
-    client, names = admin_api
+    client, names, ids = admin_api
 
     @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
-    @given(path_params=parameter_values(op, "path", names), query=parameter_values(op, "query", names),
+    @given(path_params=parameter_values(op, "path", names, ids), query=parameter_values(op, "query", names, ids),
            body=body_values(op))
     def check(path_params: dict[str, Any], query: dict[str, Any], body: Any) -> None:
         url = re.sub(r"\{(\w+)\}", lambda m: quote(render(path_params[m.group(1)]), safe=""), path)
@@ -148,7 +170,12 @@ def test_every_endpoint_answers_bad_input_with_a_documented_4xx(
         assert status < 500, f"{method.upper()} {url} {data and data[:300]} -> {status}"
         assert str(status) in op["responses"], f"{method.upper()} {url} -> undocumented {status}"
         schema = response_schema(op, status)
-        if schema is not None:
-            jsonschema.validate(json.loads(response.content), schema)
+        content_type = response.get("Content-Type", "")
+        documented = op["responses"][str(status)].get("content", {})
+        if content_type.split(";")[0] in ("", "application/json"):
+            if schema is not None:
+                jsonschema.validate(json.loads(response.content), schema)
+        elif response.content:  # e.g. a benchmark's CSV export: a content type the schema names
+            assert content_type.split(";")[0] in documented, f"{method.upper()} {url} -> undocumented {content_type}"
 
     check()

@@ -110,3 +110,56 @@ def test_a_choice_of_a_whole_context_allocates_no_token_list() -> None:
     assert peak < 2 * 1024 * 1024
     tokens = plan.plans[0].tokens
     assert tokens[0] == tokens[-1_048_000] and tokens[5:8] == [tokens[5], tokens[6], tokens[7]]
+
+
+# (case, /tokenize body, pydantic's wording, the field it names)
+BAD_TOKENIZE: list[tuple[str, dict[str, Any], str, str]] = [
+    ("messages a number", {"messages": 5}, "Input should be a valid list", "'messages'"),
+    ("messages a string", {"messages": "hi"}, "Input should be a valid list", "'messages'"),
+    ("messages of numbers", {"messages": [1, 2]}, "Input should be a valid dictionary", "'messages', '0'"),
+    ("messages null", {"messages": None}, "Input should be a valid list", "'messages'"),
+    ("tools true", {"messages": MESSAGES, "tools": True}, "Input should be a valid list", "'tools'"),
+    ("tools of numbers", {"messages": MESSAGES, "tools": [1]}, "Input should be a valid dictionary", "'tools', '0'"),
+    ("prompt a list", {"prompt": [1, 2]}, "Input should be a valid string", "'prompt'"),
+    ("add_special_tokens a string", {"prompt": "hi", "add_special_tokens": "x"}, "Input should be a valid boolean",
+     "'add_special_tokens'"),
+]
+
+# (case, /_sim/faults body, the switch named); each refused before any switch changes.
+BAD_FAULTS: list[tuple[str, dict[str, Any], str]] = [
+    ("latency a word", {"latency_s": "slow"}, "latency_s"),
+    ("latency negative", {"latency_s": -1}, "latency_s"),
+    ("latency 1e308", {"latency_s": 1e308}, "latency_s"),
+    ("refuse a word", {"refuse_connections_s": "abc"}, "refuse_connections_s"),
+    ("die after a word", {"die_after_requests": "x"}, "die_after_requests"),
+    ("die mid-stream negative", {"die_mid_stream_after_tokens": -2}, "die_mid_stream_after_tokens"),
+    ("hold a word", {"hold": "no"}, "hold"),
+    ("prefill factor zero", {"slow_prefill_factor": 0}, "slow_prefill_factor"),
+    ("unavailable a number", {"unavailable": 1}, "unavailable"),
+    ("valid then invalid", {"hold": True, "latency_s": "slow"}, "latency_s"),
+]
+
+
+def test_tokenize_answers_wrong_types_with_vllms_400(qwen: EngineHandle) -> None:
+    with httpx.Client(base_url=qwen.url, timeout=10) as client:
+        for case, body, phrase, loc in BAD_TOKENIZE:
+            response = client.post("/tokenize", json=body)
+            assert response.status_code == 400, (case, response.text)
+            error = response.json()["error"]
+            assert error["type"] == "Bad Request" and phrase in error["message"] and loc in error["message"], (case, error)
+        assert client.post("/tokenize", json={"messages": MESSAGES}).json()["count"] > 0
+
+
+def test_the_fault_switches_refuse_a_bad_value_naming_it_and_change_nothing(qwen: EngineHandle) -> None:
+    with httpx.Client(base_url=qwen.url, timeout=10) as client:
+        before = client.get("/_sim/faults").json()
+        for case, body, name in BAD_FAULTS:
+            response = client.post("/_sim/faults", json=body)
+            assert response.status_code == 400, (case, response.text)
+            assert response.json()["error"]["param"] == name and name in response.json()["error"]["message"], case
+            assert client.get("/_sim/faults").json() == before, case
+        not_json = client.post("/_sim/faults", content=b"{hold: true", headers={"content-type": "application/json"})
+        assert not_json.status_code == 400 and "JSON decode error" in not_json.json()["error"]["message"]
+        # The engine still answers, with no latency or hold left behind.
+        answer = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2})
+        assert answer.status_code == 200
