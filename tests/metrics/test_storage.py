@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from metrics.models import Sample, SampleHour, SampleMinute, UsageHour
 from metrics.partitions import partition_days
-from metrics.storage import samples_downsample, samples_store, storage_maintain, usage_rollup
+from metrics.storage import samples_downsample, samples_store, storage_maintain, usage_day_rollup, usage_rollup
 from routing.models import ApiKey, RequestLog
 
 pytestmark = pytest.mark.django_db
@@ -132,3 +132,60 @@ def test_the_request_log_has_one_retention_step_the_storage_one(monkeypatch: pyt
         report = storage_maintain(now=now)
     assert report["deleted"]["RequestLog"] == 1 and report["dropped"] == []
     assert list(RequestLog.objects.values_list("id", flat=True)) == [kept.id]
+
+
+def gateway_series() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics' gateway families (counters, histogram buckets, _count, _sum)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from metrics.exposition import render_metrics
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(render_metrics().decode())
+        if family.name.startswith("spark_gateway_")
+        for sample in family.samples
+    }
+
+
+def usage_hour(hour: datetime, *, lane: str = "qwen", status: int = 200, n: int = 10, key: str = "agents") -> UsageHour:
+    return UsageHour.objects.create(
+        hour=hour, key_name=key, lane=lane, status=status, route="explicit", requests=n, errors=n if status >= 400 else 0,
+        prompt_tokens=n * 100, completion_tokens=n * 20, latency_ms_sum=n * 300.0, ttft_ms_sum=n * 40.0, ttft_count=n,
+        latency_buckets=[0, 0, n // 2, n, n, n, n, n, n, n, n, n], ttft_buckets=[n] * 13,
+    )
+
+
+@override_settings(METRICS_HOUR_RETENTION_DAYS=1)
+def test_gateway_counters_never_go_down_when_old_hours_leave_retention():
+    """/metrics' gateway counters, tokens and latency histogram (buckets, _count, _sum) are
+    the running totals plus the live hours: deleting old hours changes none of them (a drop
+    would be a counter reset to Prometheus), a second retention step counts nothing twice,
+    and new traffic makes them grow."""
+    now = datetime.now(UTC).replace(minute=30)
+    this_hour = now.replace(minute=0, second=0, microsecond=0)
+    for days in (3, 2):
+        usage_hour(this_hour - timedelta(days=days))
+        usage_hour(this_hour - timedelta(days=days), status=502, n=2, key="other")
+        usage_hour(this_hour - timedelta(days=days, hours=1), lane="deepseek", n=4)
+    usage_hour(this_hour - timedelta(hours=1))  # still recomputed by the rollup: not folded yet
+    usage_hour(this_hour)
+    usage_day_rollup(first=(now - timedelta(days=4)).date(), last=now.date())  # as beat's rollup keeps it
+    before = gateway_series()
+    assert before[("spark_gateway_requests_total", (("lane", "qwen"), ("route", "explicit"), ("status", "200")))] == 40
+    assert before[("spark_gateway_request_duration_seconds_count", (("lane", "deepseek"),))] == 8
+
+    report = storage_maintain(now=now)
+    assert report["deleted"]["UsageHour"] == 6  # the two and three days old hours went
+    assert gateway_series() == before
+    storage_maintain(now=now + timedelta(minutes=5))  # folded hours are not added again
+    assert gateway_series() == before
+
+    # An hour later the previous hour is final and folded; new traffic adds to the totals.
+    usage_hour(this_hour + timedelta(hours=1), lane="deepseek", n=3)
+    storage_maintain(now=now + timedelta(hours=2))
+    after = gateway_series()
+    assert set(after) == set(before)
+    assert all(after[name] >= value for name, value in before.items())
+    assert after[("spark_gateway_request_duration_seconds_count", (("lane", "deepseek"),))] == 11
+    assert after[("spark_gateway_tokens_total", (("direction", "prompt"), ("lane", "deepseek")))] == 1100
