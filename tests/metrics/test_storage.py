@@ -189,3 +189,56 @@ def test_gateway_counters_never_go_down_when_old_hours_leave_retention():
     assert all(after[name] >= value for name, value in before.items())
     assert after[("spark_gateway_request_duration_seconds_count", (("lane", "deepseek"),))] == 11
     assert after[("spark_gateway_tokens_total", (("direction", "prompt"), ("lane", "deepseek")))] == 1100
+
+
+def log_request(at: datetime, *, latency: float = 100.0, ttft: float | None = 50.0, status: int = 200,
+                lane: str = "qwen") -> RequestLog:
+    return RequestLog.objects.create(created_at=at, request_id="r", endpoint="chat.completions", lane=lane,
+                                     status=status, latency_ms=latency, ttft_ms=ttft)
+
+
+def test_the_gateway_summary_has_ttft_percentiles_from_the_rollups_over_every_range():
+    """The hourly and daily rollups carry a TTFT histogram (same bounds as latency): 24 h and
+    7 days show TTFT p50/p95, not a mean a single slow request drags."""
+    from metrics.selectors import gateway_summary
+
+    now = datetime(2026, 11, 30, 12, 20, tzinfo=UTC)
+    for i in range(20):
+        log_request(now - timedelta(hours=2, minutes=i), ttft=80.0 if i < 10 else 3000.0)
+    log_request(now - timedelta(hours=2), ttft=None, status=502)  # no first token: not in the TTFT histogram
+    usage_rollup(now=now, hours_back=3)
+    hour = UsageHour.objects.get(hour=datetime(2026, 11, 30, 10, 0, tzinfo=UTC), status=200)
+    assert hour.ttft_buckets[1] == 10 and hour.ttft_buckets[-1] == 20  # ≤ 100 ms, and the +Inf count
+    for range_key in ("24h", "7d", "30d"):
+        summary = gateway_summary(range_key, now=now)
+        assert summary["requests"] == 21, range_key
+        assert 50 < summary["ttft_p50_ms"] <= 100, range_key
+        assert 2500 < summary["ttft_p95_ms"] <= 5000, range_key
+    # Hours rolled up before the TTFT histogram existed add nothing to it (not a +Inf mass).
+    UsageHour.objects.create(hour=datetime(2026, 11, 30, 11, 0, tzinfo=UTC), lane="qwen", requests=100,
+                             ttft_count=100, ttft_ms_sum=1e7, latency_buckets=[100] * 12)
+    assert 2500 < gateway_summary("24h", now=now)["ttft_p95_ms"] <= 5000
+
+
+def test_the_hour_windows_cover_exactly_the_last_hour_and_day():
+    """At 03:24 "1 h" is 02:24–03:24: the whole hour 03:00 from the rollup and 02:24–03:00
+    from the request log (not 03:00–03:24 alone); "24 h" likewise starts at 03:24 yesterday."""
+    from metrics.selectors import gateway_summary, gateway_window
+
+    now = datetime(2026, 11, 30, 3, 24, tzinfo=UTC)
+    log_request(now - timedelta(minutes=74))  # 02:10: before the hour
+    log_request(now - timedelta(minutes=54), latency=20_000.0)  # 02:30: the partial first hour
+    log_request(now - timedelta(minutes=14), latency=20_000.0)  # 03:10
+    log_request(now - timedelta(hours=24, minutes=6))  # 03:18 yesterday: outside 24 h
+    log_request(now - timedelta(hours=23, minutes=54), lane="deepseek", status=502)  # 03:30 yesterday: inside
+    usage_rollup(now=now, hours_back=25)
+    hour = gateway_summary("1h", now=now)
+    assert hour["since"] == datetime(2026, 11, 30, 2, 24, tzinfo=UTC)
+    assert hour["requests"] == 2
+    assert hour["latency_p50_ms"] > 10_000  # both are the slow ones
+    day = gateway_summary("24h", now=now)
+    assert day["requests"] == 4
+    assert day["errors_by_status"] == {"502": 1} and day["share"]["deepseek"] == 25.0
+    # On the hour the window is whole hours only: nothing to read from the request log.
+    on_the_hour = gateway_window("1h", now=datetime(2026, 11, 30, 3, 0, tzinfo=UTC))
+    assert on_the_hour.edge_until is None and on_the_hour.since == datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
