@@ -128,7 +128,7 @@ class UsageDay(models.Model):
 
 
 class GatewayDay(models.Model):
-    """The gateway per day, lane and status (from UsageHour), with the latency histogram:
+    """The gateway per day, lane and status (from UsageHour), with the latency and TTFT histograms:
     the gateway page's 7- and 30-day figures (percentiles included) read a few hundred rows
     whatever the traffic (at seed 000's peak the hourly rollup holds ~200,000 rows a month)."""
 

@@ -145,7 +145,7 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
 
 def usage_day_rollup(*, first: date, last: date) -> int:
     """Recompute the days first..last from the hourly rollup (idempotent): usage per key and
-    lane, and the gateway per lane and status with its latency histogram."""
+    lane, and the gateway per lane and status with its latency and TTFT histograms."""
     grouped = (
         UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last)
         .annotate(day=TruncDate("hour"))
