@@ -47,6 +47,7 @@ from django.db import connection  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 
 from lanes.models import Lane, LaneNode, Node  # noqa: E402
+from metrics.exposition import render_metrics  # noqa: E402
 from metrics.models import LATENCY_BUCKETS_MS, Sample  # noqa: E402
 from metrics.partitions import partition_name  # noqa: E402
 from metrics.scraper import scrape_all  # noqa: E402
@@ -61,7 +62,7 @@ from metrics.selectors import (  # noqa: E402
     usage_table,
 )
 from metrics.services import scrape_targets, tick_payload, tick_record  # noqa: E402
-from metrics.storage import storage_maintain, usage_day_rollup  # noqa: E402
+from metrics.storage import floor_to, storage_maintain, usage_day_rollup, usage_fold  # noqa: E402
 from portal.broadcast import DASHBOARD_GROUP, broadcast  # noqa: E402
 from portal.http import async_http_client  # noqa: E402
 from portal.roles import Role, ensure_role_groups  # noqa: E402
@@ -337,15 +338,18 @@ def usage_rows(start: datetime, end: datetime, keys: list[int]) -> Iterator[tupl
                 for status, share in ((200, 0.98), (429, 0.01), (502, 0.01)):
                     n = int(per_hour * share / (len(keys) * 5))
                     buckets = [int(n * min(1.0, bound / 3000)) for bound in LATENCY_BUCKETS_MS]
+                    ttft = [*(int(n * min(1.0, bound / 300)) for bound in LATENCY_BUCKETS_MS), n]
                     yield (hour, key, f"key-{key}", f"bench-lane-{lane:02d}", status, "router", n,
-                           n if status >= 400 else 0, n * 900, n * 250, n * 1100.0, n * 110.0, n, json.dumps(buckets))
+                           n if status >= 400 else 0, n * 900, n * 250, n * 1100.0, n * 110.0, n, json.dumps(buckets),
+                           json.dumps(ttft))
         hour += timedelta(hours=1)
 
 
 def write_history(now: datetime, request_days: float) -> None:
     with connection.cursor() as cursor:
         for table in ("metrics_sample", "metrics_sampleminute", "metrics_samplehour", "metrics_usagehour",
-                      "metrics_usageday", "metrics_gatewayday", "routing_requestlog"):
+                      "metrics_usageday", "metrics_gatewayday", "metrics_gatewaytotal", "metrics_gatewaytotalmark",
+                      "routing_requestlog"):
             cursor.execute(f"TRUNCATE {table}")
     ApiKey.objects.filter(name__startswith="bench-key-").delete()
     keys = [ApiKey.objects.create(name=f"bench-key-{i}", prefix=f"sk-bench-{i}", secret_hash=f"{i:064d}").pk
@@ -366,7 +370,7 @@ def write_history(now: datetime, request_days: float) -> None:
             sample_rows(month_start, now, 3600, True))),
         ("hourly usage (30 days)", lambda: copy_rows(
             "metrics_usagehour", "hour, key_id, key_name, lane, status, route, requests, errors, prompt_tokens, "
-            "completion_tokens, latency_ms_sum, ttft_ms_sum, ttft_count, latency_buckets",
+            "completion_tokens, latency_ms_sum, ttft_ms_sum, ttft_count, latency_buckets, ttft_buckets",
             usage_rows(month_start, now, keys))),
         (f"request log ({request_days:g} days at {PEAK_REQUESTS_PER_MINUTE}/min)", lambda: copy_day_partitions(
             "routing_requestlog", REQUEST_COLUMNS, days_between(request_start, now),
@@ -418,6 +422,12 @@ def bench_queries(now: datetime) -> None:
     timed("gateway traffic per minute, last hour", lambda: gateway_traffic(now=now))
     timed("gateway summary 7 days (daily rollup)", lambda: gateway_summary("7d", now=now))
     timed("gateway summary 24 h (hourly rollup)", lambda: gateway_summary("24h", now=now))
+    # One second past the hour: the partial first hour read from the request log is ~59 min long.
+    worst = floor_to(now, 3600) + timedelta(seconds=1)
+    timed("gateway summary 1 h, 59 min of it from the request log", lambda: gateway_summary("1h", now=worst))
+    timed("gateway summary 24 h, 59 min of it from the request log", lambda: gateway_summary("24h", now=worst))
+    usage_fold(before=floor_to(now, 3600) - timedelta(hours=1))
+    timed("/metrics exposition (running totals + unfolded hours)", render_metrics)
     timed("request log page, lane + status filter, last day", lambda: list(
         request_log(RequestFilters(lane=lane(), status=502, since=now - timedelta(days=1))).order_by("-id")[:51]))
     timed("request log page, lane + status filter, 30 days", lambda: list(

@@ -1,22 +1,33 @@
 """The portal's own /metrics (Prometheus text format), built from the database at each
 scrape: gateway usage, lane and node states, jobs, scrape health, alerts, and every lane's
-and node's latest figures. Counters come from the hourly usage rollup (the latency histogram
-from the daily one: fewer rows), so they drop when old hours and days leave retention — Prometheus reads that as a counter reset, as it should."""
+and node's latest figures. The gateway's counters and latency histogram are the running
+totals (GatewayTotal: every hour folded in before retention may delete it) plus the hourly
+rollup's hours since, read in one statement: they never go down when old hours leave
+retention, so Prometheus sees no false counter reset."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
-from django.db.models import Count, Sum
+from django.db.models import Count, DateTimeField, F, Subquery, Value
+from django.db.models.functions import Coalesce
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from jobs.models import Job
 from lanes.models import Lane, LaneState, Node, NodeState
-from metrics.models import LATENCY_BUCKETS_MS, Alert, AlertState, GatewayDay, ScrapeTarget, UsageHour
-from metrics.storage import latency_histograms
+from metrics.models import (
+    LATENCY_BUCKETS_MS,
+    Alert,
+    AlertState,
+    GatewayTotal,
+    GatewayTotalMark,
+    ScrapeTarget,
+    UsageHour,
+)
 
 # Lane and node figures exported as their own gauges: (series, metric name, help).
 FIGURE_GAUGES = {
@@ -53,26 +64,32 @@ class PortalCollector(Collector):
     def _gateway(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("spark_gateway_requests", "Gateway requests.", labels=["lane", "status", "route"])
         tokens = CounterMetricFamily("spark_gateway_tokens", "Gateway tokens.", labels=["lane", "direction"])
-        rows = UsageHour.objects.values("lane", "status", "route").annotate(
-            n=Sum("requests"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens")
-        )
-        per_lane: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for row in rows:
-            requests.add_metric([row["lane"], str(row["status"]), row["route"]], float(row["n"] or 0))
-            per_lane[row["lane"]][0] += float(row["prompt"] or 0)
-            per_lane[row["lane"]][1] += float(row["completion"] or 0)
-        for lane, (prompt, completion) in sorted(per_lane.items()):
-            tokens.add_metric([lane, "prompt"], prompt)
-            tokens.add_metric([lane, "completion"], completion)
-        yield requests
-        yield tokens
         latency = HistogramMetricFamily(
             "spark_gateway_request_duration_seconds", "Gateway request latency.", labels=["lane"]
         )
-        for per_lane_latency in latency_histograms(GatewayDay.objects.all(), "lane"):
-            buckets = [(str(bound / 1000), per_lane_latency["buckets"][i]) for i, bound in enumerate(LATENCY_BUCKETS_MS)]
-            latency.add_metric([per_lane_latency["lane"]], [*buckets, ("+Inf", float(per_lane_latency["requests"]))],
-                               sum_value=per_lane_latency["latency_ms_sum"] / 1000)
+        per_route: dict[tuple[str, int, str], float] = defaultdict(float)
+        per_lane_tokens: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        per_lane_latency: dict[str, list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS_MS) + 1))
+        for lane, status, route, n, prompt, completion, latency_sum, row_buckets in gateway_counter_rows():
+            per_route[(lane, status, route)] += n
+            per_lane_tokens[lane][0] += prompt
+            per_lane_tokens[lane][1] += completion
+            histogram = per_lane_latency[lane]
+            for i, count in enumerate(row_buckets or []):
+                histogram[i] += count
+            histogram[-1] += latency_sum
+        counts: dict[str, float] = defaultdict(float)
+        for (lane, status, route), total in sorted(per_route.items()):
+            requests.add_metric([lane, str(status), route], total)
+            counts[lane] += total
+        yield requests
+        for lane, (prompt_total, completion_total) in sorted(per_lane_tokens.items()):
+            tokens.add_metric([lane, "prompt"], prompt_total)
+            tokens.add_metric([lane, "completion"], completion_total)
+        yield tokens
+        for lane, histogram in sorted(per_lane_latency.items()):
+            buckets = [(str(bound / 1000), float(histogram[i])) for i, bound in enumerate(LATENCY_BUCKETS_MS)]
+            latency.add_metric([lane], [*buckets, ("+Inf", float(counts[lane]))], sum_value=histogram[-1] / 1000)
         yield latency
 
     def _states(self) -> Iterator[Metric]:
@@ -123,6 +140,20 @@ class PortalCollector(Collector):
         for rule, kind, target in Alert.objects.filter(state=AlertState.OPEN).values_list("rule", "kind", "target"):
             alerts.add_metric([rule, kind, target], 1.0)
         yield alerts
+
+
+def gateway_counter_rows() -> list[tuple[str, int, str, int, int, int, float, list[int]]]:
+    """(lane, status, route, requests, prompt and completion tokens, latency sum in ms,
+    latency buckets) of the running totals and of every hour not folded into them — one
+    statement, so a fold committing meanwhile is seen whole or not at all (never counted
+    twice, never missed)."""
+    columns = ("lane", "status", "route", "requests", "prompt_tokens", "completion_tokens", "latency_ms_sum",
+               "latency_buckets")
+    folded_before = Coalesce(Subquery(GatewayTotalMark.objects.filter(pk=1).values("folded_before")[:1]),
+                             Value(datetime(1970, 1, 1, tzinfo=UTC)), output_field=DateTimeField())
+    live = UsageHour.objects.alias(folded_before=folded_before).filter(hour__gte=F("folded_before"))
+    totals = GatewayTotal.objects.order_by().values_list(*columns)
+    return list(totals.union(live.order_by().values_list(*columns), all=True))
 
 
 def render_metrics() -> bytes:

@@ -96,6 +96,9 @@ class UsageHour(models.Model):
     ttft_count = models.BigIntegerField(default=0)
     # Cumulative counts of requests at or under each bound of LATENCY_BUCKETS_MS (its order).
     latency_buckets = models.JSONField(default=list)
+    # The TTFT histogram on the same bounds, plus a last entry: the requests it counts (those
+    # with a first token, its +Inf). [] in hours rolled up before it existed: they add nothing.
+    ttft_buckets = models.JSONField(default=list)
 
     class Meta:
         indexes = [models.Index(fields=["hour"], name="metrics_usagehour_hour")]
@@ -125,7 +128,7 @@ class UsageDay(models.Model):
 
 
 class GatewayDay(models.Model):
-    """The gateway per day, lane and status (from UsageHour), with the latency histogram:
+    """The gateway per day, lane and status (from UsageHour), with the latency and TTFT histograms:
     the gateway page's 7- and 30-day figures (percentiles included) read a few hundred rows
     whatever the traffic (at seed 000's peak the hourly rollup holds ~200,000 rows a month)."""
 
@@ -140,12 +143,49 @@ class GatewayDay(models.Model):
     ttft_count = models.BigIntegerField(default=0)
     # Cumulative counts at or under each bound of LATENCY_BUCKETS_MS, as in UsageHour.
     latency_buckets = models.JSONField(default=list)
+    # The TTFT histogram with its +Inf count last, as in UsageHour.
+    ttft_buckets = models.JSONField(default=list)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["day", "lane", "status"], name="metrics_gatewayday_unique")]
 
     def __str__(self) -> str:
         return f"{self.day} {self.lane or '-'} {self.status}"
+
+
+class GatewayTotal(models.Model):
+    """Running totals per lane, status and route of every hour of UsageHour before
+    GatewayTotalMark.folded_before: /metrics' counters and histogram are these plus the
+    hours since, so they never go down when old hours leave retention (an hour is folded
+    in before it can be deleted, in the retention step's transaction)."""
+
+    lane = models.CharField(max_length=63, blank=True, default="")
+    status = models.PositiveSmallIntegerField(default=200)
+    route = models.CharField(max_length=16, blank=True, default="")
+    requests = models.BigIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    latency_ms_sum = models.FloatField(default=0)
+    # Cumulative counts at or under each bound of LATENCY_BUCKETS_MS, as in UsageHour.
+    latency_buckets = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["lane", "status", "route"], name="metrics_gatewaytotal_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lane or '-'} {self.status} {self.route or '-'}: {self.requests}"
+
+
+class GatewayTotalMark(models.Model):
+    """One row: the hours of UsageHour before `folded_before` are in GatewayTotal (null:
+    none yet)."""
+
+    folded_before = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"folded before {self.folded_before}"
 
 
 class AlertState(models.TextChoices):

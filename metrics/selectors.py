@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMinute, TruncMonth, TruncWeek
@@ -28,7 +28,13 @@ from metrics.models import (
     UsageHour,
 )
 from metrics.parsing import histogram_quantile
-from metrics.storage import latency_histograms
+from metrics.storage import (
+    floor_to,
+    latency_histograms,
+    log_latency_buckets,
+    log_ttft_buckets,
+    request_log_aggregates,
+)
 from routing.models import RequestLog
 
 
@@ -180,44 +186,88 @@ def gateway_traffic(*, minutes: int = 60, now: datetime | None = None) -> list[d
              "max_latency_ms": row["slowest"]} for row in rows]
 
 
-def gateway_rollup_rows(range_key: str, *, now: datetime) -> QuerySet[UsageHour] | QuerySet[GatewayDay]:
-    """Hours (1 h, 24 h) from the hourly rollup; days (7 d, 30 d: that many UTC days, today
-    included) from the daily one, which the minute's rollup keeps current for today."""
+@dataclass(frozen=True)
+class GatewayWindow:
+    """What a summary range covers: rollup rows from `since` (whole hours or UTC days) and,
+    for the hour ranges, the partial first hour [since, edge_until) from the request log."""
+
+    since: datetime
+    rows: QuerySet[UsageHour] | QuerySet[GatewayDay]
+    edge_until: datetime | None = None
+
+
+def gateway_window(range_key: str, *, now: datetime) -> GatewayWindow:
+    """1 h and 24 h are exactly that: the whole hours after now − range from the hourly
+    rollup (the current one up to its last run, a minute at most behind) and the part of the
+    hour before them from the request log (at most an hour of rows, over its created_at
+    index). 7 and 30 days are that many UTC days, today included, from the daily rollup,
+    which the minute's rollup keeps current for today."""
     if range_key in GATEWAY_DAY_RANGES:
         first_day = now.date() - timedelta(days=GATEWAY_DAY_RANGES[range_key] - 1)
-        return GatewayDay.objects.filter(day__gte=first_day)
-    return UsageHour.objects.filter(hour__gte=now - GATEWAY_RANGES[range_key])
+        since = datetime(first_day.year, first_day.month, first_day.day, tzinfo=UTC)
+        return GatewayWindow(since=since, rows=GatewayDay.objects.filter(day__gte=first_day))
+    since = now - GATEWAY_RANGES[range_key]
+    first_whole = floor_to(since, 3600)
+    if first_whole < since:
+        first_whole += timedelta(hours=1)
+    return GatewayWindow(since=since, rows=UsageHour.objects.filter(hour__gte=first_whole),
+                         edge_until=first_whole if first_whole > since else None)
+
+
+def _add(into: list[float], values: list[Any]) -> None:
+    for i, value in enumerate(values):
+        into[i] += float(value or 0)
 
 
 def gateway_summary(range_key: str, *, now: datetime | None = None) -> dict[str, Any]:
-    """Figures over an hour to a month from the rollups: requests, error rate by code, tokens,
-    share per lane, latency percentiles from the latency histogram — a constant number of
-    queries over at most a few thousand rows."""
+    """Figures over an hour to a month: requests, error rate by code, tokens, share per lane,
+    latency and TTFT percentiles from their histograms — two queries whatever the range
+    (the rollup per lane and status, the request log's partial first hour), over at most a
+    few thousand rollup rows and an hour of the request log."""
     now = now or timezone.now()
-    rows = gateway_rollup_rows(range_key, now=now)
+    window = gateway_window(range_key, now=now)
     by_status: dict[int, int] = defaultdict(int)
     by_lane: dict[str, int] = defaultdict(int)
-    for row in rows.order_by().values("lane", "status").annotate(n=Sum("requests")):
-        by_status[row["status"]] += row["n"]
-        by_lane[row["lane"] or "-"] += row["n"]
+    tokens = [0.0, 0.0]
+    latency = [0.0] * len(LATENCY_BUCKETS_MS)
+    ttft = [0.0] * (len(LATENCY_BUCKETS_MS) + 1)  # +Inf last: the requests with a first token
+    groups = latency_histograms(window.rows, "lane", "status", prompt=Sum("prompt_tokens"),
+                                completion=Sum("completion_tokens"))
+    if window.edge_until is not None:
+        edge = (
+            RequestLog.objects.filter(created_at__gte=window.since, created_at__lt=window.edge_until)
+            .order_by().values("lane", "status").annotate(**request_log_aggregates())
+        )
+        groups += [{"lane": g["lane"], "status": g["status"], "requests": g["n"], "prompt": g["prompt"],
+                    "completion": g["completion"], "buckets": log_latency_buckets(g),
+                    "ttft_buckets": log_ttft_buckets(g)} for g in cast(list[dict[str, Any]], list(edge))]
+    for g in groups:
+        by_status[g["status"]] += g["requests"]
+        by_lane[g["lane"] or "-"] += g["requests"]
+        _add(tokens, [g["prompt"], g["completion"]])
+        _add(latency, g["buckets"])
+        _add(ttft, g["ttft_buckets"])
     total = sum(by_status.values())
-    (latency,) = latency_histograms(rows, prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"),
-                                    ttft=Sum("ttft_ms_sum"), ttft_n=Sum("ttft_count"))
-    histogram = {bound / 1000: latency["buckets"][i] for i, bound in enumerate(LATENCY_BUCKETS_MS)}
-    histogram[math.inf] = float(total)
-    p50 = histogram_quantile(0.5, histogram)
-    p95 = histogram_quantile(0.95, histogram)
     errors = sum(n for status, n in by_status.items() if status >= 400)
+    latency_p50, latency_p95 = _histogram_percentiles(latency, float(total))
+    ttft_p50, ttft_p95 = _histogram_percentiles(ttft[:-1], ttft[-1])
     return {
-        "range": range_key, "requests": total, "prompt_tokens": latency["prompt"] or 0,
-        "completion_tokens": latency["completion"] or 0,
+        "range": range_key, "since": window.since, "until": now, "whole_days": range_key in GATEWAY_DAY_RANGES,
+        "requests": total, "prompt_tokens": round(tokens[0]), "completion_tokens": round(tokens[1]),
         "errors_by_status": {str(status): n for status, n in sorted(by_status.items()) if status >= 400},
         "error_pct": 100.0 * errors / total if total else 0.0,
         "share": {lane: 100.0 * n / total for lane, n in sorted(by_lane.items())} if total else {},
-        "latency_p50_ms": p50 * 1000 if p50 is not None else None,
-        "latency_p95_ms": p95 * 1000 if p95 is not None else None,
-        "ttft_mean_ms": latency["ttft"] / latency["ttft_n"] if latency["ttft_n"] else None,
+        "latency_p50_ms": latency_p50, "latency_p95_ms": latency_p95,
+        "ttft_p50_ms": ttft_p50, "ttft_p95_ms": ttft_p95,
     }
+
+
+def _histogram_percentiles(buckets: list[float], count: float) -> tuple[float | None, float | None]:
+    """p50 and p95 (ms) from cumulative counts at LATENCY_BUCKETS_MS and the +Inf count."""
+    histogram = {bound / 1000: buckets[i] for i, bound in enumerate(LATENCY_BUCKETS_MS)}
+    histogram[math.inf] = count
+    p50, p95 = histogram_quantile(0.5, histogram), histogram_quantile(0.95, histogram)
+    return (p50 * 1000 if p50 is not None else None), (p95 * 1000 if p95 is not None else None)
 
 
 USAGE_PERIODS = {"day": TruncDay, "week": TruncWeek, "month": TruncMonth}

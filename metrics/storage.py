@@ -19,6 +19,8 @@ from django.db.models.functions import Cast, TruncDate
 from metrics.models import (
     LATENCY_BUCKETS_MS,
     GatewayDay,
+    GatewayTotal,
+    GatewayTotalMark,
     Sample,
     SampleHour,
     SampleMinute,
@@ -89,6 +91,28 @@ def samples_downsample(*, now: datetime, minutes_back: int = 3) -> tuple[int, in
     return len(minutes), len(hours)
 
 
+def request_log_aggregates() -> dict[str, Aggregate]:
+    """What a stretch of the request log adds up to: requests, errors, tokens, latency and
+    TTFT sums and both histograms (cumulative counts at each bound; the TTFT one's +Inf is
+    `ttft_n`, the requests with a first token). Read back with `log_latency_buckets` and
+    `log_ttft_buckets`."""
+    return {
+        "n": Count("id"), "errors": Count("id", filter=Q(status__gte=400)),
+        "prompt": Sum("prompt_tokens"), "completion": Sum("completion_tokens"), "latency": Sum("latency_ms"),
+        "ttft": Sum("ttft_ms"), "ttft_n": Count("ttft_ms"),
+        **{f"le{bound}": Count("id", filter=Q(latency_ms__lte=bound)) for bound in LATENCY_BUCKETS_MS},
+        **{f"tle{bound}": Count("id", filter=Q(ttft_ms__lte=bound)) for bound in LATENCY_BUCKETS_MS},
+    }
+
+
+def log_latency_buckets(row: Mapping[str, Any]) -> list[int]:
+    return [row[f"le{bound}"] for bound in LATENCY_BUCKETS_MS]
+
+
+def log_ttft_buckets(row: Mapping[str, Any]) -> list[int]:
+    return [*(row[f"tle{bound}"] for bound in LATENCY_BUCKETS_MS), row["ttft_n"]]
+
+
 def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
     """Usage per hour, key and lane from the request log: the current and previous hours
     recomputed (idempotent)."""
@@ -99,12 +123,7 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
         grouped = (
             RequestLog.objects.filter(created_at__gte=hour, created_at__lt=hour + timedelta(hours=1))
             .values("key_id", "key__name", "lane", "status", "route_reason")
-            .annotate(
-                n=Count("id"), errors=Count("id", filter=Q(status__gte=400)),
-                prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), latency=Sum("latency_ms"),
-                ttft=Sum("ttft_ms"), ttft_n=Count("ttft_ms"),
-                **{f"le{bound}": Count("id", filter=Q(latency_ms__lte=bound)) for bound in LATENCY_BUCKETS_MS},
-            )
+            .annotate(**request_log_aggregates())
         )
         rows += [
             UsageHour(
@@ -112,7 +131,7 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
                 route=g["route_reason"], requests=g["n"], errors=g["errors"], prompt_tokens=g["prompt"] or 0,
                 completion_tokens=g["completion"] or 0, latency_ms_sum=g["latency"] or 0.0,
                 ttft_ms_sum=g["ttft"] or 0.0, ttft_count=g["ttft_n"],
-                latency_buckets=[g[f"le{bound}"] for bound in LATENCY_BUCKETS_MS],
+                latency_buckets=log_latency_buckets(g), ttft_buckets=log_ttft_buckets(g),
             )
             for g in cast(list[dict[str, Any]], list(grouped))
         ]
@@ -126,7 +145,7 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
 
 def usage_day_rollup(*, first: date, last: date) -> int:
     """Recompute the days first..last from the hourly rollup (idempotent): usage per key and
-    lane, and the gateway per lane and status with its latency histogram."""
+    lane, and the gateway per lane and status with its latency and TTFT histograms."""
     grouped = (
         UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last)
         .annotate(day=TruncDate("hour"))
@@ -144,7 +163,8 @@ def usage_day_rollup(*, first: date, last: date) -> int:
         GatewayDay(day=g["day"], lane=g["lane"], status=g["status"], requests=g["requests"],
                    prompt_tokens=g["prompt"] or 0, completion_tokens=g["completion"] or 0,
                    latency_ms_sum=g["latency_ms_sum"], ttft_ms_sum=g["ttft"] or 0.0, ttft_count=g["ttft_n"] or 0,
-                   latency_buckets=[round(count) for count in g["buckets"]])
+                   latency_buckets=[round(count) for count in g["buckets"]],
+                   ttft_buckets=[round(count) for count in g["ttft_buckets"]])
         for g in latency_histograms(
             UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last).annotate(day=TruncDate("hour")),
             "day", "lane", "status",
@@ -160,13 +180,16 @@ def usage_day_rollup(*, first: date, last: date) -> int:
     return len(rows)
 
 
-def latency_histograms(rows: QuerySet[Any], *group: str, **sums: Aggregate) -> list[dict[str, Any]]:
-    """Per group: requests, latency sum (ms), each latency bucket's count and any `sums`,
-    added up in the database (one pass, whatever the number of rows). `rows` is UsageHour
-    or GatewayDay (both keep the histogram in `latency_buckets`)."""
-    buckets = {
-        f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in range(len(LATENCY_BUCKETS_MS))
-    }
+def latency_histograms(rows: QuerySet[Any], *group: str, with_ttft: bool = True, **sums: Aggregate) -> list[dict[str, Any]]:
+    """Per group: requests, latency sum (ms), each latency bucket's count (`buckets`), the
+    TTFT histogram (`ttft_buckets`, +Inf last; unless `with_ttft=False`) and any `sums`, added
+    up in the database (one pass, whatever the number of rows). `rows` is UsageHour or
+    GatewayDay (both keep the histograms in `latency_buckets` and `ttft_buckets`;
+    GatewayTotal has no TTFT one)."""
+    bounds = range(len(LATENCY_BUCKETS_MS))
+    buckets = {f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in bounds}
+    if with_ttft:  # a row without the TTFT histogram (rolled up before it existed) adds nothing
+        buckets |= {f"tle{i}": Sum(Cast(KT(f"ttft_buckets__{i}"), FloatField())) for i in range(len(bounds) + 1)}
     aggregates: dict[str, Aggregate] = {"n": Sum("requests"), "latency": Sum("latency_ms_sum"), **buckets, **sums}
     result: list[dict[str, Any]] = (
         list(rows.order_by().values(*group).annotate(**aggregates)) if group else [rows.aggregate(**aggregates)]
@@ -174,9 +197,48 @@ def latency_histograms(rows: QuerySet[Any], *group: str, **sums: Aggregate) -> l
     return [
         {**{name: row[name] for name in (*group, *sums)}, "requests": row["n"] or 0,
          "latency_ms_sum": row["latency"] or 0.0,
-         "buckets": [row[f"le{i}"] or 0.0 for i in range(len(LATENCY_BUCKETS_MS))]}
+         "buckets": [row[f"le{i}"] or 0.0 for i in bounds],
+         "ttft_buckets": [row[f"tle{i}"] or 0.0 for i in range(len(bounds) + 1)] if with_ttft else []}
         for row in result
     ]
+
+
+def usage_fold(*, before: datetime) -> int:
+    """Add every hour of UsageHour not yet folded and before `before` to GatewayTotal (per
+    lane, status and route) and move the mark: /metrics reads the totals plus the hours
+    from the mark on, so deleting a folded hour changes no counter. Call it only with
+    hours the rollup no longer recomputes. Returns the number of groups folded."""
+    with transaction.atomic():
+        mark, _ = GatewayTotalMark.objects.select_for_update().get_or_create(pk=1)
+        if mark.folded_before is not None and before <= mark.folded_before:
+            return 0
+        hours = UsageHour.objects.filter(hour__lt=before)
+        if mark.folded_before is not None:
+            hours = hours.filter(hour__gte=mark.folded_before)
+        groups = latency_histograms(hours, "lane", "status", "route", with_ttft=False,
+                                    prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+        totals = {(t.lane, t.status, t.route): t for t in GatewayTotal.objects.select_for_update()}
+        created: list[GatewayTotal] = []
+        for g in groups:
+            total = totals.get((g["lane"], g["status"], g["route"]))
+            if total is None:
+                total = GatewayTotal(lane=g["lane"], status=g["status"], route=g["route"],
+                                     latency_buckets=[0] * len(LATENCY_BUCKETS_MS))
+                created.append(total)
+            total.requests += g["requests"]
+            total.prompt_tokens += g["prompt"] or 0
+            total.completion_tokens += g["completion"] or 0
+            total.latency_ms_sum += g["latency_ms_sum"]
+            total.latency_buckets = [old + round(new) for old, new in zip(total.latency_buckets, g["buckets"],
+                                                                            strict=True)]
+        GatewayTotal.objects.bulk_create(created)
+        GatewayTotal.objects.bulk_update(
+            [t for t in totals.values()],
+            ["requests", "prompt_tokens", "completion_tokens", "latency_ms_sum", "latency_buckets"],
+        )
+        mark.folded_before = before
+        mark.save(update_fields=["folded_before"])
+    return len(groups)
 
 
 def storage_maintain(*, now: datetime) -> dict[str, Any]:
@@ -212,7 +274,13 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
     started = time.perf_counter()
     hour_cutoff = now - timedelta(days=settings.METRICS_HOUR_RETENTION_DAYS)
     report["deleted"]["SampleHour"] = SampleHour.objects.filter(ts__lt=hour_cutoff).delete()[0]
-    report["deleted"]["UsageHour"] = UsageHour.objects.filter(hour__lt=hour_cutoff).delete()[0]
+    with transaction.atomic():
+        # Hours before the previous one are final (the rollup recomputes only the current and
+        # previous hours): fold them into /metrics' running totals, then delete the old ones —
+        # never an hour the totals lack.
+        report["folded"] = usage_fold(before=floor_to(now, 3600) - timedelta(hours=1))
+        folded_before = GatewayTotalMark.objects.get(pk=1).folded_before or hour_cutoff
+        report["deleted"]["UsageHour"] = UsageHour.objects.filter(hour__lt=min(hour_cutoff, folded_before)).delete()[0]
     report["deleted"]["UsageDay"] = UsageDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
     report["deleted"]["GatewayDay"] = GatewayDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
     report["seconds"]["delete"] = time.perf_counter() - started

@@ -168,8 +168,12 @@ JOBS_MAX_TIME_LIMIT_S = env_float("PORTAL_JOBS_MAX_TIME_LIMIT_S", 86_400.0, mini
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(JOBS_MAX_TIME_LIMIT_S) + 600,
                                    "global_keyprefix": f"{REDIS_PREFIX}:"}
 CELERY_TASK_ALWAYS_EAGER = False
+# Every beat entry carries an `expires` no longer than its period: a run still queued when
+# the next one is due is dropped by the worker instead of piling up behind a slow or hung one
+# (tests/portal/test_periodic_queue.py holds every entry to it).
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
-    "portal-heartbeat": {"task": "portal.tasks.publish_heartbeat", "schedule": 10.0},
+    # a late heartbeat would claim "alive now" for a backlogged worker: drop it
+    "portal-heartbeat": {"task": "portal.tasks.publish_heartbeat", "schedule": 10.0, "options": {"expires": 10.0}},
 }
 
 LOGGING = {
@@ -261,7 +265,8 @@ JOBS_LOG_BATCH_LINES = env_int("PORTAL_JOBS_LOG_BATCH_LINES", 1000, minimum=1, m
 JOBS_SSH_CONNECT_TIMEOUT_S = env_float("PORTAL_JOBS_SSH_CONNECT_TIMEOUT_S", 10.0, minimum=0.5, maximum=120)
 JOBS_SSH_KEEPALIVE_S = env_float("PORTAL_JOBS_SSH_KEEPALIVE_S", 15.0, minimum=1, maximum=600)
 CELERY_BEAT_SCHEDULE.update(
-    {"jobs-reap-lost": {"task": "jobs.tasks.reap_lost_jobs", "schedule": JOBS_REAPER_INTERVAL_S}}
+    {"jobs-reap-lost": {"task": "jobs.tasks.reap_lost_jobs", "schedule": JOBS_REAPER_INTERVAL_S,
+                        "options": {"expires": JOBS_REAPER_INTERVAL_S}}}
 )
 # RDMA watchdog: seconds between two measurements of each multi-node lane, and the first of
 # the 100 ports its ib_send_lat pairs use (one per lane).
@@ -344,8 +349,11 @@ CELERY_BEAT_SCHEDULE.update(
     {
         "metrics-scrape": {"task": "metrics.tasks.scrape_tick", "schedule": METRICS_SCRAPE_INTERVAL_S,
                            "options": {"expires": METRICS_SCRAPE_INTERVAL_S}},
-        "metrics-downsample": {"task": "metrics.tasks.downsample", "schedule": 60.0},
-        "metrics-webhooks": {"task": "metrics.tasks.deliver_webhooks", "schedule": 5.0},
-        "metrics-maintain-storage": {"task": "metrics.tasks.maintain_storage", "schedule": crontab(minute="23")},
+        # idempotent recomputations: the next run covers a dropped one
+        "metrics-downsample": {"task": "metrics.tasks.downsample", "schedule": 60.0, "options": {"expires": 60.0}},
+        # a hung receiver holds a run for up to its timeout per delivery: runs queued behind it expire
+        "metrics-webhooks": {"task": "metrics.tasks.deliver_webhooks", "schedule": 5.0, "options": {"expires": 5.0}},
+        "metrics-maintain-storage": {"task": "metrics.tasks.maintain_storage", "schedule": crontab(minute="23"),
+                                     "options": {"expires": 3600.0}},
     }
 )

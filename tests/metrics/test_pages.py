@@ -85,6 +85,17 @@ def test_gateway_figures_are_for_admins(role_clients, traffic, path):
     assert role_clients["outsider"].get(path).status_code == 403
 
 
+def test_the_gateway_page_shows_ttft_percentiles_and_the_span_it_covers(role_clients, traffic):
+    page = role_clients["admin"].get("/monitor/gateway/?range=1h").content.decode()
+    summary = page[page.index('id="gateway-span"'):page.index("</table>", page.index('id="gateway-summary"'))]
+    assert "UTC (whole hours from the hourly rollup, the first partial hour from the request log)" in summary
+    ttft = re.search(r"<th>TTFT p50 / p95</th><td>(\d+) / (\d+) ms</td>", summary)
+    assert ttft and 0 < int(ttft.group(1)) <= 50  # the three requests' 50 ms first tokens
+    assert "Mean TTFT" not in page
+    week = role_clients["admin"].get("/monitor/gateway/?range=7d").content.decode()
+    assert "(whole UTC days, today included, from the daily rollup)" in week
+
+
 def test_chart_series_json_and_its_denied_and_bad_range_cases(role_clients, lane_and_node):
     samples_store(at=timezone.now() - timedelta(seconds=5), lanes={"qwen": {"gen_tps": 12.0}}, nodes={})
     body = role_clients["viewer"].get("/monitor/series/lane/qwen?range=15m").json()

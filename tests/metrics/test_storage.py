@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from metrics.models import Sample, SampleHour, SampleMinute, UsageHour
 from metrics.partitions import partition_days
-from metrics.storage import samples_downsample, samples_store, storage_maintain, usage_rollup
+from metrics.storage import samples_downsample, samples_store, storage_maintain, usage_day_rollup, usage_rollup
 from routing.models import ApiKey, RequestLog
 
 pytestmark = pytest.mark.django_db
@@ -132,3 +132,113 @@ def test_the_request_log_has_one_retention_step_the_storage_one(monkeypatch: pyt
         report = storage_maintain(now=now)
     assert report["deleted"]["RequestLog"] == 1 and report["dropped"] == []
     assert list(RequestLog.objects.values_list("id", flat=True)) == [kept.id]
+
+
+def gateway_series() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics' gateway families (counters, histogram buckets, _count, _sum)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from metrics.exposition import render_metrics
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(render_metrics().decode())
+        if family.name.startswith("spark_gateway_")
+        for sample in family.samples
+    }
+
+
+def usage_hour(hour: datetime, *, lane: str = "qwen", status: int = 200, n: int = 10, key: str = "agents") -> UsageHour:
+    return UsageHour.objects.create(
+        hour=hour, key_name=key, lane=lane, status=status, route="explicit", requests=n, errors=n if status >= 400 else 0,
+        prompt_tokens=n * 100, completion_tokens=n * 20, latency_ms_sum=n * 300.0, ttft_ms_sum=n * 40.0, ttft_count=n,
+        latency_buckets=[0, 0, n // 2, n, n, n, n, n, n, n, n, n], ttft_buckets=[n] * 13,
+    )
+
+
+@override_settings(METRICS_HOUR_RETENTION_DAYS=1)
+def test_gateway_counters_never_go_down_when_old_hours_leave_retention():
+    """/metrics' gateway counters, tokens and latency histogram (buckets, _count, _sum) are
+    the running totals plus the live hours: deleting old hours changes none of them (a drop
+    would be a counter reset to Prometheus), a second retention step counts nothing twice,
+    and new traffic makes them grow."""
+    now = datetime.now(UTC).replace(minute=30)
+    this_hour = now.replace(minute=0, second=0, microsecond=0)
+    for days in (3, 2):
+        usage_hour(this_hour - timedelta(days=days))
+        usage_hour(this_hour - timedelta(days=days), status=502, n=2, key="other")
+        usage_hour(this_hour - timedelta(days=days, hours=1), lane="deepseek", n=4)
+    usage_hour(this_hour - timedelta(hours=1))  # still recomputed by the rollup: not folded yet
+    usage_hour(this_hour)
+    usage_day_rollup(first=(now - timedelta(days=4)).date(), last=now.date())  # as beat's rollup keeps it
+    before = gateway_series()
+    assert before[("spark_gateway_requests_total", (("lane", "qwen"), ("route", "explicit"), ("status", "200")))] == 40
+    assert before[("spark_gateway_request_duration_seconds_count", (("lane", "deepseek"),))] == 8
+
+    report = storage_maintain(now=now)
+    assert report["deleted"]["UsageHour"] == 6  # the two and three days old hours went
+    assert gateway_series() == before
+    storage_maintain(now=now + timedelta(minutes=5))  # folded hours are not added again
+    assert gateway_series() == before
+
+    # An hour later the previous hour is final and folded; new traffic adds to the totals.
+    usage_hour(this_hour + timedelta(hours=1), lane="deepseek", n=3)
+    storage_maintain(now=now + timedelta(hours=2))
+    after = gateway_series()
+    assert set(after) == set(before)
+    assert all(after[name] >= value for name, value in before.items())
+    assert after[("spark_gateway_request_duration_seconds_count", (("lane", "deepseek"),))] == 11
+    assert after[("spark_gateway_tokens_total", (("direction", "prompt"), ("lane", "deepseek")))] == 1100
+
+
+def log_request(at: datetime, *, latency: float = 100.0, ttft: float | None = 50.0, status: int = 200,
+                lane: str = "qwen") -> RequestLog:
+    return RequestLog.objects.create(created_at=at, request_id="r", endpoint="chat.completions", lane=lane,
+                                     status=status, latency_ms=latency, ttft_ms=ttft)
+
+
+def test_the_gateway_summary_has_ttft_percentiles_from_the_rollups_over_every_range():
+    """The hourly and daily rollups carry a TTFT histogram (same bounds as latency): 24 h and
+    7 days show TTFT p50/p95, not a mean a single slow request drags."""
+    from metrics.selectors import gateway_summary
+
+    now = datetime(2026, 11, 30, 12, 20, tzinfo=UTC)
+    for i in range(20):
+        log_request(now - timedelta(hours=2, minutes=i), ttft=80.0 if i < 10 else 3000.0)
+    log_request(now - timedelta(hours=2), ttft=None, status=502)  # no first token: not in the TTFT histogram
+    usage_rollup(now=now, hours_back=3)
+    hour = UsageHour.objects.get(hour=datetime(2026, 11, 30, 10, 0, tzinfo=UTC), status=200)
+    assert hour.ttft_buckets[1] == 10 and hour.ttft_buckets[-1] == 20  # ≤ 100 ms, and the +Inf count
+    for range_key in ("24h", "7d", "30d"):
+        summary = gateway_summary(range_key, now=now)
+        assert summary["requests"] == 21, range_key
+        assert 50 < summary["ttft_p50_ms"] <= 100, range_key
+        assert 2500 < summary["ttft_p95_ms"] <= 5000, range_key
+    # Hours rolled up before the TTFT histogram existed add nothing to it (not a +Inf mass).
+    UsageHour.objects.create(hour=datetime(2026, 11, 30, 11, 0, tzinfo=UTC), lane="qwen", requests=100,
+                             ttft_count=100, ttft_ms_sum=1e7, latency_buckets=[100] * 12)
+    assert 2500 < gateway_summary("24h", now=now)["ttft_p95_ms"] <= 5000
+
+
+def test_the_hour_windows_cover_exactly_the_last_hour_and_day():
+    """At 03:24 "1 h" is 02:24–03:24: the whole hour 03:00 from the rollup and 02:24–03:00
+    from the request log (not 03:00–03:24 alone); "24 h" likewise starts at 03:24 yesterday."""
+    from metrics.selectors import gateway_summary, gateway_window
+
+    now = datetime(2026, 11, 30, 3, 24, tzinfo=UTC)
+    log_request(now - timedelta(minutes=74))  # 02:10: before the hour
+    log_request(now - timedelta(minutes=54), latency=20_000.0)  # 02:30: the partial first hour
+    log_request(now - timedelta(minutes=14), latency=20_000.0)  # 03:10
+    log_request(now - timedelta(hours=24, minutes=6))  # 03:18 yesterday: outside 24 h
+    log_request(now - timedelta(hours=23, minutes=54), lane="deepseek", status=502)  # 03:30 yesterday: inside
+    usage_rollup(now=now, hours_back=25)
+    hour = gateway_summary("1h", now=now)
+    assert hour["since"] == datetime(2026, 11, 30, 2, 24, tzinfo=UTC)
+    assert hour["requests"] == 2
+    assert hour["latency_p50_ms"] > 10_000  # both are the slow ones
+    day = gateway_summary("24h", now=now)
+    assert day["requests"] == 4
+    assert day["errors_by_status"] == {"502": 1} and day["share"]["deepseek"] == 25.0
+    # On the hour the window is whole hours only: nothing to read from the request log.
+    on_the_hour = gateway_window("1h", now=datetime(2026, 11, 30, 3, 0, tzinfo=UTC))
+    assert on_the_hour.edge_until is None and on_the_hour.since == datetime(2026, 11, 30, 2, 0, tzinfo=UTC)

@@ -4,6 +4,7 @@ timeout stays above the longest job's Celery limit."""
 
 from __future__ import annotations
 
+from celery.schedules import crontab
 from django.conf import settings
 
 from jobs.params import validate_params
@@ -19,6 +20,21 @@ def test_every_beat_task_goes_to_the_periodic_queue():
     for entry in settings.CELERY_BEAT_SCHEDULE.values():
         assert queue_of(entry["task"]) == settings.PERIODIC_QUEUE, entry["task"]
     assert "lanes.tasks.watch_lane_health" in {e["task"] for e in settings.CELERY_BEAT_SCHEDULE.values()}
+
+
+def test_no_beat_task_piles_up_behind_a_slow_run():
+    """Every beat entry expires within its period: with a hung webhook receiver (or any slow
+    run) the runs queued meanwhile are dropped by the worker, not run one after another."""
+    for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        schedule = entry["schedule"]
+        if isinstance(schedule, crontab):  # the mean gap between two runs
+            period = 86_400 / (len(schedule.hour) * len(schedule.minute))
+        else:
+            period = float(schedule)
+        expires = entry.get("options", {}).get("expires")
+        assert expires is not None, f"{name} has no expires"
+        assert 0 < expires <= period, (name, expires, period)
+    assert settings.CELERY_BEAT_SCHEDULE["metrics-webhooks"]["options"]["expires"] <= 5.0
 
 
 def test_jobs_stay_on_the_default_queue():
