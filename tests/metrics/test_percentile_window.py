@@ -197,3 +197,24 @@ def test_the_window_setting_is_validated(window: str, message: str) -> None:
     env = {**os.environ, "PORTAL_METRICS_PERCENTILE_WINDOW_S": window, "PORTAL_METRICS_SCRAPE_INTERVAL_S": "5"}
     result = subprocess.run([sys.executable, "-c", "import portal.settings"], env=env, capture_output=True, text=True)
     assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
+
+
+@override_settings(METRICS_ALERT_TTFT_P95_MS=5000)
+def test_a_lane_with_no_first_token_for_longer_than_the_window_keeps_its_alert_until_idle(lane: Lane) -> None:
+    """The case the held rule is still for: requests running, not one first token in the
+    whole window, so no TTFT sample at all; the lane has not recovered."""
+    engine = Engine()
+    tick(lane, engine, 0)
+    engine.observe(TTFT, 39.0)
+    assert tick(lane, engine, 5)["ttft_p95_ms"] > 5000
+    alert = Alert.objects.get()
+    assert alert.state == "open"
+    for t in range(10, 130, 5):  # stuck: three requests running, no first token for 2 minutes
+        figures = tick(lane, engine, t)
+    assert "ttft_p95_ms" not in figures and figures["running"] == 3.0
+    alert.refresh_from_db()
+    assert alert.state == "open" and Alert.objects.count() == 1
+    engine.reading.gauges["vllm:num_requests_running"] = 0.0  # idle: nothing waits any more
+    tick(lane, engine, 130)
+    alert.refresh_from_db()
+    assert alert.state == "resolved"
