@@ -194,7 +194,7 @@ def window_advance(
     scrapes (oldest first).
 
     The start is the oldest kept snapshot at most `window_s` old; when none is (a scrape gap
-    longer than the window) the newest older one, so the window stretches over the gap.
+    longer than the window) the previous reading, so the window stretches over the gap.
     In a lane's first minute the start is its first reading. A reading with no window before
     it (the first one) has no start: its cumulative counts go back to an unknown engine start.
     A restart (any bucket count smaller than in the previous reading or the window's start)
@@ -213,9 +213,9 @@ def window_advance(
         fresh = HistogramSnapshot(at=previous.at, histograms={})
         return fresh, [fresh, now]
     kept = [snapshot for snapshot in window if current.at - snapshot.at <= window_s + 1e-6]
-    if not kept:
-        kept = [window[-1]]
-    start = kept[0]
+    # None within the window (a scrape gap longer than it): from the last reading before now.
+    start = kept[0] if kept else HistogramSnapshot.of(previous)
+    kept = kept or [start]
     if current.at - kept[-1].at >= 0.75 * step_s:  # a tick a little early is still kept
         kept.append(now)
     return start, kept

@@ -218,3 +218,16 @@ def test_a_lane_with_no_first_token_for_longer_than_the_window_keeps_its_alert_u
     tick(lane, engine, 130)
     alert.refresh_from_db()
     assert alert.state == "resolved"
+
+
+def test_after_a_scrape_gap_longer_than_the_window_it_runs_from_the_last_reading(lane: Lane) -> None:
+    """Seen in the browser test: a scrape a second after the last one keeps no snapshot of
+    its own (at most one per window/12 s), so after a gap the window began before it and
+    counted slow first tokens that reading had already seen."""
+    engine = Engine()
+    tick(lane, engine, 0)
+    engine.observe(TTFT, 39.0, n=2)
+    assert tick(lane, engine, 1)["ttft_p95_ms"] > 30_000  # a scrape one second later
+    engine.observe(TTFT, 0.05, n=3)  # the lane unreachable for two minutes, then fast again
+    figures = tick(lane, engine, 130)
+    assert figures["ttft_p95_ms"] < 100
