@@ -158,10 +158,15 @@ class HistogramSnapshot:
 
     @classmethod
     def of(cls, reading: EngineReading) -> HistogramSnapshot:
-        return cls(at=reading.at, histograms={name: dict(b) for name, b in reading.histograms.items()})
+        """The histograms the figures use (one of the inter-token latency's two names)."""
+        itl = next((name for name in ITL_NAMES if name in reading.histograms), None)
+        return cls(at=reading.at, histograms={name: dict(b) for name, b in reading.histograms.items()
+                                              if name in (TTFT, E2E, itl)})
 
     def to_json(self) -> dict[str, Any]:
-        return {"at": self.at, "h": {name: [b[bound] for bound in sorted(b)] for name, b in self.histograms.items()}}
+        # Counts are whole numbers: 57, not 57.0 (a lane stores ~7 snapshots of ~66 counts).
+        return {"at": self.at, "h": {name: [int(c) if float(c).is_integer() else c for c in (b[k] for k in sorted(b))]
+                                     for name, b in self.histograms.items()}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], bounds: dict[str, list[float]]) -> HistogramSnapshot:

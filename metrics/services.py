@@ -50,8 +50,11 @@ def scrape_targets() -> tuple[list[Lane], list[LaneTarget], list[Node], list[Nod
     return lanes, lane_targets, nodes, endpoints
 
 
-# Snapshots kept per lane for the percentile window: one every window/12 seconds at most.
-WINDOW_SNAPSHOTS = 12
+# Snapshots kept per lane for the percentile window: one every window/6 seconds at most, so
+# the window starts at a reading between 5/6 of it and all of it ago (50-60 s by default).
+# Each is written with the lane's state every tick: 12 (every 5 s) made a lane's state 6x
+# the reading alone, 6 of the used histograms ~2x (bench/percentile_window.py).
+WINDOW_SNAPSHOTS = 6
 
 
 def _figures(result: ScrapeResult, previous: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, Any] | None]:

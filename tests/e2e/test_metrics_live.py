@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from django.db import connection
 from django.conf import settings
+from django.db import connection
 from django.test import override_settings
 
 from metrics.models import ScrapeTarget
