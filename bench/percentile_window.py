@@ -2,10 +2,13 @@
 between scrapes (ScrapeTarget.reading, written every tick), with the window (a minute of
 snapshots) beside the per-interval baseline (the previous reading alone), in the same run.
 
-    .venv/bin/python bench/percentile_window.py [--lanes 50] [--ticks 40]
+    .venv/bin/python bench/percentile_window.py [--lanes 50] [--ticks 40] [--db-rounds 20]
 
-No database: services._figures is the tick's per-target step, from the stored JSON to the
-figures and the JSON to store. Prints figures; asserts nothing about speed."""
+CPU: services._figures, the tick's per-target step from the stored JSON to the figures and
+the JSON to store. Write: the tick's upsert of the lanes' ScrapeTarget rows (as
+services.tick_record does it) with each state, alternating, in DATABASE_URL's database
+(migrated; it writes rows named bench-window-* and deletes them after).
+Prints figures; asserts nothing about speed."""
 
 from __future__ import annotations
 
@@ -45,7 +48,33 @@ def readings(ticks: int) -> list[EngineReading]:
     return out
 
 
-def run(lanes: int, ticks: int) -> None:
+def upsert_cost(lanes: int, rounds: int, windowed: dict, baseline: dict) -> None:
+    from django.db import transaction
+
+    from metrics.models import ScrapeTarget
+
+    def write(state: dict) -> float:
+        rows = [ScrapeTarget(kind="lane", target=f"bench-window-{i}", ok=True, reading=state, figures={})
+                for i in range(lanes)]
+        started = time.perf_counter()
+        with transaction.atomic():
+            ScrapeTarget.objects.bulk_create(rows, update_conflicts=True, unique_fields=["kind", "target"],
+                                             update_fields=["ok", "reading", "figures"])
+        return time.perf_counter() - started
+
+    times: dict[str, list[float]] = {"window": [], "baseline": []}
+    try:
+        for _ in range(rounds):
+            times["window"].append(write(windowed))
+            times["baseline"].append(write(baseline))
+    finally:
+        ScrapeTarget.objects.filter(target__startswith="bench-window-").delete()
+    med = {k: sorted(v)[len(v) // 2] * 1000 for k, v in times.items()}
+    print(f"  upsert of {lanes} lanes' state, median of {rounds}: window {med['window']:.1f} ms, "
+          f"baseline {med['baseline']:.1f} ms (x{med['window'] / med['baseline']:.2f})")
+
+
+def run(lanes: int, ticks: int, db_rounds: int) -> None:
     series = readings(ticks)
     windowed_cpu = baseline_cpu = 0.0
     windowed_bytes = baseline_bytes = 0
@@ -76,12 +105,15 @@ def run(lanes: int, ticks: int) -> None:
     print(f"  CPU per tick for {lanes} lanes: window {1000 * windowed_cpu / ticks:.1f} ms, "
           f"baseline {1000 * baseline_cpu / ticks:.1f} ms (x{windowed_cpu / baseline_cpu:.2f}); "
           f"per lane {1000 * windowed_cpu / ticks / per_tick:.2f} ms vs {1000 * baseline_cpu / ticks / per_tick:.2f} ms")
+    if db_rounds and state and stored:
+        upsert_cost(lanes, db_rounds, state, stored)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--lanes", type=int, default=50)
     parser.add_argument("--ticks", type=int, default=40)
+    parser.add_argument("--db-rounds", type=int, default=20, help="0: skip the database write")
     args = parser.parse_args()
     print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
-    run(args.lanes, args.ticks)
+    run(args.lanes, args.ticks, args.db_rounds)
