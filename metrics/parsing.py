@@ -151,7 +151,7 @@ def histogram_quantile(q: float, buckets: Buckets) -> float | None:
 class HistogramSnapshot:
     """The histograms of one past reading, kept between scrapes as the percentile window's
     possible starts. Stored as counts only, in the order of the bucket bounds, which are
-    stored once, in the reading kept with the snapshots (a lane keeps ~12 of them)."""
+    stored once, in the reading kept with the snapshots (a lane keeps ~7 of them)."""
 
     at: float
     histograms: dict[str, Buckets]
