@@ -1,8 +1,13 @@
 """vLLM `/metrics` text to the figures a person reads (pure: no I/O, no Django).
 
 A reading is what one scrape saw: counters and histograms are cumulative, so figures come
-from two readings (rates and histogram-delta percentiles). A counter that went down means
-the engine restarted: its delta is then the new value, as Prometheus' rate() treats it.
+from two readings. Rates (tokens/s, requests/s) come from the last two readings, one scrape
+interval apart. Percentiles (TTFT, inter-token latency, end-to-end latency) come from the
+bucket deltas over a sliding window (METRICS_PERCENTILE_WINDOW_S, default 60 s), as
+Prometheus' histogram_quantile(0.95, rate(..._bucket[1m])) does: a slow lane whose first
+tokens arrive every 20 s still has a TTFT p95 at every scrape, not only at the scrape whose
+interval happened to hold one. A counter that went down means the engine restarted: its
+delta is then the new value, as Prometheus' rate() treats it, and the window starts afresh.
 """
 
 from __future__ import annotations
@@ -121,14 +126,6 @@ def counter_delta(previous: float | None, current: float) -> float:
     return current if current < previous else current - previous
 
 
-def histogram_delta(previous: Buckets | None, current: Buckets) -> Buckets:
-    if not previous:
-        return {}
-    if current.get(math.inf, 0.0) < previous.get(math.inf, 0.0):
-        return dict(current)  # restarted engine: everything it has is new
-    return {bound: count - previous.get(bound, 0.0) for bound, count in current.items()}
-
-
 def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     """Prometheus' histogram_quantile: linear interpolation inside the bucket that holds
     the q-th observation. None when nothing was observed."""
@@ -150,14 +147,104 @@ def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     return lower_bound
 
 
+@dataclass
+class HistogramSnapshot:
+    """The histograms of one past reading, kept between scrapes as the percentile window's
+    possible starts. Stored as counts only, in the order of the bucket bounds, which are
+    stored once, in the reading kept with the snapshots (a lane keeps ~7 of them)."""
+
+    at: float
+    histograms: dict[str, Buckets]
+
+    @classmethod
+    def of(cls, reading: EngineReading) -> HistogramSnapshot:
+        """The histograms the figures use (one of the inter-token latency's two names)."""
+        itl = next((name for name in ITL_NAMES if name in reading.histograms), None)
+        return cls(at=reading.at, histograms={name: dict(b) for name, b in reading.histograms.items()
+                                              if name in (TTFT, E2E, itl)})
+
+    def to_json(self) -> dict[str, Any]:
+        # Counts are whole numbers: 57, not 57.0 (a lane stores ~7 snapshots of ~66 counts).
+        return {"at": self.at, "h": {name: [int(c) if float(c).is_integer() else c for c in (b[k] for k in sorted(b))]
+                                     for name, b in self.histograms.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], bounds: dict[str, list[float]]) -> HistogramSnapshot:
+        """`bounds`: each histogram's sorted bucket bounds, from the reading stored with it."""
+        histograms: dict[str, Buckets] = {}
+        for name, counts in data["h"].items():
+            les = bounds.get(name)
+            if les is None or len(les) != len(counts):
+                continue  # the histogram left the page or changed its buckets: no start for it
+            histograms[name] = {bound: float(count) for bound, count in zip(les, counts, strict=True)}
+        return cls(at=float(data["at"]), histograms=histograms)
+
+
+def histogram_went_down(before: dict[str, Buckets], now: dict[str, Buckets]) -> bool:
+    """Any bucket count smaller than before: the engine restarted (its counts began at 0)."""
+    for name, buckets in now.items():
+        old = before.get(name)
+        if not old:
+            continue
+        if any(count < old.get(bound, 0.0) for bound, count in buckets.items()):
+            return True
+    return False
+
+
+def window_advance(
+    window: list[HistogramSnapshot], previous: EngineReading | None, current: EngineReading,
+    *, window_s: float, step_s: float,
+) -> tuple[HistogramSnapshot | None, list[HistogramSnapshot]]:
+    """The percentile window's start for `current`, and the snapshots to keep for the next
+    scrapes (oldest first).
+
+    The start is the oldest kept snapshot at most `window_s` old; when none is (a scrape gap
+    longer than the window) the previous reading, so the window stretches over the gap.
+    In a lane's first minute the start is its first reading. A reading with no window before
+    it (the first one) has no start: its cumulative counts go back to an unknown engine start.
+    A restart (any bucket count smaller than in the previous reading or the window's start)
+    starts the window afresh from an empty histogram at the previous reading's time: every
+    observation the restarted engine reports is new. A snapshot is kept at most every
+    `step_s` seconds, which bounds what is stored per lane (window_s / step_s snapshots)."""
+    now = HistogramSnapshot.of(current)
+    if previous is None:
+        return None, [now]
+    window = window or [HistogramSnapshot.of(previous)]  # state kept before windows existed
+    if current.at <= previous.at:
+        return None, window  # the same or an older reading: nothing to add
+    if histogram_went_down(previous.histograms, current.histograms) or histogram_went_down(
+        window[0].histograms, current.histograms
+    ):
+        fresh = HistogramSnapshot(at=previous.at, histograms={})
+        return fresh, [fresh, now]
+    kept = [snapshot for snapshot in window if current.at - snapshot.at <= window_s + 1e-6]
+    # None within the window (a scrape gap longer than it): from the last reading before now.
+    start = kept[0] if kept else HistogramSnapshot.of(previous)
+    kept = kept or [start]
+    if current.at - kept[-1].at >= 0.75 * step_s:  # a tick a little early is still kept
+        kept.append(now)
+    return start, kept
+
+
+def window_delta(start: Buckets | None, current: Buckets) -> Buckets:
+    """Observations since the window's start (an absent start histogram counts as empty: the
+    histogram appeared, or the window began at a restart)."""
+    start = start or {}
+    return {bound: count - start.get(bound, 0.0) for bound, count in current.items()}
+
+
 def _rate(previous: EngineReading, current: EngineReading, name: str, seconds: float) -> float | None:
     if name not in current.counters:
         return None
     return counter_delta(previous.counters.get(name), current.counters[name]) / seconds
 
 
-def lane_figures(previous: EngineReading | None, current: EngineReading) -> dict[str, float]:
-    """The lane series stored and charted. Gauges need one reading; rates and percentiles two."""
+def lane_figures(
+    previous: EngineReading | None, current: EngineReading, *, window_start: HistogramSnapshot | None = None,
+) -> dict[str, float]:
+    """The lane series stored and charted. Gauges need one reading; rates two (the previous
+    one); percentiles the window's start (window_advance), by default the previous reading.
+    A histogram with no observation in the window gives no percentile (not 0)."""
     figures: dict[str, float] = {}
     gauges = current.gauges
     if "vllm:num_requests_running" in gauges:
@@ -192,12 +279,21 @@ def lane_figures(previous: EngineReading | None, current: EngineReading) -> dict
         figures["spec_accept_pct"] = 100.0 * accepted / draft_tokens
     if drafts and accepted is not None:
         figures["spec_accept_len"] = 1.0 + accepted / drafts  # +1: the bonus token
+    if window_start is None:
+        window_start, _ = window_advance([], previous, current, window_s=math.inf, step_s=math.inf)
+    if window_start is None:
+        return figures
+    # An empty start is a window begun at a restart: every count is new. A start that lacks
+    # one histogram (its buckets changed) gives no figure for it rather than a lifetime's.
+    starts = window_start.histograms
     itl_name = next((name for name in ITL_NAMES if name in current.histograms), None)
     histogram_names: tuple[tuple[str, str | None], ...] = (("ttft", TTFT), ("itl", itl_name), ("e2e", E2E))
     for prefix, histogram in histogram_names:
         if histogram is None or histogram not in current.histograms:
             continue
-        delta = histogram_delta(previous.histograms.get(histogram), current.histograms[histogram])
+        if starts and histogram not in starts:
+            continue
+        delta = window_delta(starts.get(histogram), current.histograms[histogram])
         for q, suffix in ((0.5, "p50"), (0.95, "p95")):
             value = histogram_quantile(q, delta)
             if value is not None:

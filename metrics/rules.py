@@ -62,8 +62,9 @@ def rule_table(t: Thresholds) -> list[dict[str, str]]:
          "condition": f"KV-cache use above {t.kv_pct:g}% for {t.kv_for_s:g} s",
          "setting": "PORTAL_METRICS_ALERT_KV_PCT, PORTAL_METRICS_ALERT_KV_FOR_S"},
         {"rule": "ttft_high", "label": RULE_LABELS["ttft_high"],
-         "condition": f"TTFT p95 above {t.ttft_p95_ms:g} ms (kept while requests wait with no first token)",
-         "setting": "PORTAL_METRICS_ALERT_TTFT_P95_MS"},
+         "condition": f"TTFT p95 above {t.ttft_p95_ms:g} ms over the percentile window "
+                      "(kept while requests wait with no first token in the whole window)",
+         "setting": "PORTAL_METRICS_ALERT_TTFT_P95_MS, PORTAL_METRICS_PERCENTILE_WINDOW_S"},
         {"rule": "node_memory_low", "label": RULE_LABELS["node_memory_low"],
          "condition": f"MemAvailable below {t.node_mem_gib:g} GiB", "setting": "PORTAL_METRICS_ALERT_NODE_MEM_GIB"},
         {"rule": "swap_in_use", "label": RULE_LABELS["swap_in_use"],
@@ -118,10 +119,16 @@ def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:
 def held_rules(targets: list[TargetView]) -> set[tuple[str, str, str]]:
     """(rule, kind, target) whose input is missing from a scrape that worked, while the
     condition may well persist: an open (or pending) alert on it is kept, neither refreshed
-    nor resolved. A TTFT p95 exists only for an interval in which some request got its
-    first token; a lane so slow that none did, with requests still running or waiting, has
-    not recovered (without this its alert resolved and reopened at every other scrape). An
-    idle lane (nothing running or waiting) lets the alert resolve."""
+    nor resolved.
+
+    A TTFT p95 exists when some request got its first token within the percentile window
+    (METRICS_PERCENTILE_WINDOW_S, default 60 s; parsing.window_advance). Since the window
+    replaced the single scrape interval, a slow lane keeps its figure between first tokens;
+    what remains is a lane so stuck that no request got a first token in the whole window
+    while requests are still running or waiting. It has no TTFT sample at all, yet it has
+    not recovered: the alert is held (without this it resolved, then reopened as a new
+    alert when a first token finally arrived). An idle lane (nothing running or waiting)
+    lets the alert resolve."""
     held: set[tuple[str, str, str]] = set()
     for target in targets:
         f = target.figures

@@ -18,7 +18,7 @@ from lanes.models import Lane, LaneState, Node, NodeState
 from metrics.alerts import alerts_evaluate
 from metrics.models import ScrapeTarget, TargetKind
 from metrics.nodeprobe import NodeReading, node_figures
-from metrics.parsing import EngineReading, lane_figures
+from metrics.parsing import EngineReading, HistogramSnapshot, lane_figures, window_advance
 from metrics.rules import TargetView
 from metrics.scraper import LaneTarget, ScrapeResult, scrape_all
 from metrics.selectors import gateway_live
@@ -50,14 +50,30 @@ def scrape_targets() -> tuple[list[Lane], list[LaneTarget], list[Node], list[Nod
     return lanes, lane_targets, nodes, endpoints
 
 
-def _figures(result: ScrapeResult, previous: dict[str, Any] | None) -> dict[str, float]:
+# Snapshots kept per lane for the percentile window: one every window/6 seconds at most, so
+# the window starts at a reading between 5/6 of it and all of it ago (50-60 s by default).
+# Each is written with the lane's state every tick: 12 (every 5 s) made a lane's state 6x
+# the reading alone, 6 of the used histograms ~2x (bench/percentile_window.py).
+WINDOW_SNAPSHOTS = 6
+
+
+def _figures(result: ScrapeResult, previous: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, Any] | None]:
+    """The figures of a reading, and the state to keep for the next scrape (the reading; for
+    a lane also the percentile window's snapshots)."""
     if isinstance(result.reading, EngineReading):
         before = EngineReading.from_json(previous) if previous and "counters" in previous else None
-        return lane_figures(before, result.reading)
+        bounds = {name: sorted(b) for name, b in before.histograms.items()} if before else {}
+        window = [HistogramSnapshot.from_json(s, bounds) for s in (previous or {}).get("window", [])] if before else []
+        window_s = settings.METRICS_PERCENTILE_WINDOW_S
+        start, kept = window_advance(window, before, result.reading, window_s=window_s,
+                                     step_s=window_s / WINDOW_SNAPSHOTS)
+        state = result.reading.to_json()
+        state["window"] = [snapshot.to_json() for snapshot in kept]
+        return lane_figures(before, result.reading, window_start=start), state
     if isinstance(result.reading, NodeReading):
         node_before = NodeReading.from_json(previous) if previous and "cpu_total" in previous else None
-        return node_figures(node_before, result.reading)
-    return {}
+        return node_figures(node_before, result.reading), result.reading.to_json()
+    return {}, None
 
 
 def scrape_tick(*, now: datetime | None = None) -> dict[str, Any]:
@@ -83,8 +99,7 @@ def tick_record(*, now: datetime, results: list[ScrapeResult], lanes: list[Lane]
         state = known.get((result.kind, result.name)) or ScrapeTarget(kind=result.kind, target=result.name)
         state.last_attempt_at, state.duration_ms = now, result.duration_ms
         if result.reading is not None:
-            state.figures = _figures(result, state.reading)
-            state.reading = result.reading.to_json()
+            state.figures, state.reading = _figures(result, state.reading)
             state.ok, state.error, state.consecutive_failures, state.last_ok_at = True, "", 0, now
             figures[result.kind][result.name] = state.figures
         else:

@@ -323,6 +323,17 @@ ROUTER_SHADOW_SHARE = env_float("PORTAL_ROUTER_SHADOW_SHARE", 0.1, minimum=0, ma
 # Scrape interval of every serving lane's /metrics and every node (s), and each target's time budget.
 METRICS_SCRAPE_INTERVAL_S = env_float("PORTAL_METRICS_SCRAPE_INTERVAL_S", 5.0, minimum=0.5, maximum=3600)
 METRICS_SCRAPE_TIMEOUT_S = env_float("PORTAL_METRICS_SCRAPE_TIMEOUT_S", 2.0, minimum=0.1, maximum=60)
+# Window of the latency percentiles (TTFT, inter-token, end-to-end p50/p95): bucket deltas
+# between the reading about this long ago and now, like Prometheus' histogram_quantile over
+# rate(...[1m]). At least one scrape interval; rates stay per interval.
+METRICS_PERCENTILE_WINDOW_S = env_float("PORTAL_METRICS_PERCENTILE_WINDOW_S", 60.0, minimum=1, maximum=3600)
+if METRICS_PERCENTILE_WINDOW_S < METRICS_SCRAPE_INTERVAL_S:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"PORTAL_METRICS_PERCENTILE_WINDOW_S: must be at least the scrape interval "
+        f"(PORTAL_METRICS_SCRAPE_INTERVAL_S = {METRICS_SCRAPE_INTERVAL_S:g} s); got {METRICS_PERCENTILE_WINDOW_S:g}"
+    )
 # Targets scraped at once (HTTP connections, SSH channels); the rest wait for a slot.
 METRICS_SCRAPE_CONCURRENCY = env_int("PORTAL_METRICS_SCRAPE_CONCURRENCY", 64, minimum=1, maximum=1024)
 # Retention: raw samples (days), 1-minute (days) and 1-hour (days) downsamples.

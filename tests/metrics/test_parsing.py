@@ -12,10 +12,11 @@ from metrics.parsing import (
     TTFT,
     EngineReading,
     counter_delta,
-    histogram_delta,
     histogram_quantile,
     lane_figures,
     parse_vllm_metrics,
+    window_advance,
+    window_delta,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -65,8 +66,11 @@ def test_counter_reset_after_a_restart_counts_the_new_value():
     assert counter_delta(100.0, 130.0) == 30.0
     assert counter_delta(100.0, 12.0) == 12.0
     assert counter_delta(None, 12.0) == 0.0
-    before = {0.1: 5.0, 1.0: 9.0, math.inf: 10.0}
-    assert histogram_delta(before, {0.1: 1.0, 1.0: 2.0, math.inf: 2.0}) == {0.1: 1.0, 1.0: 2.0, math.inf: 2.0}
+    before = EngineReading(at=0.0, histograms={TTFT: {0.1: 5.0, 1.0: 9.0, math.inf: 10.0}})
+    after = EngineReading(at=5.0, histograms={TTFT: {0.1: 1.0, 1.0: 2.0, math.inf: 2.0}})
+    start, _ = window_advance([], before, after, window_s=60.0, step_s=5.0)
+    assert start is not None  # the window starts afresh, from nothing
+    assert window_delta(start.histograms.get(TTFT), after.histograms[TTFT]) == {0.1: 1.0, 1.0: 2.0, math.inf: 2.0}
 
 
 def test_lane_figures_rates_and_percentiles_from_two_readings():
