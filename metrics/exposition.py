@@ -38,8 +38,8 @@ FIGURE_GAUGES = {
         ("waiting", "spark_lane_requests_waiting", "Requests waiting."),
         ("kv_pct", "spark_lane_kv_cache_usage_percent", "KV-cache use, percent."),
         ("prefix_hit_pct", "spark_lane_prefix_cache_hit_percent", "Prefix-cache hit rate, percent."),
-        ("ttft_p95_ms", "spark_lane_ttft_p95_milliseconds", "Time to first token p95 over the last scrape interval."),
-        ("itl_p95_ms", "spark_lane_itl_p95_milliseconds", "Inter-token latency p95 over the last scrape interval."),
+        ("ttft_p95_ms", "spark_lane_ttft_p95_milliseconds", "Time to first token p95 over the percentile window (PORTAL_METRICS_PERCENTILE_WINDOW_S)."),
+        ("itl_p95_ms", "spark_lane_itl_p95_milliseconds", "Inter-token latency p95 over the percentile window (PORTAL_METRICS_PERCENTILE_WINDOW_S)."),
     ),
     "node": (
         ("mem_avail_gib", "spark_node_memory_available_gib", "MemAvailable, GiB (GPU memory is OS memory)."),
