@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -28,11 +27,11 @@ from benchmarks.models import BenchmarkLevel, BenchmarkRun
 from jobs.models import Job
 from lanes.models import Lane, LaneNode, LaneReplica, LaneRevision, Node
 from metrics.models import Alert
-from portal.asgi import application
 from portal.consumers import CLOSE_INVALID_PAYLOAD, CLOSE_NOT_FOUND, CLOSE_UNSUPPORTED_DATA
 from portal.models import AuditEvent
 from routing.models import ApiKey, Prototype, RequestLog, RouterVersion
 from tests.lanes.rule_cases import lane_data
+from tests.portal.test_input_rules import _socket
 
 NAN, INF = float("nan"), float("inf")
 HUGE = 10**30
@@ -281,17 +280,6 @@ def test_an_alert_acknowledgement_returns_only_to_a_path_of_this_site(
 
 
 # ---------------------------------------------------------------- sockets
-
-
-async def _socket(user: User, path: str) -> WebsocketCommunicator:
-    def login() -> str:
-        client = Client()
-        client.force_login(user)
-        return client.cookies["sessionid"].value
-
-    cookie = await database_sync_to_async(login)()
-    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost"), (b"cookie", f"sessionid={cookie}".encode())]
-    return WebsocketCommunicator(application, path, headers=headers)
 
 
 @pytest.mark.django_db(transaction=True)
