@@ -58,6 +58,10 @@ def test_relaunch_runs_a_new_job_with_the_same_parameters(
         params={"wait_poll_s": 0.3, "wait_timeout_s": 60, "reason": "first try"}))
     wait_for(lambda: Job.objects.filter(pk=failed.pk, state__in=["succeeded", "failed"]).exists(), timeout=60,
              what="the first launch to end")
+    # Its runner may still be finishing (locks, last events) after the state is final: a
+    # relaunch while it runs can be refused, and its last writes could undo the edit below.
+    wait_for(lambda: not any(thread.is_alive() for thread in job_threads), timeout=60,
+             what="the first launch's runner to finish")
     Job.objects.filter(pk=failed.pk).update(state=JobState.FAILED, error="pretend it failed")
     Lane.objects.filter(pk=lane.pk).update(observed_state="failed")
 
