@@ -1,7 +1,12 @@
 """Request log rows are queued in memory and written in batches by a background task, so
 the client's answer never waits for PostgreSQL. The queue is bounded: if the database
 stalls, the oldest unsaved rows are dropped (and counted) rather than growing the
-process until it is killed (LiteLLM #12685, #21908)."""
+process until it is killed (LiteLLM #12685, #21908).
+
+A batch goes in with one `COPY ... FROM STDIN` (psycopg formats the rows in C), not the
+ORM's bulk_create: building an INSERT of 500 rows through Django's SQL compiler cost the
+gateway process a fifth of its CPU at 650 requests/s (py-spy), CPU and GIL taken from the
+event loop that serves the requests."""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from collections import deque
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 
 from routing.gateway.db import db_call
 from routing.models import RequestLog
@@ -21,8 +28,27 @@ log = logging.getLogger(__name__)
 MAX_QUEUED = 100_000
 
 
+# Every column but the id and the time, with the value a row that does not name it gets
+# (the model's default, as bulk_create gave). Rows name columns (`key_id`, not `key`).
+COLUMN_DEFAULTS: dict[str, Any] = {
+    field.column: (field.get_default() if field.has_default() else "" if field.empty_strings_allowed and
+                   not field.null else None)
+    for field in RequestLog._meta.concrete_fields if not field.primary_key and field.column != "created_at"
+}
+COPY_SQL = (f"COPY {RequestLog._meta.db_table} (created_at, {', '.join(COLUMN_DEFAULTS)}) FROM STDIN")
+
+
+def cell(value: Any) -> Any:
+    # PostgreSQL text cannot hold NUL; a client's prompt or model name may carry one.
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+
+
 def write_rows(rows: list[dict[str, Any]]) -> None:
-    RequestLog.objects.bulk_create([RequestLog(**row) for row in rows], batch_size=1000)
+    """One COPY for the batch, stamped with the time it is written (as bulk_create did)."""
+    now = timezone.now()
+    with connection.cursor() as cursor, cursor.cursor.copy(COPY_SQL) as copy:
+        for row in rows:
+            copy.write_row([now, *(cell(row.get(name, default)) for name, default in COLUMN_DEFAULTS.items())])
 
 
 class RequestLogWriter:

@@ -330,7 +330,9 @@ def test_a_large_body_is_shadowed_with_its_bytes_cut_for_the_shadow(
     assert post(fault_gateway, no_stream).status_code == 200
     wait_for(lambda: len(shadow_upstream.raw_bodies) == 2, what="the second shadow replay")
     assert shadow_upstream.raw_bodies[1] == no_stream.replace(b'"qwen"', b'"shadow-model"')[:-1] + b',"stream":false}'
-    assert LARGE_SHADOWS.held == 0  # given back when the replay ended
+    # Given back when the replay ended (after the shadow upstream has the body and its
+    # sample is saved: wait for it, the replay runs after the client's answer).
+    wait_for(lambda: LARGE_SHADOWS.held == 0, what="the large shadow slot given back")
 
 
 def test_large_bodies_held_for_shadow_replays_are_bounded(

@@ -47,3 +47,30 @@ def test_a_failing_database_loses_the_batch_but_not_the_process(monkeypatch: pyt
         return writer
 
     assert not run_async(scenario).queue
+
+
+@pytest.mark.django_db
+def test_a_batch_is_copied_into_the_table_with_every_column_and_the_models_defaults() -> None:
+    from routing.gateway.logwriter import COLUMN_DEFAULTS
+    from routing.models import ApiKey, RequestLog
+
+    key = ApiKey.objects.create(name="log", prefix="sk-log", secret_hash="0" * 64)
+    full = {"request_id": "req-full", "key_id": key.id, "endpoint": "chat.completions",
+            "requested_model": "auto\x00", "lane": "qwen", "replica": 1, "route_reason": "router",
+            "route_score": 0.75, "route_label": "code", "route_prototype": "write a function",
+            "router_version": 3, "shadow_version": 4, "shadow_lane": "deepseek", "shadow_label": "chat",
+            "shadow_score": 0.5, "stream": True, "status": 200, "error_code": "", "prompt_tokens": 12,
+            "completion_tokens": 34, "usage_source": "tokenize", "ttft_ms": 5.5, "latency_ms": 80.25,
+            "upstream_ms": 70.0, "prompt_text": "a\x00b ü"}
+    assert set(full) == set(COLUMN_DEFAULTS)  # the test names every column the writer copies
+    logwriter.write_rows([full, {"request_id": "req-bare", "endpoint": "completions", "status": 401,
+                                 "latency_ms": 0.5}])
+    rows = {row.request_id: row for row in RequestLog.objects.all()}
+    saved = rows["req-full"]
+    for name, value in full.items():
+        expected = value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+        assert getattr(saved, name) == expected, name  # PostgreSQL text holds no NUL
+    bare = rows["req-bare"]
+    assert (bare.key_id, bare.lane, bare.stream, bare.prompt_tokens, bare.route_prototype, bare.usage_source) == (
+        None, "", False, None, "", "")
+    assert saved.created_at == bare.created_at and saved.created_at is not None  # stamped when written
