@@ -31,7 +31,7 @@ MAX_QUEUED = 100_000
 # Every column but the id and the time, with the value a row that does not name it gets
 # (the model's default, as bulk_create gave). Rows name columns (`key_id`, not `key`).
 COLUMN_DEFAULTS: dict[str, Any] = {
-    field.column: (field.get_default() if field.has_default() else "" if field.empty_strings_allowed and
+    str(field.column): (field.get_default() if field.has_default() else "" if field.empty_strings_allowed and
                    not field.null else None)
     for field in RequestLog._meta.concrete_fields if not field.primary_key and field.column != "created_at"
 }
