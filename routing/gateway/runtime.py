@@ -21,6 +21,7 @@ from routing.gateway.directory import KeyCache, LaneCache
 from routing.gateway.limits import ADMIT_LUA
 from routing.gateway.logwriter import RequestLogWriter
 from routing.gateway.replicas import SharedHealth
+from routing.gateway.scripts import NotSent, Script, ScriptPipe
 from routing.gateway.upstream import upstream_client, upstream_transport
 from routing.router.route import RouterRuntime
 
@@ -49,8 +50,6 @@ return 1
 """
 
 
-# redis-py's BlockingConnectionPool raises this before anything is sent to Redis.
-POOL_EXHAUSTED = "No connection available."
 RELEASE_ATTEMPTS = 5
 
 
@@ -62,8 +61,10 @@ class GatewayRuntime:
         # failing (the default pool raises "Too many connections").
         pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL, max_connections=64, timeout=10)
         self.redis: aioredis.Redis = aioredis.Redis(connection_pool=pool)
-        self.admit_script: Any = self.redis.register_script(ADMIT_LUA)
-        self.release_script: Any = self.redis.register_script(RELEASE_LUA)
+        # The hot path's two scripts go over a pipelined connection of their own.
+        self.scripts = ScriptPipe(settings.REDIS_URL)
+        self.admit_script = Script(self.scripts, ADMIT_LUA)
+        self.release_script = Script(self.scripts, RELEASE_LUA)
         self.keys = KeyCache()
         self.lanes = LaneCache()
         # Per replica: circuit breakers and requests in flight, shared with every worker.
@@ -75,18 +76,22 @@ class GatewayRuntime:
         self._listener = asyncio.create_task(self._listen())
 
     async def release(self, *, keys: list[str], args: list[Any]) -> None:
-        """Give back a request's in-flight slot and count its tokens. When the pool had no
-        connection to lend (a burst of clients), nothing reached Redis, so it is retried
-        (bounded): a lost release would hold the key's slot until its lease runs out."""
+        """Give back a request's in-flight slot and count its tokens. When nothing reached
+        Redis (no connection could be opened: Redis restarting), it is retried (bounded): a
+        lost release would hold the key's slot until its lease runs out. A release that may
+        have reached Redis is not repeated: it also counts the request's tokens."""
         for attempt in range(RELEASE_ATTEMPTS):
             try:
                 await self.release_script(keys=keys, args=args)
                 return
-            except aioredis.ConnectionError as error:
-                if str(error) != POOL_EXHAUSTED or attempt == RELEASE_ATTEMPTS - 1:
+            except NotSent as error:
+                if attempt == RELEASE_ATTEMPTS - 1:
                     log.warning("gateway: in-flight slot not released (%s); its lease frees it", error)
                     return
                 await asyncio.sleep(0.05 * 2 ** attempt)
+            except Exception as error:
+                log.warning("gateway: in-flight slot not released (%s); its lease frees it", error)
+                return
 
     def spawn(self, coro: Any) -> None:
         """Fire-and-forget work after the answer (kept referenced until done)."""
@@ -128,6 +133,7 @@ class GatewayRuntime:
             await self._listener
         await self.health.close()
         self.router.close()
+        self.scripts.close()
         await self.client.aclose()
         await self.redis.aclose()
 

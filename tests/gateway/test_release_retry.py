@@ -1,15 +1,14 @@
-"""A request's in-flight slot is given back even when a burst of clients has taken every
-Redis connection of the gateway's pool; a release that may have reached Redis is never
-repeated (it also counts the request's tokens)."""
+"""A request's in-flight slot is given back even when Redis could not be reached for a
+moment; a release that may have reached Redis is never repeated (it also counts the
+request's tokens)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from routing.gateway import runtime
-from routing.gateway.runtime import POOL_EXHAUSTED, RELEASE_ATTEMPTS, GatewayRuntime
+from routing.gateway.runtime import RELEASE_ATTEMPTS, GatewayRuntime
+from routing.gateway.scripts import NotSent
 
 
 class FlakyScript:
@@ -29,12 +28,12 @@ class Stub:
         self.release_script = script
 
 
-async def test_a_release_the_pool_could_not_send_is_retried_until_it_lands(monkeypatch):
+async def test_a_release_that_reached_no_redis_is_retried_until_it_lands(monkeypatch):
     async def no_wait(seconds: float) -> None:
         return None
 
     monkeypatch.setattr(runtime.asyncio, "sleep", no_wait)
-    script = FlakyScript([aioredis.ConnectionError(POOL_EXHAUSTED), aioredis.ConnectionError(POOL_EXHAUSTED)])
+    script = FlakyScript([NotSent("could not connect to Redis"), NotSent("could not connect to Redis")])
     await GatewayRuntime.release(Stub(script), keys=["k"], args=["r1", 12])  # type: ignore[arg-type]
     assert len(script.calls) == 3 and not script.failures  # landed on the third attempt
 
@@ -44,12 +43,12 @@ async def test_retries_are_bounded(monkeypatch):
         return None
 
     monkeypatch.setattr(runtime.asyncio, "sleep", no_wait)
-    script = FlakyScript([aioredis.ConnectionError(POOL_EXHAUSTED)] * (RELEASE_ATTEMPTS + 3))
+    script = FlakyScript([NotSent("could not connect to Redis")] * (RELEASE_ATTEMPTS + 3))
     await GatewayRuntime.release(Stub(script), keys=["k"], args=["r1", 12])  # type: ignore[arg-type]
     assert len(script.calls) == RELEASE_ATTEMPTS
 
 
 async def test_a_release_that_may_have_reached_redis_is_not_repeated():
-    script = FlakyScript([aioredis.ConnectionError("Connection closed by server.")])
+    script = FlakyScript([ConnectionError("Redis closed the connection")])
     await GatewayRuntime.release(Stub(script), keys=["k"], args=["r1", 12])  # type: ignore[arg-type]
     assert len(script.calls) == 1  # its tokens are never counted twice

@@ -1,0 +1,108 @@
+"""The hot path's pipelined Redis connection (routing.gateway.scripts) against the real
+Redis: replies reach their own callers, the script cache is refilled after a flush, a
+lost connection fails only the calls on it and is reopened, and a call that could not
+reach Redis says so (NotSent: safe to retry)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+from django.conf import settings
+
+from routing.gateway.scripts import NotSent, Script, ScriptError, ScriptPipe, pack
+from tests.conftest import free_port
+from tests.gateway.conftest import run_async
+
+ECHO = "return {ARGV[1], redis.call('INCR', KEYS[1])}"
+
+
+@pytest.fixture
+def counter_key() -> str:
+    key = f"{settings.REDIS_PREFIX}:gw:test-scripts:counter"
+    redis.Redis.from_url(settings.REDIS_URL).delete(key)
+    return key
+
+
+def test_a_command_is_packed_as_a_resp_array_of_bulk_strings() -> None:
+    assert pack(b"EVALSHA", "é", 2, 0.5) == b"*4\r\n$7\r\nEVALSHA\r\n$2\r\n\xc3\xa9\r\n$1\r\n2\r\n$3\r\n0.5\r\n"
+
+
+def test_concurrent_calls_each_get_their_own_reply_in_the_urls_database(counter_key: str) -> None:
+    async def scenario() -> list[list[object]]:
+        pipe = ScriptPipe(settings.REDIS_URL)
+        script = Script(pipe, ECHO)
+        try:
+            return await asyncio.gather(*(script(keys=[counter_key], args=[f"call-{n}"]) for n in range(300)))
+        finally:
+            pipe.close()
+
+    replies = run_async(scenario)
+    assert [reply[0] for reply in replies] == [f"call-{n}".encode() for n in range(300)]
+    assert sorted(reply[1] for reply in replies) == list(range(1, 301))  # type: ignore[type-var]
+    # Written in the database the URL names (the suite's Redis URL names one), not db 0.
+    assert redis.Redis.from_url(settings.REDIS_URL).get(counter_key) == b"300"
+
+
+def test_a_flushed_script_cache_is_refilled_and_a_script_error_is_raised(counter_key: str) -> None:
+    async def scenario() -> tuple[object, object]:
+        pipe = ScriptPipe(settings.REDIS_URL)
+        script = Script(pipe, ECHO)
+        try:
+            first = await script(keys=[counter_key], args=["a"])
+            redis.Redis.from_url(settings.REDIS_URL).script_flush()  # as after a Redis restart
+            second = await script(keys=[counter_key], args=["b"])
+            with pytest.raises(ScriptError, match="WRONGTYPE|wrong kind"):
+                redis.Redis.from_url(settings.REDIS_URL).set(counter_key + ":list", "x")
+                await Script(pipe, "return redis.call('LPUSH', KEYS[1], 'y')")(keys=[counter_key + ":list"], args=[])
+            return first, second
+        finally:
+            pipe.close()
+
+    assert run_async(scenario) == ([b"a", 1], [b"b", 2])
+
+
+def test_a_lost_connection_fails_the_calls_on_it_and_the_next_call_reconnects(counter_key: str) -> None:
+    async def scenario() -> object:
+        pipe = ScriptPipe(settings.REDIS_URL)
+        script = Script(pipe, ECHO)
+        blocker = Script(pipe, "local t = redis.call('TIME') return 1")
+        try:
+            await script(keys=[counter_key], args=["warm"])
+            client = redis.Redis.from_url(settings.REDIS_URL)
+            mine = [c for c in client.client_list() if c.get("cmd") in ("evalsha", "eval")]
+            assert mine, "the pipe's connection is listed"
+            in_flight = asyncio.ensure_future(blocker(keys=[], args=[]))
+            for entry in mine:
+                client.client_kill_filter(_id=entry["id"])
+            try:
+                await in_flight  # answered before the kill, or failed by it: never hangs
+            except ConnectionError as error:
+                assert not isinstance(error, NotSent)  # it was written: it may have run
+            await asyncio.sleep(0.05)
+            return await script(keys=[counter_key], args=["after"])
+        finally:
+            pipe.close()
+
+    assert run_async(scenario) == [b"after", 2]
+
+
+def test_a_redis_that_cannot_be_reached_is_reported_as_not_sent() -> None:
+    async def scenario() -> None:
+        pipe = ScriptPipe(f"redis://127.0.0.1:{free_port()}/0", connect_timeout=2)
+        with pytest.raises(NotSent, match="could not connect to Redis"):
+            await Script(pipe, ECHO)(keys=["k"], args=["x"])
+
+    run_async(scenario)
+
+
+def test_a_wrong_password_is_reported_as_not_sent() -> None:
+    host_port = settings.REDIS_URL.split("//", 1)[1].split("/", 1)[0]
+
+    async def scenario() -> None:
+        pipe = ScriptPipe(f"redis://nobody:wrong@{host_port}/0")
+        with pytest.raises(NotSent, match="refused the connection's set-up"):
+            await Script(pipe, ECHO)(keys=["k"], args=["x"])
+
+    run_async(scenario)
