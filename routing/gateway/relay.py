@@ -9,7 +9,6 @@ import logging
 import time
 from typing import Any
 
-import httpx
 import orjson
 from django.conf import settings
 
@@ -19,7 +18,7 @@ from routing.gateway.outcome import SSE_HEADERS, Outcome, make_record
 from routing.gateway.request import ParsedRequest
 from routing.gateway.runtime import GatewayRuntime
 from routing.gateway.tokens import USAGE_ESTIMATE, count_usage
-from routing.gateway.upstream import describe_failure, is_timeout
+from routing.gateway.upstream import UpstreamResponse, describe_failure, is_timeout
 from routing.gateway.wire import (
     SSE_DONE,
     GatewayError,
@@ -66,7 +65,7 @@ def judge_answer(breaker: Any, status: int, *, validated: bool) -> None:
         breaker.record_success()
 
 
-async def relay_whole(send: Send, response: httpx.Response, breaker: Any, outcome: Outcome, sent_at: float,
+async def relay_whole(send: Send, response: UpstreamResponse, breaker: Any, outcome: Outcome, sent_at: float,
                       *, rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> None:
     try:
         content = await response.aread()
@@ -103,7 +102,7 @@ async def relay_whole(send: Send, response: httpx.Response, breaker: Any, outcom
 
 
 async def relay_stream(
-    send: Send, response: httpx.Response, request: ParsedRequest,
+    send: Send, response: UpstreamResponse, request: ParsedRequest,
     breaker: Any, outcome: Outcome, sent_at: float, *, rt: GatewayRuntime, lane: LaneInfo,
 ) -> None:
     stream_filter = StreamFilter(client_wants_usage=request.client_wants_usage)
@@ -118,9 +117,7 @@ async def relay_stream(
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *outcome.headers()]})
     failure: GatewayError | None = None
     try:
-        # The transport's byte stream itself: httpx's aiter_raw adds a generator layer and
-        # bookkeeping per chunk that this relay does not need (errors are mapped either way).
-        async for chunk in response.stream:  # type: ignore[union-attr]
+        async for chunk in response.stream:
             if outcome.ttft_ms is None:
                 outcome.ttft_ms = (time.perf_counter() - outcome.started) * 1000
             out = stream_filter.feed(chunk)
