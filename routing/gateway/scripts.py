@@ -54,6 +54,7 @@ class _Protocol(asyncio.Protocol):
         self.reader = hiredis.Reader()
         self.waiting: deque[asyncio.Future[Any]] = deque()
         self.transport: asyncio.Transport | None = None
+        self.outgoing: list[bytes] = []
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -68,18 +69,33 @@ class _Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        unsent = len(self.outgoing)  # the newest waiting calls, still queued for the next write
+        self.outgoing = []
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
-                future.set_exception(ConnectionError(f"Redis closed the connection ({exc or 'closed'})"))
+                error = NotSent if len(self.waiting) < unsent else ConnectionError
+                future.set_exception(error(f"Redis closed the connection ({exc or 'closed'})"))
 
     def send(self, command: bytes) -> asyncio.Future[Any]:
+        """Queue a command; the commands of one loop turn leave together in one write (at 16
+        clients and more that is several per write: fewer syscalls and fewer wake-ups of
+        Redis, which shares the machine's cores)."""
         if self.lost or self.transport is None or self.transport.is_closing():
             raise NotSent("the connection to Redis is closed")
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self.waiting.append(future)
-        self.transport.write(command)
+        if not self.outgoing:
+            loop.call_soon(self.flush)
+        self.outgoing.append(command)
         return future
+
+    def flush(self) -> None:
+        if self.lost or self.transport is None or self.transport.is_closing():
+            return  # connection_lost reports what is still queued as never sent
+        commands, self.outgoing = self.outgoing, []
+        self.transport.write(b"".join(commands))
 
 
 class ScriptPipe:

@@ -67,25 +67,28 @@ def test_a_lost_connection_fails_the_calls_on_it_and_the_next_call_reconnects(co
     async def scenario() -> object:
         pipe = ScriptPipe(settings.REDIS_URL)
         script = Script(pipe, ECHO)
-        blocker = Script(pipe, "local t = redis.call('TIME') return 1")
         try:
             await script(keys=[counter_key], args=["warm"])
             client = redis.Redis.from_url(settings.REDIS_URL)
             mine = [c for c in client.client_list() if c.get("cmd") in ("evalsha", "eval")]
             assert mine, "the pipe's connection is listed"
-            in_flight = asyncio.ensure_future(blocker(keys=[], args=[]))
+            in_flight = asyncio.ensure_future(script(keys=[counter_key], args=["during"]))
             for entry in mine:
                 client.client_kill_filter(_id=entry["id"])
             try:
-                await in_flight  # answered before the kill, or failed by it: never hangs
-            except ConnectionError as error:
-                assert not isinstance(error, NotSent)  # it was written: it may have run
+                await in_flight  # answered, or failed by the kill: never hangs
+            except NotSent:
+                assert client.get(counter_key) == b"1"  # "not sent" means it did not run
+            except ConnectionError:
+                pass  # written: it may have run
             await asyncio.sleep(0.05)
             return await script(keys=[counter_key], args=["after"])
         finally:
             pipe.close()
 
-    assert run_async(scenario) == [b"after", 2]
+    reply = run_async(scenario)
+    assert isinstance(reply, list) and reply[0] == b"after"
+    assert reply[1] == int(redis.Redis.from_url(settings.REDIS_URL).get(counter_key) or 0)  # reconnected, ran once
 
 
 def test_a_redis_that_cannot_be_reached_is_reported_as_not_sent() -> None:
@@ -106,3 +109,24 @@ def test_a_wrong_password_is_reported_as_not_sent() -> None:
             await Script(pipe, ECHO)(keys=["k"], args=["x"])
 
     run_async(scenario)
+
+
+def test_calls_still_queued_when_the_connection_drops_are_reported_as_not_sent(counter_key: str) -> None:
+    async def scenario() -> tuple[type[BaseException], type[BaseException]]:
+        pipe = ScriptPipe(settings.REDIS_URL)
+        script = Script(pipe, ECHO)
+        try:
+            await script(keys=[counter_key], args=["warm"])
+            protocol = pipe._protocol
+            assert protocol is not None and protocol.transport is not None
+            queued = [asyncio.ensure_future(script(keys=[counter_key], args=[n])) for n in ("a", "b")]
+            await asyncio.sleep(0)  # both are queued for the next write, none is written yet
+            assert len(protocol.outgoing) == 2
+            protocol.transport.abort()  # connection_lost runs before the write would
+            errors = await asyncio.gather(*queued, return_exceptions=True)
+            return type(errors[0]), type(errors[1])
+        finally:
+            pipe.close()
+
+    assert run_async(scenario) == (NotSent, NotSent)
+    assert redis.Redis.from_url(settings.REDIS_URL).get(counter_key) == b"1"  # neither ran
