@@ -174,8 +174,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def prepare_database(upstream_port: int) -> str:
-    """Migrate, then one lane pointing at the upstream and one key without limits."""
+def prepare_database(upstream_port: int, long_port: int | None = None) -> str:
+    """Migrate, then one lane pointing at the upstream (and a long-context lane, on
+    `long_port` if given) and one key without limits."""
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True)
     import django
 
@@ -194,7 +195,8 @@ def prepare_database(upstream_port: int) -> str:
     LaneNode.objects.create(lane=lane, node=node, rank=0)
     # A long-context lane on the same upstream, for the large bodies.
     long_lane = Lane.objects.create(name="bench-long", model_id="bench/long", image="bench@sha256:" + "0" * 64,
-                                    api_port=upstream_port, max_model_len=4_194_304, observed_state="serving")
+                                    api_port=long_port or upstream_port, max_model_len=4_194_304,
+                                    observed_state="serving")
     LaneNode.objects.create(lane=long_lane, node=node, rank=0)
     from django.contrib.auth.models import AnonymousUser
 
@@ -313,6 +315,22 @@ async def probe(url: str) -> dict[str, Any]:
         return dict(await resp.json())
 
 
+def pin(pid: int, cpus: set[int], *, with_children: bool = False) -> None:
+    """Every thread of `pid` (and of its child processes) onto `cpus` (--pin)."""
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        for task in os.listdir(f"/proc/{current}/task"):
+            os.sched_setaffinity(int(task), cpus)
+            if with_children:
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    pending.extend(int(child) for child in children.read().split())
+
+
+def upstream_cpu_s(pids: list[int]) -> float:
+    return sum(cpu_s(pid) for pid in pids)
+
+
 def cpu_s(pid: int) -> float:
     from bench.loop_probe import proc_cpu_s
 
@@ -320,8 +338,8 @@ def cpu_s(pid: int) -> float:
 
 
 async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, str], secret: str, *,
-                            large_clients: int, seconds: float, probe_url: str, upstream_pid: int,
-                            large_nice: int) -> list[dict[str, Any]]:
+                            large_clients: int, seconds: float, probe_url: str, upstream_pids: list[int],
+                            large_nice: int, posters_cpus: set[int] | None = None) -> list[dict[str, Any]]:
     """Small requests' latency at one client (through the gateway, and directly to the
     upstream in alternation), alone, then while `large_clients` (another process, at
     niceness `large_nice`) post 8 MB bodies to the gateway back to back. With each phase:
@@ -330,18 +348,20 @@ async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, s
     client)."""
     await alternate(direct_url, gateway_url, auth, 1.0)  # warm-up
     await probe(probe_url)
-    marks = (cpu_s(upstream_pid), time.process_time(), 0.0)
+    marks = (upstream_cpu_s(upstream_pids), time.process_time(), 0.0)
     alone = await alternate(direct_url, gateway_url, auth, seconds)
-    phases = [(await probe(probe_url), cpu_s(upstream_pid) - marks[0], 0.0, time.process_time() - marks[1])]
+    phases = [(await probe(probe_url), upstream_cpu_s(upstream_pids) - marks[0], 0.0, time.process_time() - marks[1])]
     posters = subprocess.Popen([sys.executable, __file__, "--post-large", gateway_url, "--secret", secret,
                                 "--large-clients", str(large_clients)], stdout=subprocess.PIPE, text=True,
                                preexec_fn=(lambda: os.nice(large_nice)) if large_nice else None)
+    if posters_cpus is not None:
+        pin(posters.pid, posters_cpus)
     await asyncio.sleep(2.0)  # the large posts are under way
     began = time.perf_counter()
     await probe(probe_url)
-    marks = (cpu_s(upstream_pid), time.process_time(), cpu_s(posters.pid))
+    marks = (upstream_cpu_s(upstream_pids), time.process_time(), cpu_s(posters.pid))
     loaded = await alternate(direct_url, gateway_url, auth, seconds)
-    phases.append((await probe(probe_url), cpu_s(upstream_pid) - marks[0], cpu_s(posters.pid) - marks[2],
+    phases.append((await probe(probe_url), upstream_cpu_s(upstream_pids) - marks[0], cpu_s(posters.pid) - marks[2],
                    time.process_time() - marks[1]))
     posters.send_signal(signal.SIGINT)
     await probe(probe_url + "?stop")  # the probe's tick costs CPU: off for what follows
@@ -518,11 +538,17 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--large-bodies", action="store_true")
     parser.add_argument("--large-clients", type=int, default=3)
+    parser.add_argument("--pin", action="store_true",
+                        help="--large-bodies with the lanes and the clients as if on other machines: the gateway's "
+                             "event loop, the small-request client and a small lane on CPU 0; the gateway's "
+                             "large-body workers, a long-context lane and the 8 MB posters on CPU 1")
     parser.add_argument("--litellm-python")
     parser.add_argument("--skip-overhead", action="store_true", help="only the --large-bodies / LiteLLM parts")
     parser.add_argument("--post-large", help=argparse.SUPPRESS)  # the large-body clients' process
     parser.add_argument("--secret", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pin and (not args.large_bodies or not args.skip_overhead or args.litellm_python):
+        parser.error("--pin measures the large bodies only: use it with --large-bodies --skip-overhead")
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
@@ -534,12 +560,19 @@ def main() -> None:
     if args.post_large:
         post_large(args.post_large, args.secret, args.large_clients)
         return
-    upstream_port, gateway_port = free_port(), free_port()
+    upstream_port, gateway_port, long_port = free_port(), free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING", "PORTAL_GATEWAY_DEFAULT_LANE": "bench"}
     children = [subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(upstream_port)], env=env)]
+    if args.pin:
+        children.append(subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(long_port)], env=env))
     try:
         wait_port(upstream_port)
-        secret = prepare_database(upstream_port)
+        if args.pin:
+            wait_port(long_port)
+            pin(children[0].pid, {0})
+            pin(children[1].pid, {1})
+            pin(os.getpid(), {0})
+        secret = prepare_database(upstream_port, long_port if args.pin else None)
         # uvicorn as production runs it (1 worker, uvloop, httptools, no access log), with a
         # probe of its event loop's lag and CPU (bench/loop_probe.py).
         children.append(subprocess.Popen(
@@ -557,6 +590,10 @@ def main() -> None:
                      "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY},
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(gateway_port)
+        gateway_pid = children[2 if args.pin else 1].pid
+        if args.pin:
+            pin(gateway_pid, {1}, with_children=True)  # its large-body workers...
+            pin(gateway_pid, {0})  # ...but not its own threads
         report: dict[str, Any] = {"validation": validation_cost_us()}
         print(json.dumps(report["validation"]), flush=True)
         gateway_url = f"http://127.0.0.1:{gateway_port}/v1/chat/completions"
@@ -569,8 +606,8 @@ def main() -> None:
             report["large_bodies"] = asyncio.run(small_under_large(
                 f"http://127.0.0.1:{upstream_port}/v1/chat/completions", gateway_url, auth, secret,
                 large_clients=args.large_clients, seconds=10 if args.quick else 30,
-                probe_url=f"http://127.0.0.1:{gateway_port}/__bench/probe", upstream_pid=children[0].pid,
-                large_nice=args.large_nice))
+                probe_url=f"http://127.0.0.1:{gateway_port}/__bench/probe", upstream_pids=[child.pid for child in children[:2 if args.pin else 1]],
+                large_nice=args.large_nice, posters_cpus={1} if args.pin else None))
             print_table(report["large_bodies"], ["case", "p50_ms", "p99_ms", "direct_p50_ms", "direct_p99_ms",
                                                  "added_p50_ms", "added_p99_ms", "loop_lag_p99_ms",
                                                  "loop_lag_max_ms", "loop_stalled_ms_per_s", "loop_busy_p999_ms",
@@ -580,7 +617,7 @@ def main() -> None:
             wait_port(litellm_port, timeout=120)
             report["litellm"] = asyncio.run(versus_litellm(
                 gateway_url, auth, f"http://127.0.0.1:{litellm_port}/chat/completions", 0.2 if args.quick else 1.0,
-                gateway_pid=children[1].pid, litellm_pid=children[2].pid))
+                gateway_pid=gateway_pid, litellm_pid=children[-1].pid))
             print_table(report["litellm"], ["case", "gateway_rps", "litellm_rps", "ratio", "gateway_cpu_ms_per_req",
                                             "litellm_cpu_ms_per_req", "cpu_ratio", "gateway_p50_ms",
                                             "litellm_p50_ms", "errors", "load_avg_1m"])
