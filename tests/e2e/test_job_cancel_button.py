@@ -42,6 +42,11 @@ def test_cancel_asks_for_confirmation_first(asgi_server: Any, page: Any, admin_u
     job = Job.objects.create(kind="status", state="running", params={"nodes": ["spark1"]})
     browser_login(page, asgi_server.url, admin_user.username)
     page.goto(f"{asgi_server.url}/jobs/{job.pk}/")
+    # The live badge appears in the navigation bar when the page's socket opens, and the
+    # socket's first message re-renders the state: click after both, not while the page
+    # may move under the click (it once failed in CI with no dialog shown).
+    page.wait_for_selector("#live-status[data-state=open]")
+    page.wait_for_selector("#job-state .state-running")
     questions: list[str] = []
 
     def answer(dialog: Any) -> None:
@@ -50,6 +55,10 @@ def test_cancel_asks_for_confirmation_first(asgi_server: Any, page: Any, admin_u
 
     page.once("dialog", answer)
     page.click("#cancel-button")
+    for _ in range(600):  # the dialog event may reach Playwright just after the click returns
+        if questions:
+            break
+        page.wait_for_timeout(50)
     assert questions and f"Cancel job #{job.pk}?" in questions[0]
     job.refresh_from_db()
     assert job.cancel_requested_at is None and job.state == "running"

@@ -67,6 +67,10 @@ def test_relaunch_runs_a_new_job_with_the_same_parameters(
 
     browser_login(page, asgi_server.url, admin_user.username)
     page.goto(f"{asgi_server.url}/jobs/{failed.pk}/")
+    # The live badge appears in the navigation bar when the page's socket opens, which can
+    # move the page under a click in flight: click after it (a CI run once clicked beside
+    # the button, so no dialog and no relaunch).
+    page.wait_for_selector("#live-status[data-state=open]")
     questions: list[str] = []
     page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
     page.click("#relaunch-button")
