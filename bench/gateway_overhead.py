@@ -474,7 +474,11 @@ async def versus_litellm(gateway_url: str, auth: dict[str, str], litellm_url: st
     (1 / CPU per request, when CPU-bound)."""
     rows = []
     litellm_auth = {"authorization": f"Bearer {LITELLM_KEY}"}
-    await drive(litellm_url, litellm_auth, stream=False, concurrency=8, requests=200)  # warm-up
+    # Both sides warmed up alike: the gateway's first requests load its caches and the
+    # router's encoder (a quarter second of CPU), which at 1 client (~100 requests) showed
+    # as 1-2 ms per request when nothing ran before this table (--skip-overhead).
+    for url, headers in ((litellm_url, litellm_auth), (gateway_url, auth)):
+        await drive(url, headers, stream=False, concurrency=8, requests=200)
     for concurrency, requests in ((1, int(500 * scale)), (16, int(2000 * scale)), (64, int(3000 * scale))):
         sides = {"gateway": (gateway_url, auth, gateway_pid, max(concurrency, requests // rounds)),
                  "litellm": (litellm_url, litellm_auth, litellm_pid, max(concurrency, requests // 4 // rounds))}
