@@ -53,6 +53,8 @@ def body_arguments(body: bytes | StreamedBody) -> dict[str, Any]:
     if isinstance(body, bytes):
         return {"content": body, "headers": JSON_HEADERS}
     return {"content": body.chunks(), "headers": {**JSON_HEADERS, "content-length": str(body.length)}}
+
+
 # What the relay reads at a time from a streamed answer (as httpx-aiohttp read it).
 STREAM_READ_BYTES = 16 * 1024
 
