@@ -28,14 +28,19 @@ log = logging.getLogger(__name__)
 MAX_QUEUED = 100_000
 
 
-# Every column but the id and the time, with the value a row that does not name it gets
-# (the model's default, as bulk_create gave). Rows name columns (`key_id`, not `key`).
+def column_default(field: Any) -> Any:
+    """The value a row that does not name the column gets (as bulk_create gave it)."""
+    if field.has_default():
+        return field.get_default()
+    return "" if field.empty_strings_allowed and not field.null else None
+
+
+# Every column but the id and the time. Rows name columns (`key_id`, not `key`).
 COLUMN_DEFAULTS: dict[str, Any] = {
-    str(field.column): (field.get_default() if field.has_default() else "" if field.empty_strings_allowed and
-                   not field.null else None)
+    str(field.column): column_default(field)
     for field in RequestLog._meta.concrete_fields if not field.primary_key and field.column != "created_at"
 }
-COPY_SQL = (f"COPY {RequestLog._meta.db_table} (created_at, {', '.join(COLUMN_DEFAULTS)}) FROM STDIN")
+COPY_SQL = f"COPY {RequestLog._meta.db_table} (created_at, {', '.join(COLUMN_DEFAULTS)}) FROM STDIN"
 
 
 def cell(value: Any) -> Any:
@@ -44,8 +49,12 @@ def cell(value: Any) -> Any:
 
 
 def write_rows(rows: list[dict[str, Any]]) -> None:
-    """One COPY for the batch, stamped with the time it is written (as bulk_create did)."""
+    """The batch, stamped with the time it is written: one COPY on PostgreSQL, bulk_create
+    elsewhere (the embedded SQLite of `make run`), as the job log does (jobs.logsink)."""
     now = timezone.now()
+    if connection.vendor != "postgresql":
+        RequestLog.objects.bulk_create([RequestLog(created_at=now, **row) for row in rows], batch_size=1000)
+        return
     with connection.cursor() as cursor, cursor.cursor.copy(COPY_SQL) as copy:
         for row in rows:
             copy.write_row([now, *(cell(row.get(name, default)) for name, default in COLUMN_DEFAULTS.items())])

@@ -5,10 +5,10 @@ Why not redis-py for these two: measured with bench/gateway_overhead.py's set-up
 uvicorn worker, c=1 and c=16), redis-py's asyncio client spent ~0.45 ms of the gateway's
 ~1.5 ms of CPU per request on them — its connection pool (an asyncio.Condition per
 checkout), retry wrapper, asyncio streams and command packing, once per call. Here a call
-is one `transport.write` of the packed command and one future resolved by the protocol's
-`data_received`, with hiredis (the parser redis-py itself uses) reading the replies.
-Everything else that talks to Redis
-(breakers and in-flight counts, the router, pub/sub) keeps redis-py.
+is a packed command queued for the loop turn's one write and a future resolved by the
+protocol's `data_received`, with hiredis (the parser redis-py itself uses) reading the
+replies. Everything else that talks to Redis (breakers and in-flight counts, the router,
+pub/sub) keeps redis-py.
 
 Failure semantics the callers rely on: `NotSent` when no byte of the call can have reached
 Redis (no connection could be opened, or the connection was already known to be lost), so

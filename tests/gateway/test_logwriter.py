@@ -74,3 +74,19 @@ def test_a_batch_is_copied_into_the_table_with_every_column_and_the_models_defau
     assert (bare.key_id, bare.lane, bare.stream, bare.prompt_tokens, bare.route_prototype, bare.usage_source) == (
         None, "", False, None, "", "")
     assert saved.created_at == bare.created_at and saved.created_at is not None  # stamped when written
+
+
+@pytest.mark.django_db
+def test_without_postgresql_the_batch_goes_through_bulk_create(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded SQLite of `make run` has no COPY: the same rows reach the table."""
+    from django.db import connection
+
+    from routing.models import RequestLog
+
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    logwriter.write_rows([{"request_id": "req-lite", "endpoint": "completions", "status": 200, "latency_ms": 2.5,
+                           "lane": "qwen", "stream": True, "prompt_tokens": 7}])
+    saved = RequestLog.objects.get(request_id="req-lite")
+    assert (saved.lane, saved.stream, saved.prompt_tokens, saved.latency_ms, saved.route_prototype) == (
+        "qwen", True, 7, 2.5, "")
+    assert saved.created_at is not None
