@@ -208,6 +208,11 @@ GATEWAY_LARGE_BODY_BYTES = env_int("PORTAL_GATEWAY_LARGE_BODY_BYTES", 256 * 1024
 GATEWAY_LARGE_BODY_WORKERS = env_int("PORTAL_GATEWAY_LARGE_BODY_WORKERS", 2, minimum=1, maximum=64)
 GATEWAY_LARGE_BODY_QUEUE = env_int("PORTAL_GATEWAY_LARGE_BODY_QUEUE", 4, minimum=0, maximum=1024)
 GATEWAY_LARGE_BODY_NICENESS = env_int("PORTAL_GATEWAY_LARGE_BODY_NICENESS", 10, minimum=0, maximum=19)
+# Bytes of large bodies one web process reads per second, all clients together (up to one second's
+# worth at once; 0: unpaced). Past it the reader waits and TCP holds the client back
+# (routing.gateway.pace), so a flood of huge bodies cannot take the event loop from small requests.
+GATEWAY_LARGE_BODY_BYTES_PER_S = env_int("PORTAL_GATEWAY_LARGE_BODY_BYTES_PER_S", 32 * 1024 * 1024, minimum=0,
+                                         maximum=2**40)
 # Largest `n` (choices per request) a client may ask for: every choice is a sequence on the lane.
 GATEWAY_MAX_N = env_int("PORTAL_GATEWAY_MAX_N", 8, minimum=1, maximum=128)
 # In-process caches of API keys and lanes (revocation is immediate anyway, through Redis).

@@ -72,11 +72,12 @@ def large_body_limit() -> int:
 
 async def read_request_body(scope: Scope, receive: Receive, limit: int) -> bytes | SharedBody:
     """A body that announces a large length goes straight into shared memory (when it can)."""
+    rate = settings.GATEWAY_LARGE_BODY_BYTES_PER_S
     if declared_large(scope):
-        shared = await read_shared_body(receive, int(header(scope, b"content-length") or 0))
+        shared = await read_shared_body(receive, int(header(scope, b"content-length") or 0), rate=rate)
         if shared is not None:
             return shared
-    return await read_body(receive, limit)
+    return await read_body(receive, limit, paced_after=settings.GATEWAY_LARGE_BODY_BYTES, rate=rate)
 
 
 async def parse_body(raw: bytes | SharedBody, endpoint: str, key: KeyInfo) -> ParsedRequest:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from routing.gateway.directory import KeyInfo, hash_secret
+from routing.gateway.pace import PACE
 from routing.gateway.runtime import GatewayRuntime
 from routing.gateway.wire import GatewayError
 
@@ -39,9 +40,10 @@ def check_declared_length(scope: Scope, limit: int) -> None:
         raise too_large(limit)
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
+async def read_body(receive: Receive, limit: int, *, paced_after: int | None = None, rate: float = 0) -> bytes:
     """The whole body, refused with 413 as soon as it grows past `limit` (a chunked body
-    announces no length)."""
+    announces no length). Its bytes past `paced_after` are read at most `rate` bytes a
+    second with the process's other large bodies (routing.gateway.pace)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -54,8 +56,12 @@ async def read_body(receive: Receive, limit: int) -> bytes:
             if size > limit:
                 raise too_large(limit)
             chunks.append(body)
+        paced = min(len(body), size - paced_after) if paced_after is not None and size > paced_after else 0
         if not message.get("more_body", False):
+            PACE.delay(paced, rate)  # charged (to the next large body), not waited for
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if paced:
+            await PACE.spend(paced, rate)
 
 
 async def send_bytes(

@@ -7,8 +7,11 @@ web process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import threading
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
@@ -27,6 +30,7 @@ from routing.gateway import large
 from routing.gateway.body import StreamedBody
 from routing.gateway.directory import KeyInfo
 from routing.gateway.large import POOL, inspect, member_spans, outline, request_of
+from routing.gateway.pace import PACE, BytePace
 from routing.gateway.request import parse_request, prompt_text, upstream_body
 from routing.gateway.shadow import LARGE_SHADOWS, LARGE_SHADOWS_MAX, shadow_body
 from routing.router.route import conversation_key, last_user_text, prompt_upper_bound
@@ -72,6 +76,15 @@ def sent(body: bytes | StreamedBody) -> bytes:
 
 def shared_files() -> list[str]:
     return [name for name in os.listdir(large.SHARED_DIR) if name.startswith(f"{large.SHARED_PREFIX}{os.getpid()}-")]
+
+
+def open_shared_files() -> list[str]:
+    """This process's descriptors still open on a shared body (removed or not): its pages."""
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [target for target in targets if f"/{large.SHARED_PREFIX}{os.getpid()}-" in target]
 
 
 @hypothesis_settings(max_examples=300, deadline=None)
@@ -280,6 +293,8 @@ def test_a_large_body_with_a_length_goes_through_shared_memory_that_is_removed_a
     assert shared_files() == []  # removed once the worker had read it
     bad = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}], "temperature": "hot"})
     assert post(fault_gateway, bad).status_code == 400 and shared_files() == []
+    # ... and its pages freed once nothing refers to it (the descriptor closed, in a helper thread).
+    wait_for(lambda: open_shared_files() == [], what="the shared bodies' descriptors to be closed")
 
 
 def test_without_shared_memory_a_large_body_is_read_into_the_process_and_forwarded_the_same(
@@ -352,3 +367,52 @@ def test_large_bodies_held_for_shadow_replays_are_bounded(
                                                         "stream": False})]
     assert ShadowSample.objects.count() == 1 and sample.error == ""
     assert LARGE_SHADOWS.skipped == skipped + 1 and LARGE_SHADOWS.held == LARGE_SHADOWS_MAX
+
+
+def test_the_pace_lets_a_second_of_budget_through_at_once_then_holds_to_the_rate() -> None:
+    pace, rate = BytePace(), 1000.0
+    assert pace.delay(1000, rate, now=100.0) == 0.0  # one second's worth, after idling: at once
+    assert pace.delay(500, rate, now=100.0) == pytest.approx(0.5)  # beyond it: the rate
+    assert pace.delay(500, rate, now=100.0) == pytest.approx(1.0)  # a second reader waits its turn too
+    assert pace.delay(100, rate, now=101.0) == pytest.approx(0.1)  # caught up at 101.0: the rate again
+    assert pace.delay(1000, rate, now=200.0) == 0.0  # idle long: no more than one second of credit
+    assert pace.delay(1, rate, now=200.0) == pytest.approx(0.001)
+    assert BytePace().delay(10**9, 0, now=0.0) == 0.0  # rate 0: unpaced
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_large_bodies_are_read_at_the_budgets_pace_while_small_requests_go_on(
+    fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, settings: Any, framing: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rate = 250_000
+    settings.GATEWAY_LARGE_BODY_BYTES_PER_S = rate
+    monkeypatch.setattr(PACE, "paid_until", 0.0)  # no other test's debt
+    raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "x_blob": "x" * 900_000})
+
+    def content() -> Iterator[bytes]:
+        for start in range(0, len(raw), 16_384):
+            yield raw[start:start + 16_384]
+
+    finished: list[str] = []
+
+    def post_large() -> None:
+        response = httpx.post(f"{fault_gateway.url}/v1/chat/completions", timeout=30,
+                              content=raw if framing == "content-length" else content(),
+                              headers={**fault_gateway.headers(), "content-type": "application/json"})
+        assert response.status_code == 200, response.text
+        finished.append("large")
+
+    started = time.monotonic()
+    poster = threading.Thread(target=post_large)
+    poster.start()
+    wait_for(lambda: PACE.paid_until > time.monotonic(), what="the large body being paced")
+    small = post(fault_gateway, {"model": "qwen", "messages": [{"role": "user", "content": "hi"}]})
+    assert small.status_code == 200 and finished == []  # answered while the large body is still being read
+    poster.join(30)
+    assert finished == ["large"]
+    # Every byte past the threshold is charged; one second's worth went at once, the rest at
+    # the rate, but for the last chunk the server read at once (up to its buffer and one read).
+    assert PACE.paid_until >= started - 1 + (len(raw) - LARGE) / rate
+    assert time.monotonic() - started >= (len(raw) - rate - LARGE - 320_000) / rate
+    assert upstream.raw_bodies[-1] == raw.replace(b'"model":"qwen"', b'"model":"qwen-test"')
