@@ -22,7 +22,7 @@ from routing.gateway.choose import AUTO
 from routing.gateway.directory import KeyInfo, LaneInfo, resolve_model
 from routing.gateway.handler import finish, handle_completion
 from routing.gateway.http import Receive, Scope, Send, authenticate, read_body, send_bytes, send_error
-from routing.gateway.large import POOL
+from routing.gateway.large import POOL, SHARED_FILES
 from routing.gateway.outcome import Outcome, new_request_id
 from routing.gateway.runtime import close_runtime, runtime
 from routing.gateway.wire import GatewayError
@@ -126,6 +126,7 @@ def with_gateway(django_app: Any) -> Any:
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await close_runtime()
+                    SHARED_FILES.clear()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         else:

@@ -280,7 +280,7 @@ def inspect_shared(path: str, size: int, endpoint: str, max_n: int, affinity_mes
     try:
         with open(path, "rb") as file:
             raw = file.read(size)
-    except OSError:  # the request was abandoned and its file removed meanwhile
+    except OSError:  # its file is gone (swept by hand, /dev/shm unmounted)
         return Inspection(digest="", error=(503, "The request body could not be read back.", "server_busy", None))
     return inspect(raw, endpoint, max_n, affinity_messages, want_prompt)
 
@@ -316,42 +316,37 @@ class LargeBody:
         return StreamedBody(self.raw, [*pieces, b"}"])
 
 
-SHARED_DIR = "/dev/shm"  # a tmpfs: the body stays in memory, shared with the worker by name
-SHARED_PREFIX = "spark-gw-"
-_shared_count = itertools.count()
-
-
 class SharedBody:
     """A large body written into a shared-memory file that a worker process reads by name.
-    Its space is reserved up front (posix_fallocate, in a thread: it zeroes the pages, and a
-    full tmpfs says so now). The web process writes and reads it with pwrite/pread on its
-    own descriptor, never a mapping: an 8 MB mapping cost the event loop ~1 ms to unmap,
-    and another ~1.3 ms to free the pages when it was the file's last user, once per body.
-    The name is removed as soon as the worker has read it; the pages are freed when the
-    descriptor is closed, which happens in a helper thread once nothing refers to the body
-    (weakref.finalize), so neither the unmapping nor the freeing is ever on the loop."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.path = os.path.join(SHARED_DIR, f"{SHARED_PREFIX}{os.getpid()}-{next(_shared_count)}")
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.posix_fallocate(self.fd, 0, size)
-        except BaseException:
-            os.close(self.fd)
-            self.remove()
-            raise
-        weakref.finalize(self, _close_later, self.fd)
+    The web process writes and reads it with pwrite/pread on its own descriptor, never a
+    mapping: an 8 MB mapping cost the event loop ~1 ms to unmap, and another ~1.3 ms to free
+    its pages, once per body. The files are recycled (SHARED_FILES): reserving a new one
+    (posix_fallocate zeroes its pages: ~2-3 ms of a core for 8 MB) and freeing it cost a
+    helper thread as much again for every body. A file goes back to the pool only when
+    nothing refers to its body any more (weakref.finalize): every read goes through this
+    object, so a recycled file can never be read for an earlier body. The worker reads only
+    the body's `size` bytes; what lies beyond them is an earlier body's, in this process's
+    own file (mode 0600)."""
+
+    def __init__(self, file: SharedFile, size: int) -> None:
+        self.file, self.size, self.path = file, size, file.path
         self.filled = 0
+        weakref.finalize(self, SHARED_FILES.give_back, file)
 
     @classmethod
     async def create(cls, size: int) -> SharedBody | None:
-        """A SharedBody, or None where shared memory cannot hold it (no /dev/shm, full)."""
-        try:
-            return await asyncio.to_thread(cls, size)
-        except OSError as exc:
-            log.warning("gateway: a %d-byte body is read into the process instead of shared memory (%s)", size, exc)
-            return None
+        """A SharedBody in a recycled file, or a new one (reserved in a thread); None where
+        shared memory cannot hold it (no /dev/shm, full)."""
+        file = SHARED_FILES.take(size)
+        if file is None:
+            try:
+                file = await asyncio.to_thread(SharedFile.reserve, size)
+            except OSError as exc:
+                log.warning("gateway: a %d-byte body is read into the process instead of shared memory (%s)",
+                            size, exc)
+                return None
+        return cls(file, size)
 
     def __len__(self) -> int:
         return self.size
@@ -360,29 +355,93 @@ class SharedBody:
         end = self.filled + len(chunk)
         if end > self.size:
             raise ValueError("more bytes than announced")
-        written = os.pwrite(self.fd, chunk, self.filled)
-        if written != len(chunk):  # cannot happen on a reserved tmpfs file
+        written = os.pwrite(self.file.fd, chunk, self.filled)
+        if written != len(chunk):  # cannot happen in a reserved tmpfs file
             raise OSError(f"short write to {self.path}")
         self.filled = end
 
     def read(self, start: int, stop: int) -> bytes:
-        return os.pread(self.fd, stop - start, start)
+        return os.pread(self.file.fd, stop - start, start)
 
-    def remove(self) -> None:
+
+SHARED_DIR = "/dev/shm"  # a tmpfs: the body stays in memory, shared with the worker by name
+SHARED_PREFIX = "spark-gw-"
+SHARED_GRAIN = 1024 * 1024  # files are reserved in whole MiB, so that bodies of similar sizes share them
+SHARED_IDLE_MAX = 32 * 1024 * 1024  # bytes of idle files a web process keeps for the next bodies
+_shared_count = itertools.count()
+
+
+@dataclass(frozen=True)
+class SharedFile:
+    fd: int
+    path: str
+    capacity: int
+
+    @classmethod
+    def reserve(cls, size: int) -> SharedFile:
+        """A new file with room for `size` bytes (rounded up to SHARED_GRAIN), its space
+        reserved (a full tmpfs says so now, not with a failed write later)."""
+        capacity = -(-size // SHARED_GRAIN) * SHARED_GRAIN
+        path = os.path.join(SHARED_DIR, f"{SHARED_PREFIX}{os.getpid()}-{next(_shared_count)}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, capacity)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        return cls(fd, path, capacity)
+
+    def discard(self) -> None:
+        """Remove it for good (closing the last descriptor of an unlinked file frees its
+        pages: ~1.3 ms for 8 MB, so this runs in a helper thread)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+        os.close(self.fd)
 
 
-_CLOSER = ThreadPoolExecutor(1, thread_name_prefix="gateway-shm-close")
+class SharedFiles:
+    """The idle shared-memory files of this web process, at most SHARED_IDLE_MAX bytes of
+    them; the rest are discarded in a helper thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a body may be released on any thread (tests run several loops)
+        self.idle: list[SharedFile] = []
+        self._discarder = ThreadPoolExecutor(1, thread_name_prefix="gateway-shm-discard")
+
+    def take(self, size: int) -> SharedFile | None:
+        """The smallest idle file that holds `size` bytes, if any."""
+        with self._lock:
+            fitting = [file for file in self.idle if file.capacity >= size]
+            if not fitting:
+                return None
+            file = min(fitting, key=lambda candidate: candidate.capacity)
+            self.idle.remove(file)
+            return file
+
+    def give_back(self, file: SharedFile) -> None:
+        with self._lock:
+            if sum(idle.capacity for idle in self.idle) + file.capacity <= SHARED_IDLE_MAX:
+                self.idle.append(file)
+                return
+        self._discard(file)
+
+    def _discard(self, file: SharedFile) -> None:
+        try:
+            self._discarder.submit(file.discard)
+        except RuntimeError:  # interpreter shutdown: the executor takes no more work
+            file.discard()
+
+    def clear(self) -> None:
+        """Discard every idle file (the web process stops; tests)."""
+        with self._lock:
+            idle, self.idle = self.idle, []
+        for file in idle:
+            self._discard(file)
 
 
-def _close_later(fd: int) -> None:
-    """Close a SharedBody's descriptor in a helper thread: closing the last one frees its
-    pages (~1.3 ms for 8 MB)."""
-    try:
-        _CLOSER.submit(os.close, fd)
-    except RuntimeError:  # interpreter shutdown: the executor takes no more work
-        os.close(fd)
+SHARED_FILES = SharedFiles()
 
 
 def sweep_shared_files() -> None:
@@ -425,7 +484,7 @@ async def read_shared_body(receive: Callable[[], Awaitable[MutableMapping[str, A
             raise GatewayError(400, "The body is shorter than its content-length.", code="invalid_request")
         return shared
     except BaseException:
-        shared.remove()
+        del shared  # its file goes back to the pool (what was written is never read)
         raise
 
 
@@ -492,30 +551,26 @@ class LargeBodyPool:
 
     async def inspect(self, raw: bytes | SharedBody, *, endpoint: str, max_n: int, affinity_messages: int,
                       want_prompt: bool, workers: int, queue: int, niceness: int) -> Inspection:
-        """Bytes are pickled to the worker; a SharedBody is read there by name, then removed."""
+        """Bytes are pickled to the worker; a SharedBody is read there by name."""
+        executor = self._take(workers + queue, workers, niceness)
         try:
-            executor = self._take(workers + queue, workers, niceness)
-            try:
-                if isinstance(raw, SharedBody):
-                    future = executor.submit(inspect_shared, raw.path, raw.size, endpoint, max_n,
-                                             affinity_messages, want_prompt)
-                else:
-                    future = executor.submit(inspect, raw, endpoint, max_n, affinity_messages, want_prompt)
-            except (BrokenProcessPool, RuntimeError):
-                self._release(Future())
-                self._reset(executor)
-                raise busy_error() from None
-            # The slot is freed when the worker is done, not when the client leaves: the bound
-            # counts the work really in the processes.
-            future.add_done_callback(self._release)
-            try:
-                return await asyncio.wrap_future(future)
-            except BrokenProcessPool:  # a worker died (killed): start afresh on the next body
-                self._reset(executor)
-                raise busy_error() from None
-        finally:
             if isinstance(raw, SharedBody):
-                raw.remove()
+                future = executor.submit(inspect_shared, raw.path, raw.size, endpoint, max_n,
+                                         affinity_messages, want_prompt)
+            else:
+                future = executor.submit(inspect, raw, endpoint, max_n, affinity_messages, want_prompt)
+        except (BrokenProcessPool, RuntimeError):
+            self._release(Future())
+            self._reset(executor)
+            raise busy_error() from None
+        # The slot is freed when the worker is done, not when the client leaves: the bound
+        # counts the work really in the processes.
+        future.add_done_callback(self._release)
+        try:
+            return await asyncio.wrap_future(future)
+        except BrokenProcessPool:  # a worker died (killed): start afresh on the next body
+            self._reset(executor)
+            raise busy_error() from None
 
     def shutdown(self) -> None:
         with self._lock:

@@ -78,6 +78,12 @@ def shared_files() -> list[str]:
     return [name for name in os.listdir(large.SHARED_DIR) if name.startswith(f"{large.SHARED_PREFIX}{os.getpid()}-")]
 
 
+def discarded(path: str) -> bool:
+    """The file is gone and no descriptor of this process holds its pages."""
+    return not os.path.exists(path) and not any(target.startswith(path + " ") or target == path
+                                                for target in open_shared_files())
+
+
 def open_shared_files() -> list[str]:
     """This process's descriptors still open on a shared body (removed or not): its pages."""
     targets = []
@@ -273,7 +279,7 @@ def test_a_streamed_body_goes_in_bounded_slices_with_the_edits_between(monkeypat
     assert asyncio.run(slices()) == chunks  # fresh on every call (a send refused before a byte left is made again)
 
 
-def test_a_large_body_with_a_length_goes_through_shared_memory_that_is_removed_after(
+def test_a_large_body_with_a_length_goes_through_a_shared_memory_file_that_is_recycled(
     fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[str] = []
@@ -283,18 +289,46 @@ def test_a_large_body_with_a_length_goes_through_shared_memory_that_is_removed_a
         seen.append(path)
         return inspect_shared(path, *args)
 
+    files = large.SharedFiles()
+    monkeypatch.setattr(large, "SHARED_FILES", files)
     monkeypatch.setattr(large, "inspect_shared", spy)
     monkeypatch.setattr(POOL, "_executor_for", lambda workers, niceness: InlineExecutor())  # the spy runs here
-    raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}], "x_vendor": [1.50, "é"]})
+    raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD * 2}], "x_vendor": [1.50, "é"]})
     response = post(fault_gateway, raw)
     assert response.status_code == 200, response.text
     assert len(seen) == 1 and seen[0].startswith(os.path.join(large.SHARED_DIR, large.SHARED_PREFIX))
     assert upstream.raw_bodies == [raw.replace(b'"model":"qwen"', b'"model":"qwen-test"')]
-    assert shared_files() == []  # removed once the worker had read it
+    # Once nothing refers to the body, its file waits for the next one, which gets its own
+    # bytes only (a shorter body: the rest of the file is the first one's, never read).
+    wait_for(lambda: [file.path for file in files.idle] == seen, what="the file back in the pool")
+    shorter = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": "q" * 1500}]})
+    assert post(fault_gateway, shorter).status_code == 200
+    assert seen == [seen[0]] * 2
+    assert upstream.raw_bodies[-1] == shorter.replace(b'"model":"qwen"', b'"model":"qwen-test"')
     bad = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}], "temperature": "hot"})
-    assert post(fault_gateway, bad).status_code == 400 and shared_files() == []
-    # ... and its pages freed once nothing refers to it (the descriptor closed, in a helper thread).
-    wait_for(lambda: open_shared_files() == [], what="the shared bodies' descriptors to be closed")
+    assert post(fault_gateway, bad).status_code == 400
+    wait_for(lambda: [file.path for file in files.idle] == seen[:1], what="the file back in the pool")
+    assert os.path.basename(seen[0]) in shared_files()  # one file for the three bodies
+    files.clear()  # the web process stops: removed, and its pages freed (the descriptor closed)
+    wait_for(lambda: discarded(seen[0]), what="the file to be discarded")
+
+
+def test_idle_shared_files_are_bounded_and_the_rest_discarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(large, "SHARED_IDLE_MAX", 2 * large.SHARED_GRAIN)
+    files = large.SharedFiles()
+    small, other, big = (large.SharedFile.reserve(size) for size in (10, large.SHARED_GRAIN, large.SHARED_GRAIN + 1))
+    assert (small.capacity, other.capacity, big.capacity) == (large.SHARED_GRAIN, large.SHARED_GRAIN,
+                                                              2 * large.SHARED_GRAIN)
+    assert os.fstat(big.fd).st_blocks * 512 >= big.capacity  # its space reserved
+    for file in (small, big, other):
+        files.give_back(file)
+    assert files.idle == [small, other]  # the big one did not fit beside the small one
+    wait_for(lambda: discarded(big.path), what="the file over the bound to be discarded")
+    assert files.take(large.SHARED_GRAIN + 1) is None and files.take(5) in (small, other)
+    assert not discarded(small.path) and not discarded(other.path)
+    files.give_back(small if small not in files.idle else other)
+    files.clear()
+    wait_for(lambda: discarded(small.path) and discarded(other.path), what="the idle files to be discarded")
 
 
 def test_without_shared_memory_a_large_body_is_read_into_the_process_and_forwarded_the_same(
