@@ -11,13 +11,14 @@ bytes with the few members the gateway changes (`model`, `max_tokens`, `stream_o
 replaced in place (`LargeBody.forward`): a large body is never parsed nor re-serialised in
 the web process, and everything else in it reaches the lane byte for byte.
 
-Nor is it copied whole on the event loop. A body that announces its length is read
-straight into a shared-memory file (`SharedBody`, in /dev/shm, its space reserved before
-the first byte): the worker reads it from there, so only its name crosses the pipe (an
+Nor is it copied whole on the event loop. A body that announces its length is written,
+as it arrives, into a shared-memory file (`SharedBody`, in /dev/shm, files recycled from
+body to body): the worker reads it from there, so only its name crosses the pipe (an
 8 MB body pickled into the pipe cost the web process ~3 ms of GIL each), and the body
 sent upstream is a `StreamedBody` (routing.gateway.body), slices read back from that file
-with the edits in between, never one joined copy. Where /dev/shm is missing or full, or
-the body came without a length, the bytes are read as before and pickled to the worker.
+with the edits in between, never one joined copy. Where there is no /dev/shm, or the
+body came without a length, the bytes are read as before and pickled to the worker; a full
+/dev/shm is 503 `server_busy`.
 Large bodies are read at a bounded rate (routing.gateway.pace).
 
 The pool is bounded: PORTAL_GATEWAY_LARGE_BODY_WORKERS bodies are inspected at once and
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import itertools
 import logging
@@ -321,13 +323,16 @@ class SharedBody:
 
     The web process writes and reads it with pwrite/pread on its own descriptor, never a
     mapping: an 8 MB mapping cost the event loop ~1 ms to unmap, and another ~1.3 ms to free
-    its pages, once per body. The files are recycled (SHARED_FILES): reserving a new one
-    (posix_fallocate zeroes its pages: ~2-3 ms of a core for 8 MB) and freeing it cost a
-    helper thread as much again for every body. A file goes back to the pool only when
-    nothing refers to its body any more (weakref.finalize): every read goes through this
-    object, so a recycled file can never be read for an earlier body. The worker reads only
-    the body's `size` bytes; what lies beyond them is an earlier body's, in this process's
-    own file (mode 0600)."""
+    its pages, once per body. Nothing is reserved ahead of the bytes: a client that
+    announces 16 MB and sends one byte holds one page, not 16 MB of the machine's memory
+    (with pwrite a full /dev/shm is an error to answer, not a SIGBUS as in a mapping).
+
+    The files are recycled (SHARED_FILES): creating and freeing an 8 MB file cost a helper
+    thread ~3-4 ms of a core per body. A file goes back to the pool only when nothing refers
+    to its body any more (weakref.finalize): every read goes through this object, so a
+    recycled file can never be read for an earlier body. The worker reads only the body's
+    `size` bytes; what lies beyond them is an earlier body's, in this process's own file
+    (mode 0600)."""
 
     def __init__(self, file: SharedFile, size: int) -> None:
         self.file, self.size, self.path = file, size, file.path
@@ -335,13 +340,12 @@ class SharedBody:
         weakref.finalize(self, SHARED_FILES.give_back, file)
 
     @classmethod
-    async def create(cls, size: int) -> SharedBody | None:
-        """A SharedBody in a recycled file, or a new one (reserved in a thread); None where
-        shared memory cannot hold it (no /dev/shm, full)."""
+    def create(cls, size: int) -> SharedBody | None:
+        """A SharedBody in a recycled file or a new one; None where there is no /dev/shm."""
         file = SHARED_FILES.take(size)
         if file is None:
             try:
-                file = await asyncio.to_thread(SharedFile.reserve, size)
+                file = SharedFile.create()
             except OSError as exc:
                 log.warning("gateway: a %d-byte body is read into the process instead of shared memory (%s)",
                             size, exc)
@@ -355,10 +359,15 @@ class SharedBody:
         end = self.filled + len(chunk)
         if end > self.size:
             raise ValueError("more bytes than announced")
-        written = os.pwrite(self.file.fd, chunk, self.filled)
-        if written != len(chunk):  # cannot happen in a reserved tmpfs file
-            raise OSError(f"short write to {self.path}")
+        try:
+            written = os.pwrite(self.file.fd, chunk, self.filled)
+            if written != len(chunk):  # tmpfs writes all or fails
+                raise OSError(errno.ENOSPC, "short write")
+        except OSError as exc:  # /dev/shm is full
+            log.warning("gateway: no room for a %d-byte body in %s (%s)", self.size, SHARED_DIR, exc)
+            raise busy_error() from None
         self.filled = end
+        self.file.high = max(self.file.high, end)
 
     def read(self, start: int, stop: int) -> bytes:
         return os.pread(self.file.fd, stop - start, start)
@@ -366,32 +375,20 @@ class SharedBody:
 
 SHARED_DIR = "/dev/shm"  # a tmpfs: the body stays in memory, shared with the worker by name
 SHARED_PREFIX = "spark-gw-"
-SHARED_GRAIN = 1024 * 1024  # files are reserved in whole MiB, so that bodies of similar sizes share them
 SHARED_IDLE_MAX = 32 * 1024 * 1024  # bytes of idle files a web process keeps for the next bodies
 _shared_count = itertools.count()
 
 
-@dataclass(frozen=True)
+@dataclass
 class SharedFile:
     fd: int
     path: str
-    capacity: int
+    high: int = 0  # the most bytes written into it: the memory it holds
 
     @classmethod
-    def reserve(cls, size: int) -> SharedFile:
-        """A new file with room for `size` bytes (rounded up to SHARED_GRAIN), its space
-        reserved (a full tmpfs says so now, not with a failed write later)."""
-        capacity = -(-size // SHARED_GRAIN) * SHARED_GRAIN
+    def create(cls) -> SharedFile:
         path = os.path.join(SHARED_DIR, f"{SHARED_PREFIX}{os.getpid()}-{next(_shared_count)}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.posix_fallocate(fd, 0, capacity)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            raise
-        return cls(fd, path, capacity)
+        return cls(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), path)
 
     def discard(self) -> None:
         """Remove it for good (closing the last descriptor of an unlinked file frees its
@@ -402,8 +399,8 @@ class SharedFile:
 
 
 class SharedFiles:
-    """The idle shared-memory files of this web process, at most SHARED_IDLE_MAX bytes of
-    them; the rest are discarded in a helper thread."""
+    """The idle shared-memory files of this web process, holding at most SHARED_IDLE_MAX
+    bytes together; the rest are discarded in a helper thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # a body may be released on any thread (tests run several loops)
@@ -411,18 +408,20 @@ class SharedFiles:
         self._discarder = ThreadPoolExecutor(1, thread_name_prefix="gateway-shm-discard")
 
     def take(self, size: int) -> SharedFile | None:
-        """The smallest idle file that holds `size` bytes, if any."""
+        """The idle file that already holds the pages for `size` bytes with the fewest to
+        spare, else the one that holds the most (it grows as the body is written)."""
         with self._lock:
-            fitting = [file for file in self.idle if file.capacity >= size]
-            if not fitting:
+            if not self.idle:
                 return None
-            file = min(fitting, key=lambda candidate: candidate.capacity)
+            fitting = [file for file in self.idle if file.high >= size]
+            file = (min(fitting, key=lambda candidate: candidate.high) if fitting
+                    else max(self.idle, key=lambda candidate: candidate.high))
             self.idle.remove(file)
             return file
 
     def give_back(self, file: SharedFile) -> None:
         with self._lock:
-            if sum(idle.capacity for idle in self.idle) + file.capacity <= SHARED_IDLE_MAX:
+            if sum(idle.high for idle in self.idle) + file.high <= SHARED_IDLE_MAX:
                 self.idle.append(file)
                 return
         self._discard(file)
@@ -461,8 +460,8 @@ async def read_shared_body(receive: Callable[[], Awaitable[MutableMapping[str, A
     """A body that announced `size` bytes (over the large-body threshold), read into shared
     memory chunk by chunk as it arrives (no joined copy), at most `rate` bytes a second
     with the process's other large bodies (routing.gateway.pace); None, before reading a
-    byte, where shared memory cannot hold it (then the caller reads it into the process)."""
-    shared = await SharedBody.create(size)
+    byte, where there is no shared memory (then the caller reads it into the process)."""
+    shared = SharedBody.create(size)
     if shared is None:
         return None
     try:

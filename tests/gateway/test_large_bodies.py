@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import threading
@@ -33,6 +34,7 @@ from routing.gateway.large import POOL, inspect, member_spans, outline, request_
 from routing.gateway.pace import PACE, BytePace
 from routing.gateway.request import parse_request, prompt_text, upstream_body
 from routing.gateway.shadow import LARGE_SHADOWS, LARGE_SHADOWS_MAX, shadow_body
+from routing.gateway.wire import GatewayError
 from routing.router.route import conversation_key, last_user_text, prompt_upper_bound
 from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
@@ -314,21 +316,47 @@ def test_a_large_body_with_a_length_goes_through_a_shared_memory_file_that_is_re
 
 
 def test_idle_shared_files_are_bounded_and_the_rest_discarded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(large, "SHARED_IDLE_MAX", 2 * large.SHARED_GRAIN)
+    mib = 1024 * 1024
     files = large.SharedFiles()
-    small, other, big = (large.SharedFile.reserve(size) for size in (10, large.SHARED_GRAIN, large.SHARED_GRAIN + 1))
-    assert (small.capacity, other.capacity, big.capacity) == (large.SHARED_GRAIN, large.SHARED_GRAIN,
-                                                              2 * large.SHARED_GRAIN)
-    assert os.fstat(big.fd).st_blocks * 512 >= big.capacity  # its space reserved
-    for file in (small, big, other):
-        files.give_back(file)
-    assert files.idle == [small, other]  # the big one did not fit beside the small one
-    wait_for(lambda: discarded(big.path), what="the file over the bound to be discarded")
-    assert files.take(large.SHARED_GRAIN + 1) is None and files.take(5) in (small, other)
-    assert not discarded(small.path) and not discarded(other.path)
-    files.give_back(small if small not in files.idle else other)
+    monkeypatch.setattr(large, "SHARED_FILES", files)
+    monkeypatch.setattr(large, "SHARED_IDLE_MAX", 3 * mib)
+
+    def written(size: int) -> large.SharedBody:
+        body = large.SharedBody.create(size)
+        assert body is not None
+        body.write(b"x" * size)
+        return body
+
+    one, two, three = written(mib), written(2 * mib), written(2 * mib)
+    files_of = [one.file, two.file, three.file]
+    del one, two  # released: 3 MiB idle, the bound
+    assert [file.high for file in files.idle] == [mib, 2 * mib]
+    del three  # over the bound: discarded, its pages freed
+    wait_for(lambda: discarded(files_of[2].path), what="the file over the bound to be discarded")
+    # The next body takes the file that holds its bytes with the fewest to spare.
+    again = large.SharedBody.create(mib + 1)
+    assert again is not None and again.file is files_of[1] and files.idle == [files_of[0]]
+    del again
     files.clear()
-    wait_for(lambda: discarded(small.path) and discarded(other.path), what="the idle files to be discarded")
+    wait_for(lambda: discarded(files_of[0].path) and discarded(files_of[1].path), what="the idle files to be discarded")
+
+
+def test_a_shared_body_holds_only_the_bytes_it_was_sent_and_a_full_dev_shm_is_503(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(large, "SHARED_FILES", large.SharedFiles())
+    announced = large.SharedBody.create(16 * 1024 * 1024)  # a client announces 16 MB, sends one byte
+    assert announced is not None
+    announced.write(b"{")
+    assert os.fstat(announced.file.fd).st_blocks * 512 <= 8192
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)  # a full tmpfs cannot be made here without filling the machine's
+    with pytest.raises(GatewayError) as refused:
+        announced.write(b'"model"')
+    assert (refused.value.status, refused.value.code, refused.value.retry_after_s) == (503, "server_busy", 1)
 
 
 def test_without_shared_memory_a_large_body_is_read_into_the_process_and_forwarded_the_same(
