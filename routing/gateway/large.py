@@ -379,7 +379,7 @@ SHARED_IDLE_MAX = 32 * 1024 * 1024  # bytes of idle files a web process keeps fo
 _shared_count = itertools.count()
 
 
-@dataclass
+@dataclass(eq=False)  # one file is itself, whatever it holds (the pool removes it by identity)
 class SharedFile:
     fd: int
     path: str
