@@ -213,6 +213,9 @@ GATEWAY_LARGE_BODY_NICENESS = env_int("PORTAL_GATEWAY_LARGE_BODY_NICENESS", 10, 
 # (routing.gateway.pace), so a flood of huge bodies cannot take the event loop from small requests.
 GATEWAY_LARGE_BODY_BYTES_PER_S = env_int("PORTAL_GATEWAY_LARGE_BODY_BYTES_PER_S", 32 * 1024 * 1024, minimum=0,
                                          maximum=2**40)
+# Longest wait for Redis on a request's path (the admission and release scripts, seconds): past
+# it the connection is given up and reopened, and the request fails closed (500) instead of hanging.
+GATEWAY_REDIS_TIMEOUT_S = env_float("PORTAL_GATEWAY_REDIS_TIMEOUT_S", 5.0, minimum=0.05, maximum=120)
 # Largest `n` (choices per request) a client may ask for: every choice is a sequence on the lane.
 GATEWAY_MAX_N = env_int("PORTAL_GATEWAY_MAX_N", 8, minimum=1, maximum=128)
 # In-process caches of API keys and lanes (revocation is immediate anyway, through Redis).

@@ -62,7 +62,7 @@ class GatewayRuntime:
         pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL, max_connections=64, timeout=10)
         self.redis: aioredis.Redis = aioredis.Redis(connection_pool=pool)
         # The hot path's two scripts go over a pipelined connection of their own.
-        self.scripts = ScriptPipe(settings.REDIS_URL)
+        self.scripts = ScriptPipe(settings.REDIS_URL, call_timeout=settings.GATEWAY_REDIS_TIMEOUT_S)
         self.admit_script = Script(self.scripts, ADMIT_LUA)
         self.release_script = Script(self.scripts, RELEASE_LUA)
         self.keys = KeyCache()

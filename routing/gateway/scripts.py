@@ -12,7 +12,11 @@ pub/sub) keeps redis-py.
 
 Failure semantics the callers rely on: `NotSent` when no byte of the call can have reached
 Redis (no connection could be opened, or the connection was already known to be lost), so
-it may be retried; any other ConnectionError means the script may have run."""
+it may be retried; any other ConnectionError means the script may have run. That includes
+a Redis that takes the call and does not answer within the call timeout (a hung server, a
+network path that drops packets without a reset): the connection is then abandoned, every
+call still waiting on it fails at once, and the next call opens a new one, so one stall
+costs the requests of that moment a bounded wait, never an unbounded one."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import hiredis
 from redis.connection import SSLConnection, parse_url
 
 CONNECT_TIMEOUT_S = 5.0
+CALL_TIMEOUT_S = 5.0
 
 
 class NotSent(ConnectionError):
@@ -91,6 +96,13 @@ class _Protocol(asyncio.Protocol):
         self.outgoing.append(command)
         return future
 
+    def abandon(self) -> None:
+        """Give the connection up now (Redis stopped answering): no command is written on it
+        any more, and connection_lost fails the calls still waiting."""
+        self.lost = True
+        if self.transport is not None:
+            self.transport.abort()
+
     def flush(self) -> None:
         if self.lost or self.transport is None or self.transport.is_closing():
             return  # connection_lost reports what is still queued as never sent
@@ -102,9 +114,11 @@ class ScriptPipe:
     """One lazily opened, self-healing connection to the Redis of `url` (redis://, rediss://,
     unix://, with password and database), for EVALSHA calls."""
 
-    def __init__(self, url: str, *, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = CONNECT_TIMEOUT_S,
+                 call_timeout: float = CALL_TIMEOUT_S) -> None:
         self.params = parse_url(url)
         self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
         self._protocol: _Protocol | None = None
         self._lock = asyncio.Lock()
 
@@ -112,10 +126,17 @@ class ScriptPipe:
         protocol = self._protocol
         if protocol is None or protocol.lost:
             protocol = await self._connect()
-        reply = await protocol.send(pack(b"EVALSHA", script.sha, len(keys), *keys, *args))
-        if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT"):
-            # Redis restarted or its script cache was flushed: EVAL loads it again.
-            reply = await protocol.send(pack(b"EVAL", script.source, len(keys), *keys, *args))
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                reply = await protocol.send(pack(b"EVALSHA", script.sha, len(keys), *keys, *args))
+                if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT"):
+                    # Redis restarted or its script cache was flushed: EVAL loads it again.
+                    reply = await protocol.send(pack(b"EVAL", script.source, len(keys), *keys, *args))
+        except TimeoutError:
+            protocol.abandon()
+            if self._protocol is protocol:
+                self._protocol = None
+            raise ConnectionError(f"Redis did not answer within {self.call_timeout:g} s") from None
         if isinstance(reply, hiredis.ReplyError):
             raise ScriptError(str(reply))
         return reply

@@ -5,6 +5,7 @@ keys, and the real ASGI app under uvicorn (tests.conftest.asgi_server) in front.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -174,3 +175,47 @@ def set_engine_faults(engine: EngineHandle, **faults: object) -> None:
 def second_engine(engine_factory: Callable[..., EngineHandle]) -> EngineHandle:
     """Another sparksim engine, for a fallback lane."""
     return engine_factory(SIM_QWEN, "--served-model-name", "deepseek-test", time_scale=0.001)
+
+
+class FreezableProxy:
+    """A TCP relay in front of the real Redis that can stop passing Redis's replies on: a
+    Redis (or a network path) that takes calls and stops answering, without a reset."""
+
+    def __init__(self, target: str) -> None:
+        host_port = target.split("//", 1)[1].split("/", 1)[0]
+        self.host, port = host_port.rsplit(":", 1)
+        self.port = int(port)
+        self.frozen = False
+        self.connections = 0
+        self.closed_by_client = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        redis_reader, redis_writer = await asyncio.open_connection(self.host, self.port)
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, replies: bool) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await reader.read(65536):
+                    if replies and self.frozen:
+                        continue  # swallowed: the caller waits for an answer that never comes
+                    writer.write(data)
+                    await writer.drain()
+
+        from_client = asyncio.ensure_future(pipe(client_reader, redis_writer, False))
+        from_redis = asyncio.ensure_future(pipe(redis_reader, client_writer, True))
+        await asyncio.wait([from_client, from_redis], return_when=asyncio.FIRST_COMPLETED)
+        if from_client.done():
+            self.closed_by_client += 1
+        from_client.cancel()
+        from_redis.cancel()
+        client_writer.close()
+        redis_writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()

@@ -3,6 +3,10 @@ lanes are sparksim engines (real processes over HTTP)."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -205,3 +209,48 @@ def test_without_redis_the_gateway_fails_closed_in_openai_shape(
     error = assert_error(response, 500, "internal_error")
     assert error["type"] == "server_error" and response.headers["x-should-retry"] == "false"
     assert sent(qwen_engine) == 0
+
+
+def test_a_redis_that_takes_calls_and_never_answers_fails_closed_in_bounded_time(
+    asgi_server: Any, key_owner: User, qwen_engine: EngineHandle, settings: Any
+) -> None:
+    """A stalled Redis (it accepts the connection and the call, and answers nothing) is
+    refused like an unreachable one after PORTAL_GATEWAY_REDIS_TIMEOUT_S, instead of holding
+    the request (and every other one) until the client gives up."""
+    make_lane("qwen", qwen_engine.port, served=SIM_SERVED)
+    secret, _ = create_key(key_owner)
+    with black_hole() as port:
+        settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"  # read when the gateway's runtime starts
+        settings.GATEWAY_REDIS_TIMEOUT_S = 0.5
+        response = httpx.post(f"{asgi_server.url}/v1/chat/completions",
+                              headers={"authorization": f"Bearer {secret}"},
+                              json={"model": "qwen", "messages": MESSAGES}, timeout=30)
+    error = assert_error(response, 500, "internal_error")
+    assert error["type"] == "server_error" and response.headers["x-should-retry"] == "false"
+    assert sent(qwen_engine) == 0
+
+
+@contextlib.contextmanager
+def black_hole() -> Iterator[int]:
+    """A TCP server that accepts connections and reads everything, and never writes a byte."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                connection, _ = listener.accept()
+                accepted.append(connection)  # kept open, never read from: the kernel buffers the calls
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        stop.set()
+        thread.join()
+        for connection in accepted:
+            connection.close()
+        listener.close()

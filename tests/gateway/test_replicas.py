@@ -26,7 +26,7 @@ from routing.gateway.replicas import SharedHealth, affinity_key, balance, hash_o
 from routing.models import RequestLog
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, WorkerProcesses, wait_for
-from tests.gateway.conftest import SIM_SERVED, create_key, engine_received, run_async, unused_port
+from tests.gateway.conftest import SIM_SERVED, FreezableProxy, create_key, engine_received, run_async, unused_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -216,6 +216,48 @@ def test_breakers_and_in_flight_counts_are_shared_by_every_worker(settings: Any)
                 await client.aclose()
 
     run_async(scenario)
+
+
+def test_a_stalled_redis_does_not_stop_the_shared_health_for_good(settings: Any) -> None:
+    """A worker's health sync that hangs on a Redis that stopped answering gives up (redis-py's
+    socket timeout: 5 s by default in the pinned redis-py) and reconnects: once Redis answers again,
+    the worker sees another worker's breaker. Without a bound it would wait on the lost answer
+    forever, and every worker's view of the others would freeze."""
+    settings.GATEWAY_HEALTH_SYNC_S = 0.05
+    settings.GATEWAY_BREAKER_FAILURES = 1
+    lane = lane_info()
+
+    async def scenario() -> tuple[bool, bool]:
+        proxy = FreezableProxy(settings.REDIS_URL)
+        port = await proxy.start()
+        database = settings.REDIS_URL.rsplit("/", 1)[1]
+        stalled_client = aioredis.from_url(f"redis://127.0.0.1:{port}/{database}")
+        direct_client = aioredis.from_url(settings.REDIS_URL)
+        watcher, other = SharedHealth(stalled_client), SharedHealth(direct_client)
+        try:
+            watcher.breaker("qwen", 0)  # starts its sync loop
+            await asyncio.sleep(0.2)
+            proxy.frozen = True
+            await asyncio.sleep(0.3)  # a sync is now waiting on an answer that was swallowed
+            other.breaker("qwen", 1).record_failure()  # opens, shared through the real Redis
+            await asyncio.gather(*other.background)
+            seen_while_stalled = not watcher.available("qwen", lane.replicas[1])
+            proxy.frozen = False
+            for _ in range(100):
+                if not watcher.available("qwen", lane.replicas[1]):
+                    return seen_while_stalled, True
+                await asyncio.sleep(0.05)
+            return seen_while_stalled, False
+        finally:
+            await watcher.close()
+            await other.close()
+            await stalled_client.aclose()
+            await direct_client.aclose()
+            proxy.close()
+
+    seen_while_stalled, seen_after = run_async(scenario)
+    assert not seen_while_stalled  # the stall is real: nothing came through it
+    assert seen_after
 
 
 def test_the_health_watcher_verdicts_reach_the_gateways(

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from routing.gateway.scripts import NotSent, Script, ScriptError, ScriptPipe, pack
 from tests.conftest import free_port
-from tests.gateway.conftest import run_async
+from tests.gateway.conftest import FreezableProxy, run_async
 
 ECHO = "return {ARGV[1], redis.call('INCR', KEYS[1])}"
 
@@ -130,3 +130,42 @@ def test_calls_still_queued_when_the_connection_drops_are_reported_as_not_sent(c
 
     assert run_async(scenario) == (NotSent, NotSent)
     assert redis.Redis.from_url(settings.REDIS_URL).get(counter_key) == b"1"  # neither ran
+
+
+def test_a_redis_that_stops_answering_fails_the_waiting_calls_in_bounded_time_and_is_reconnected(
+    counter_key: str,
+) -> None:
+    """A stalled Redis must not hold every request of the gateway: past the call timeout the
+    calls on the stalled connection fail (ConnectionError, not NotSent: Redis has the command,
+    so it may have run), and the next call opens a new connection."""
+
+    async def scenario() -> tuple[list[BaseException | object], float, object, int, int]:
+        proxy = FreezableProxy(settings.REDIS_URL)
+        port = await proxy.start()
+        database = settings.REDIS_URL.rsplit("/", 1)[1]
+        pipe = ScriptPipe(f"redis://127.0.0.1:{port}/{database}", call_timeout=0.5)
+        script = Script(pipe, ECHO)
+        try:
+            await script(keys=[counter_key], args=["warm"])
+            proxy.frozen = True
+            started = asyncio.get_running_loop().time()
+            stalled = await asyncio.gather(*(script(keys=[counter_key], args=[n]) for n in ("a", "b", "c")),
+                                           return_exceptions=True)
+            waited = asyncio.get_running_loop().time() - started
+            proxy.frozen = False
+            after = await script(keys=[counter_key], args=["after"])
+            for _ in range(100):  # the proxy sees the abandoned connection's end soon after
+                if proxy.closed_by_client:
+                    break
+                await asyncio.sleep(0.02)
+            return stalled, waited, after, proxy.connections, proxy.closed_by_client
+        finally:
+            pipe.close()
+            proxy.close()
+
+    stalled, waited, after, connections, closed = run_async(scenario)
+    assert all(type(error) is ConnectionError and "did not answer within 0.5 s" in str(error) for error in stalled)
+    assert waited < 3.0  # one timeout for all of them, not one after another, and not forever
+    # Redis ran the stalled calls (only their answers were lost): "may have run" was right.
+    assert isinstance(after, list) and after[0] == b"after" and after[1] == 5
+    assert connections == 2 and closed == 1  # the stalled connection was closed and a new one opened
