@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from portal.validators import finite_number, has_control_characters
+from portal.validators import finite_number, has_control_characters, shown_bound
 
 TARGETS = ("direct", "gateway")
 CACHE_MODES = ("cold", "cache_hit")
@@ -41,7 +41,7 @@ def _number(name: str, value: Any, errors: dict[str, str]) -> float | int | None
         errors[name] = "must be a whole number"
         return None
     if not low <= value <= high:
-        errors[name] = f"must be between {low:g} and {high:g}"
+        errors[name] = f"must be between {shown_bound(low)} and {shown_bound(high)}"
         return None
     return int(value) if whole else float(value)
 
@@ -59,7 +59,7 @@ def _levels(name: str, value: Any, whole: bool, low: float, high: float, errors:
             errors[name] = "every level must be a whole number" if whole else "every level must be a number"
             return None
         if not low <= item <= high:
-            errors[name] = f"every level must be between {low:g} and {high:g}"
+            errors[name] = f"every level must be between {shown_bound(low)} and {shown_bound(high)}"
             return None
         clean.append(int(item) if whole else float(item))
     return clean

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from benchmarks.params import BENCHMARK_PARAMS, validate_benchmark_params
 from jobs.fabric.commands import COLLECTIVES, SAFE_MAX_BYTES
 from jobs.models import JobKind
-from portal.validators import finite_number, has_control_characters
+from portal.validators import finite_number, has_control_characters, shown_bound
 
 # name -> (kinds it applies to, minimum, maximum)
 _NUMBERS: dict[str, tuple[tuple[str, ...], float, float]] = {
@@ -101,7 +101,7 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
             elif not finite_number(value):  # NaN, Infinity, 10**400: float() cannot compare or hold them
                 errors[name] = "must be a number of seconds"
             elif not low <= float(value) <= high:
-                errors[name] = f"must be between {low:g} and {high:g} seconds"
+                errors[name] = f"must be between {shown_bound(low)} and {shown_bound(high)} seconds"
             else:
                 clean[name] = float(value)
         elif name == "replica":

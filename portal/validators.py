@@ -117,3 +117,8 @@ def finite_number(value: object) -> bool:
         return math.isfinite(float(value))
     except OverflowError:
         return False
+
+
+def shown_bound(value: float) -> str:
+    """A range's end as a person reads it in an error: 2,000,000 (not 2e+06), 0.1, 7,200."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"

@@ -76,7 +76,7 @@ def test_only_admins_start_a_sweep(viewer_client: Client, lead_client: Client, o
     ({"concurrency": [1]}, "lane", "pick a lane"),
     ({"lane": "nowhere", "concurrency": [1]}, "lane", "no lane of that name"),
     ({"lane": "qwen"}, "concurrency", "give the concurrency levels"),
-    ({"lane": "qwen", "concurrency": [0]}, "concurrency", "between 1 and 4096"),
+    ({"lane": "qwen", "concurrency": [0]}, "concurrency", "between 1 and 4,096"),
     ({"lane": "qwen", "concurrency": "4"}, "concurrency", "non-empty list"),
     ({"lane": "qwen", "concurrency": [1], "request_rates": [2.0]}, "request_rates", "not both"),
     ({"lane": "qwen", "concurrency": [1], "cache_mode": "warm"}, "cache_mode", "cold, cache_hit"),

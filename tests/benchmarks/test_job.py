@@ -46,14 +46,15 @@ def test_bad_parameters_are_refused_naming_the_field(bench_lane: Lane, admin_use
     from benchmarks.services import benchmark_start
 
     for params, field, rule in (
-        ({"concurrency": [0]}, "concurrency", "between 1 and 4096"),
+        ({"concurrency": [0]}, "concurrency", "between 1 and 4,096"),
         ({"concurrency": "4"}, "concurrency", "non-empty list"),
         ({"concurrency": [1], "request_rates": [2.0]}, "request_rates", "not both"),
         ({"request_rates": [2.0]}, "requests_per_level", "Poisson"),
         ({"concurrency": [1], "targets": ["elsewhere"]}, "targets", "direct, gateway"),
         ({"concurrency": [1], "cache_mode": "warm"}, "cache_mode", "cold, cache_hit"),
         ({"concurrency": [1], "output_tokens": 2.5}, "output_tokens", "whole number"),
-        ({"concurrency": [1], "timeout_s": 0}, "timeout_s", "between 1 and 7200"),
+        ({"concurrency": [1], "timeout_s": 0}, "timeout_s", "between 1 and 7,200"),
+        ({"concurrency": [1], "prompt_tokens": 10**12}, "prompt_tokens", "between 1 and 2,000,000"),
         ({"concurrency": [1], "bogus": 1}, "bogus", "unknown parameter"),
     ):
         with pytest.raises(ValidationError) as caught:

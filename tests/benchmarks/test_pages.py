@@ -55,7 +55,7 @@ def test_the_start_form_names_the_bad_field(admin_client: Client, finished_runs:
     assert b"<b>concurrency</b>: must be numbers separated by commas" in response.content
     response = admin_client.post("/benchmarks/start/", {"lane": "qwen", "concurrency": "1,2", "output_tokens": "0",
                                                         "target_direct": "on"})
-    assert response.status_code == 400 and b"<b>output_tokens</b>: must be between 1 and 65536" in response.content
+    assert response.status_code == 400 and b"<b>output_tokens</b>: must be between 1 and 65,536" in response.content
     assert BenchmarkRun.objects.count() == 2
 
 

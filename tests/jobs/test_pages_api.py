@@ -122,7 +122,7 @@ def test_api_launch_refuses_bad_params_naming_the_field(admin_client, lane):
                                  content_type="application/json")
     assert response.status_code == 422
     fields = {item["loc"][-1]: item["msg"] for item in response.json()["detail"]}
-    assert fields == {"wait_timeout_s": "must be between 1 and 7200 seconds", "colour": "unknown parameter"}
+    assert fields == {"wait_timeout_s": "must be between 1 and 7,200 seconds", "colour": "unknown parameter"}
     assert admin_client.post("/api/jobs/lanes/qwen/explode", {}, content_type="application/json").status_code == 422
 
 
