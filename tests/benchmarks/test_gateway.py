@@ -38,8 +38,13 @@ def test_direct_and_gateway_in_one_run(asgi_server: AsgiServer, bench_lane: Lane
     # is revoked now; its secret never reached the job's log.
     key = ApiKey.objects.get(name=f"benchmark job #{run.job_id}")
     assert key.revoked_at is not None
-    wait_for(lambda: RequestLog.objects.filter(key=key).count() == 3, timeout=15,
+    # Three measured requests, and the one-token path check before the first level: the
+    # run's new key is looked up then, not inside level 1's TTFT.
+    wait_for(lambda: RequestLog.objects.filter(key=key).count() == 4, timeout=15,
              what="the gateway's request log")
+    assert RequestLog.objects.filter(key=key, completion_tokens=1).count() == 1
     log = "\n".join(run.job.log_lines.values_list("text", flat=True))
+    for target in ("direct", "gateway"):
+        assert f"path check ({target}, one token, not measured): first token in" in log
     assert f"{key.prefix}…" in log
     assert not [word for word in log.split() if word.startswith(key.prefix) and len(word) > len(key.prefix) + 1]

@@ -166,6 +166,8 @@ def test_a_sweep_where_nothing_answers_fails_and_keeps_its_levels(transactional_
     run = start_and_run(lane, admin_user, dispatched, concurrency=[1, 2], prompt_tokens=32, output_tokens=4)
     assert run.job.state == JobState.FAILED and "no request succeeded" in run.job.error
     assert [level.stats["failed"] for level in run.levels.order_by("position")] == [1, 2]
+    log = "\n".join(run.job.log_lines.values_list("text", flat=True))
+    assert "path check (direct, one token, not measured) failed:" in log  # said first; the levels still ran
 
 
 def test_relaunch_repeats_the_sweep_on_the_lanes_current_revision(bench_lane: Lane, admin_user: User,
