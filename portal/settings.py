@@ -216,6 +216,10 @@ GATEWAY_LARGE_BODY_BYTES_PER_S = env_int("PORTAL_GATEWAY_LARGE_BODY_BYTES_PER_S"
 # Longest wait for Redis on a request's path (the admission and release scripts, seconds): past
 # it the connection is given up and reopened, and the request fails closed (500) instead of hanging.
 GATEWAY_REDIS_TIMEOUT_S = env_float("PORTAL_GATEWAY_REDIS_TIMEOUT_S", 5.0, minimum=0.05, maximum=120)
+# Bytes of large bodies one web process holds at once, from the first byte read until the request
+# ends (0: unbounded); past it a large body gets 503 server_busy with retry-after (one is always let in).
+GATEWAY_LARGE_BODY_HELD_MAX_BYTES = env_int("PORTAL_GATEWAY_LARGE_BODY_HELD_MAX_BYTES", 256 * 1024 * 1024,
+                                            minimum=0, maximum=2**40)
 # Largest `n` (choices per request) a client may ask for: every choice is a sequence on the lane.
 GATEWAY_MAX_N = env_int("PORTAL_GATEWAY_MAX_N", 8, minimum=1, maximum=128)
 # In-process caches of API keys and lanes (revocation is immediate anyway, through Redis).

@@ -21,7 +21,17 @@ from django.conf import settings
 from routing.gateway.choose import AUTO
 from routing.gateway.directory import KeyInfo, LaneInfo, resolve_model
 from routing.gateway.handler import finish, handle_completion
-from routing.gateway.http import Receive, Scope, Send, authenticate, read_body, send_bytes, send_error
+from routing.gateway.http import (
+    NO_BODY_LIMIT,
+    Receive,
+    Scope,
+    Send,
+    authenticate,
+    check_declared_length,
+    read_body,
+    send_bytes,
+    send_error,
+)
 from routing.gateway.large import POOL, SHARED_FILES
 from routing.gateway.outcome import Outcome, new_request_id
 from routing.gateway.runtime import close_runtime, runtime
@@ -72,7 +82,10 @@ async def handle_models(scope: Scope, receive: Receive, send: Send, *, path_lane
     headers = [(b"x-request-id", new_request_id().encode())]
     try:
         key = await authenticate(rt, scope)
-        await read_body(receive, settings.GATEWAY_MAX_BODY_BYTES)
+        # Read (a stray body must not stay in the socket), but within a small bound: a models
+        # request has no body, and a large one here would escape the large bodies' pace and bound.
+        check_declared_length(scope, NO_BODY_LIMIT)
+        await read_body(receive, NO_BODY_LIMIT)
         lanes = await rt.lanes.get()
         if path_lane is not None and (path_lane not in lanes or not key.may_use(path_lane)):
             raise GatewayError(404, f"The lane `{path_lane}` does not exist.", code="model_not_found")

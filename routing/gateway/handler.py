@@ -37,7 +37,7 @@ from routing.gateway.http import (
     send_bytes,
     send_error,
 )
-from routing.gateway.large import POOL, SharedBody, busy_error, read_shared_body, request_of
+from routing.gateway.large import HELD, POOL, Holding, SharedBody, busy_error, read_shared_body, request_of
 from routing.gateway.outcome import SSE_HEADERS, Outcome, new_request_id
 from routing.gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
 from routing.gateway.replicas import affinity_key
@@ -70,14 +70,19 @@ def large_body_limit() -> int:
     return settings.GATEWAY_LARGE_BODY_WORKERS + settings.GATEWAY_LARGE_BODY_QUEUE
 
 
-async def read_request_body(scope: Scope, receive: Receive, limit: int) -> bytes | SharedBody:
-    """A body that announces a large length goes straight into shared memory (when it can)."""
+async def read_request_body(scope: Scope, receive: Receive, limit: int, holding: Holding) -> bytes | SharedBody:
+    """A body that announces a large length goes straight into shared memory (when it can).
+    A large body counts in the process's held bytes (HELD) from before its first byte when
+    its length is announced, else as it grows."""
     rate = settings.GATEWAY_LARGE_BODY_BYTES_PER_S
     if declared_large(scope):
-        shared = await read_shared_body(receive, int(header(scope, b"content-length") or 0), rate=rate)
+        declared = int(header(scope, b"content-length") or 0)
+        holding.grow_to(declared)
+        shared = await read_shared_body(receive, declared, rate=rate)
         if shared is not None:
             return shared
-    return await read_body(receive, limit, paced_after=settings.GATEWAY_LARGE_BODY_BYTES, rate=rate)
+    return await read_body(receive, limit, paced_after=settings.GATEWAY_LARGE_BODY_BYTES, rate=rate,
+                           grow=holding.grow_to)
 
 
 async def parse_body(raw: bytes | SharedBody, endpoint: str, key: KeyInfo) -> ParsedRequest:
@@ -101,13 +106,14 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
     outcome = Outcome(request_id=new_request_id(), started=time.perf_counter())
     key: KeyInfo | None = None
     request: ParsedRequest | None = None
+    holding = HELD.hold(settings.GATEWAY_LARGE_BODY_HELD_MAX_BYTES)
     try:
         body_limit = settings.GATEWAY_MAX_BODY_BYTES
         check_declared_length(scope, body_limit)
         key = await authenticate(rt, scope)
         if declared_large(scope) and POOL.full(large_body_limit()):
             raise busy_error()  # before reading a byte of it
-        body = await read_request_body(scope, receive, body_limit)
+        body = await read_request_body(scope, receive, body_limit, holding)
         request = await parse_body(body, endpoint, key)
         raw = body if isinstance(body, bytes) else b""  # a large body is in request.large
         del body
@@ -138,6 +144,7 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
         with contextlib.suppress(Exception):  # the answer may already have started
             await send_error(send, failure, outcome.headers())
     finally:
+        holding.release()  # the body is answered (a shadow replay keeps its own bound: LARGE_SHADOWS)
         # A refused key is counted too (a row without key, never the secret it sent).
         if key is not None or outcome.status == 401:
             finish(rt, key, request, endpoint, outcome)

@@ -28,8 +28,12 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+NO_BODY_LIMIT = 64 * 1024  # requests that carry no body (GET /v1/models): a stray one is read within this
+
+
 def too_large(limit: int) -> GatewayError:
-    return GatewayError(413, f"The request body is larger than {limit} bytes (PORTAL_GATEWAY_MAX_BODY_BYTES).",
+    rule = "PORTAL_GATEWAY_MAX_BODY_BYTES" if limit != NO_BODY_LIMIT else "this request carries no body"
+    return GatewayError(413, f"The request body is larger than {limit} bytes ({rule}).",
                         code="request_too_large", retryable=False)
 
 
@@ -40,10 +44,12 @@ def check_declared_length(scope: Scope, limit: int) -> None:
         raise too_large(limit)
 
 
-async def read_body(receive: Receive, limit: int, *, paced_after: int | None = None, rate: float = 0) -> bytes:
+async def read_body(receive: Receive, limit: int, *, paced_after: int | None = None, rate: float = 0,
+                    grow: Callable[[int], None] | None = None) -> bytes:
     """The whole body, refused with 413 as soon as it grows past `limit` (a chunked body
     announces no length). Its bytes past `paced_after` are read at most `rate` bytes a
-    second with the process's other large bodies (routing.gateway.pace)."""
+    second with the process's other large bodies (routing.gateway.pace), and once past it
+    `grow(size)` is told its size as it grows (it may refuse: routing.gateway.large.HELD)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -55,6 +61,8 @@ async def read_body(receive: Receive, limit: int, *, paced_after: int | None = N
             size += len(body)
             if size > limit:
                 raise too_large(limit)
+            if grow is not None and paced_after is not None and size > paced_after:
+                grow(size)
             chunks.append(body)
         paced = min(len(body), size - paced_after) if paced_after is not None and size > paced_after else 0
         if not message.get("more_body", False):

@@ -498,6 +498,54 @@ def busy_error() -> GatewayError:
                         code="server_busy", type_="server_error", retry_after_s=1, retryable=True)
 
 
+class HeldBytes:
+    """The bytes of large bodies this web process holds, from the first byte read until
+    their request ends (PORTAL_GATEWAY_LARGE_BODY_HELD_MAX_BYTES). Each body alone is bounded
+    (PORTAL_GATEWAY_MAX_BODY_BYTES), but not how many arrive at once; and the pace that
+    keeps them from taking the event loop also makes each one stay longer. Past the bound a
+    body is refused with 503 `server_busy` — before a byte of it is read when its length is
+    announced, as it grows past the bound otherwise — so slow uploads in numbers cannot fill
+    the process's memory or /dev/shm. A body alone is always let in, whatever its size."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # tests run gateways on several event loops
+        self.held = 0
+
+    def hold(self, limit: int) -> Holding:
+        return Holding(self, limit)
+
+    def _take(self, size: int, limit: int, own: int) -> None:
+        """`own`: what the taker holds already (a body alone is never refused)."""
+        with self._lock:
+            if limit and self.held > own and self.held + size > limit:
+                raise busy_error()
+            self.held += size
+
+    def _give(self, size: int) -> None:
+        with self._lock:
+            self.held -= size
+
+
+class Holding:
+    """One request's share of HELD: grown as its body is known, given back once."""
+
+    def __init__(self, owner: HeldBytes, limit: int) -> None:
+        self.owner, self.limit, self.size = owner, limit, 0
+
+    def grow_to(self, size: int) -> None:
+        if size > self.size:
+            self.owner._take(size - self.size, self.limit, self.size)
+            self.size = size
+
+    def release(self) -> None:
+        size, self.size = self.size, 0
+        if size:
+            self.owner._give(size)
+
+
+HELD = HeldBytes()
+
+
 class LargeBodyPool:
     """The worker processes (started on the first large body) and the bound on how many
     large bodies may be in them or waiting for them. One per web process."""

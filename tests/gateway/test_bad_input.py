@@ -242,6 +242,21 @@ def test_models_lists_only_lanes_that_can_answer_now(gateway: Gateway, second_en
                       .json()["data"]] == ["auto"], what="the failed lane to leave the list")
 
 
+def test_a_models_request_with_a_body_is_read_within_a_small_bound(gateway: Gateway) -> None:
+    """A models request carries no body: a stray one is read (nothing left in the socket), but
+    one past 64 KiB is a 413, announced or not — it would escape the large bodies' pace and bound."""
+    small = httpx.request("GET", f"{gateway.base_url}/models", headers=gateway.headers(), content=b"{}")
+    assert small.status_code == 200 and small.json()["object"] == "list"
+    announced = httpx.request("GET", f"{gateway.base_url}/models", headers=gateway.headers(),
+                              content=b"x" * 100_000)
+    unannounced = httpx.request("GET", f"{gateway.base_url}/models", headers=gateway.headers(),
+                                content=iter([b"x" * 40_000, b"x" * 40_000]))
+    for refused in (announced, unannounced):
+        assert refused.status_code == 413
+        error = refused.json()["error"]
+        assert error["code"] == "request_too_large" and "65536 bytes (this request carries no body)" in error["message"]
+
+
 def test_a_failed_authentication_is_counted_without_the_key(gateway: Gateway) -> None:
     wrong = "sk-spark-" + "q" * 40
     assert post(gateway, chat(), secret=wrong).status_code == 401

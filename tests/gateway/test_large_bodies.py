@@ -478,3 +478,60 @@ def test_large_bodies_are_read_at_the_budgets_pace_while_small_requests_go_on(
     assert PACE.paid_until >= started - 1 + (len(raw) - LARGE) / rate
     assert time.monotonic() - started >= (len(raw) - rate - LARGE - 320_000) / rate
     assert upstream.raw_bodies[-1] == raw.replace(b'"model":"qwen"', b'"model":"qwen-test"')
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_large_bodies_held_at_once_are_bounded_and_given_back_when_answered(
+    fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, settings: Any, framing: str,
+) -> None:
+    """While a 900 KB upload that stalls half-way holds PORTAL_GATEWAY_LARGE_BODY_HELD_MAX_BYTES,
+    a second large body is refused with 503 and retry-after (announced: before a byte of it
+    is read; chunked: as it grows past the bound), small requests go on, and once the first
+    is answered its bytes are given back and the second goes through."""
+    settings.GATEWAY_LARGE_BODY_HELD_MAX_BYTES = 800_000
+    settings.GATEWAY_LARGE_BODY_BYTES_PER_S = 0
+    assert large.HELD.held == 0
+    first = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "x_blob": "x" * 900_000})
+    second = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "x_blob": "y" * 400_000})
+    go_on = threading.Event()
+
+    def pieces(raw: bytes, stall_at: int | None = None) -> Iterator[bytes]:
+        for start in range(0, len(raw), 16_384):
+            if start == stall_at:
+                go_on.wait(30)  # the client pauses half-way: its body stays held
+            yield raw[start:start + 16_384]
+
+    def send(raw: bytes, stall_at: int | None = None) -> httpx.Response:
+        length = {"content-length": str(len(raw))} if framing == "content-length" else {}
+        return httpx.post(f"{fault_gateway.url}/v1/chat/completions", timeout=30, content=pieces(raw, stall_at),
+                          headers={**fault_gateway.headers(), "content-type": "application/json", **length})
+
+    answers: list[int] = []
+    poster = threading.Thread(target=lambda: answers.append(send(first, stall_at=16_384 * 30).status_code))
+    poster.start()
+    wait_for(lambda: large.HELD.held >= 16_384 * 30 - LARGE, what="the first body held")
+    if framing == "content-length":
+        assert large.HELD.held == len(first)  # its announced length, held before its bytes came
+    else:
+        assert large.HELD.held < len(first)  # what has come of it so far
+    refused = send(second)
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "server_busy" and refused.headers["retry-after"] == "1"
+    assert post(fault_gateway, {"model": "qwen", "messages": [{"role": "user", "content": "hi"}]}).status_code == 200
+    go_on.set()
+    poster.join(30)
+    assert answers == [200]  # alone past the bound as it grew: a body alone is never refused
+    assert large.HELD.held == 0  # given back: the answered body and the refused one
+    assert send(second).status_code == 200
+    assert large.HELD.held == 0
+    assert upstream.completions == 3  # the small one, the first and the second's retry; never the refused try
+    assert upstream.raw_bodies[-1] == second.replace(b'"model":"qwen"', b'"model":"qwen-test"')
+
+
+def test_one_large_body_is_let_in_whatever_the_held_bound(
+    fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, settings: Any,
+) -> None:
+    settings.GATEWAY_LARGE_BODY_HELD_MAX_BYTES = 10_000  # smaller than the body: a misconfiguration
+    raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD * 20}]})
+    assert post(fault_gateway, raw).status_code == 200
+    assert upstream.completions == 1 and large.HELD.held == 0
