@@ -39,6 +39,7 @@ class EngineConfig:
     time_scale: float
     max_model_len: int
     max_num_seqs: int
+    max_logprobs: int
     kv_pool_tokens: int
     block_size: int
     enable_prefix_caching: bool
@@ -143,6 +144,7 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
         time_scale=time_scale,
         max_model_len=max_model_len,
         max_num_seqs=args.max_num_seqs,
+        max_logprobs=args.max_logprobs,
         kv_pool_tokens=kv_pool_tokens,
         block_size=args.block_size,
         enable_prefix_caching=args.enable_prefix_caching,

@@ -176,14 +176,14 @@ class EngineServer:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
-        validate_chat(body, max_num_seqs=self.config.max_num_seqs)
+        validate_chat(body, max_num_seqs=self.config.max_num_seqs, max_logprobs=self.config.max_logprobs)
         plan = plan_chat(body, self.config.served_model_names, self.config.max_model_len,
                          self.config.profile.vocab_size, self.config.reasoning_parser is not None)
         return await self._generate(request, plan, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
-        validate_completion(body, max_num_seqs=self.config.max_num_seqs)
+        validate_completion(body, max_num_seqs=self.config.max_num_seqs, max_logprobs=self.config.max_logprobs)
         plan = plan_completion(body, self.config.served_model_names, self.config.max_model_len,
                                self.config.profile.vocab_size)
         return await self._generate(request, plan, chat=False)

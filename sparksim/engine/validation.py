@@ -134,16 +134,40 @@ def check_sampling(body: dict[str, Any], *, max_num_seqs: int) -> None:
         raise type_error("stream_options", "a valid dictionary", "dict_type", options)
 
 
-def validate_chat(body: dict[str, Any], *, max_num_seqs: int) -> None:
+def check_logprobs_count(count: int | None, max_logprobs: int, field: str) -> None:
+    """vLLM's request validators (a negative count) and its input processor (the server's
+    --max-logprobs, 20 by default): each a 400."""
+    if count is None:
+        return
+    if count < 0:
+        raise bad_request(f"`{field}` must be a positive value.", field)
+    if count > max_logprobs:
+        raise bad_request(f"Requested sample logprobs of {count}, which is greater than max allowed: {max_logprobs}",
+                          field)
+
+
+def check_logit_bias(body: dict[str, Any]) -> None:
+    bias = body.get("logit_bias")
+    if bias is not None and not isinstance(bias, dict):
+        raise type_error("logit_bias", "a valid dictionary", "dict_type", bias)
+
+
+def validate_chat(body: dict[str, Any], *, max_num_seqs: int, max_logprobs: int = 20) -> None:
     check_messages(body)
     check_tools(body)
     check_sampling(body, max_num_seqs=max_num_seqs)
+    check_logit_bias(body)
     _boolean(body, "logprobs")
+    top = _integer(body, "top_logprobs")
+    if top and not body.get("logprobs"):
+        raise bad_request("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+    check_logprobs_count(top, max_logprobs, "top_logprobs")
 
 
-def validate_completion(body: dict[str, Any], *, max_num_seqs: int) -> None:
+def validate_completion(body: dict[str, Any], *, max_num_seqs: int, max_logprobs: int = 20) -> None:
     check_sampling(body, max_num_seqs=max_num_seqs)
-    _integer(body, "logprobs")
+    check_logit_bias(body)
+    check_logprobs_count(_integer(body, "logprobs"), max_logprobs, "logprobs")
 
 
 def validate_tokenize(body: dict[str, Any]) -> None:

@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--load-format", default="auto")
     add("--seed", type=int, default=None)
     add("--swap-space", type=float, default=4)
+    add("--max-logprobs", type=int, default=20)
     add("--api-key", default=None)
     add("--generation-config", default="auto")
     add("--override-generation-config", type=json_value, default=None)

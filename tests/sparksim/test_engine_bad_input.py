@@ -45,6 +45,12 @@ BAD_CHAT: list[tuple[str, dict[str, Any], str, str]] = [
     ("stream a number", {"stream": 1}, "Bad Request", "Input should be a valid boolean"),
     ("a tool call function a string", {"messages": [{"role": "assistant", "tool_calls": [{"function": "x"}]},
                                                      *MESSAGES]}, "Bad Request", "Input should be a valid dictionary"),
+    ("top_logprobs above --max-logprobs", {"logprobs": True, "top_logprobs": 21}, "BadRequestError",
+     "Requested sample logprobs of 21, which is greater than max allowed: 20"),
+    ("top_logprobs without logprobs", {"top_logprobs": 3}, "BadRequestError",
+     "when using `top_logprobs`, `logprobs` must be set to true"),
+    ("top_logprobs negative", {"logprobs": True, "top_logprobs": -1}, "BadRequestError", "must be a positive value"),
+    ("logit_bias a list", {"logit_bias": [1, 2]}, "Bad Request", "Input should be a valid dictionary"),
 ]
 
 
@@ -75,6 +81,8 @@ def test_bad_requests_get_vllms_400_without_being_scheduled(qwen: EngineHandle) 
             assert error["type"] == error_type and phrase in error["message"], (case, error)
         text = client.post("/v1/completions", json={"prompt": "x", "n": 100_000})
         assert text.status_code == 400 and "n must be at most" in text.json()["error"]["message"]
+        logprobs = client.post("/v1/completions", json={"prompt": "x", "logprobs": 21})
+        assert logprobs.status_code == 400 and "greater than max allowed: 20" in logprobs.json()["error"]["message"]
         state = client.get("/_sim/state").json()
         assert state["running"] == 0 and state["waiting"] == 0 and state["kv_used"] == 0
         # Nothing of the refused requests stayed: the process did not grow by more than noise.
