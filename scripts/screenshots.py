@@ -1,8 +1,10 @@
 """Screenshots for the README, taken from the demo: starts the portal as `make run` does
 (web, worker, beat, a private Redis and SQLite in a scratch directory, the simulated
-3-Spark cluster), launches qwen, saves a new revision of it (so the lane page shows its
+3-Spark cluster), launches qwen, runs two benchmark sweeps on it (direct and through the
+gateway, 1K- and 4K-token prompts), saves a new revision of it (so the lane page shows its
 drift), adds a team lead, a viewer and an invited user, then photographs the dashboard, the
-qwen lane, the launch job and the users page at 1400×900 and 390×844 with Chromium.
+qwen lane, the launch job, the users page, a benchmark run and the two runs compared at
+1400×900 and 390×844 with Chromium.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
@@ -70,14 +72,18 @@ def login(page: Page, base: str, username: str, password: str) -> None:
     page.wait_for_selector("h1:has-text('Dashboard')")
 
 
-def prepare(page: Page, base: str) -> str:
-    """The demo as a user would leave it after a first tour; returns the launch job's URL."""
+def prepare(page: Page, base: str) -> tuple[str, list[str]]:
+    """The demo as a user would leave it after a first tour; returns the launch job's URL and
+    the two benchmark runs' URLs."""
     page.goto(f"{base}/lanes/qwen/")
     page.click("#lane-launch")
     page.click("[data-confirm=launch]")
     page.wait_for_url(re.compile(r".*/jobs/\d+/$"))
     job_url = page.url
     page.wait_for_selector("#job-state .state-succeeded", timeout=240_000)
+    page.goto(f"{base}/lanes/qwen/")
+    page.wait_for_selector("#lane-state:has-text('serving')", timeout=120_000)
+    runs = [start_sweep(page, base, label, prompt) for label, prompt in (("prompt 1K", "1000"), ("prompt 4K", "4000"))]
     page.goto(f"{base}/lanes/qwen/edit/")  # a saved change the engine does not run yet
     page.click("#group-advanced summary")
     page.fill("#id_max_num_seqs", "64")
@@ -92,7 +98,22 @@ def prepare(page: Page, base: str) -> str:
         page.fill("#id_password", password)
         page.click("#user-create button[type=submit]")
         page.wait_for_selector(f"#users tr[data-user='{username}']")
-    return job_url
+    return job_url, runs
+
+
+def start_sweep(page: Page, base: str, label: str, prompt_tokens: str) -> str:
+    """A sweep from the benchmarks page's form; returns its run's URL once it has finished."""
+    page.goto(f"{base}/benchmarks/")
+    page.fill("#id_concurrency", "1,2,4,8")
+    page.fill("#id_prompt_tokens", prompt_tokens)
+    page.fill("#id_output_tokens", "256")
+    page.check("#id_target_gateway")
+    page.fill("#id_label", label)
+    page.click("#start-button")
+    page.wait_for_url(re.compile(r".*/benchmarks/\d+/$"))
+    url = page.url
+    page.wait_for_selector("#run-state:has-text('succeeded')", timeout=300_000)
+    return url
 
 
 def shoot(page: Page, url: str, path: Path, ready: str) -> None:
@@ -120,11 +141,14 @@ def main() -> int:
                 page = context.new_page()
                 page.set_default_timeout(30_000)
                 login(page, base, username, password)
-                job_url = prepare(page, base)
+                job_url, (first_run, second_run) = prepare(page, base)
+                first_id, second_id = (url.rstrip("/").rsplit("/", 1)[1] for url in (first_run, second_run))
                 shots = {"dashboard": (f"{base}/", "#live-status[data-state=open]"),
                          "lane": (f"{base}/lanes/qwen/", "#live-status[data-state=open]"),
                          "job": (job_url, "#job-state .state-succeeded"),
-                         "users": (f"{base}/users/", "#users")}
+                         "users": (f"{base}/users/", "#users"),
+                         "benchmark": (second_run, "#run-state:has-text('succeeded')"),
+                         "compare": (f"{base}/benchmarks/compare/?a={first_id}&b={second_id}", "#compare-table")}
                 for size, (width, height) in SIZES.items():
                     page.set_viewport_size({"width": width, "height": height})
                     for name, (url, ready) in shots.items():

@@ -46,6 +46,7 @@ from lanes.replica_health import (
 )
 from routing.gateway.breaker import CircuitBreaker
 from routing.gateway.directory import LaneInfo, ReplicaInfo
+from routing.gateway.loops import stop_loop
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class SharedHealth:
     synced_at: float = 0.0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
+    closed: bool = False
 
     # --- hot path: process memory only ----------------------------------------------------
     def breaker(self, lane: str, index: int) -> ReplicaBreaker:
@@ -231,11 +233,11 @@ class SharedHealth:
         self._wake.set()
 
     def _ensure_running(self) -> None:
-        if self._task is None or self._task.done():
+        if (self._task is None or self._task.done()) and not self.closed:
             self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
-        while True:
+        while not self.closed:  # as well as the cancellation: see routing.gateway.loops
             try:
                 await self.sync()
             except asyncio.CancelledError:
@@ -280,10 +282,8 @@ class SharedHealth:
         self.synced_at = time.monotonic()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+        self.closed = True
+        await stop_loop(self._task, "replica health sync")
         if self.background:
             await asyncio.wait(self.background, timeout=5)
         with contextlib.suppress(Exception):

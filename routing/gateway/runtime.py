@@ -7,7 +7,6 @@ loop (uvicorn runs one loop per worker process; tests start one server per test)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import weakref
 from typing import Any
@@ -20,6 +19,7 @@ from lanes.replica_health import HEALTH_MESSAGE, invalidation_channel
 from routing.gateway.directory import KeyCache, LaneCache
 from routing.gateway.limits import ADMIT_LUA
 from routing.gateway.logwriter import RequestLogWriter
+from routing.gateway.loops import stop_loop
 from routing.gateway.replicas import SharedHealth
 from routing.gateway.scripts import NotSent, Script, ScriptPipe
 from routing.gateway.upstream import upstream_client, upstream_transport
@@ -73,6 +73,7 @@ class GatewayRuntime:
         self.log_writer = RequestLogWriter()
         self.router = RouterRuntime(self.redis)
         self.background: set[asyncio.Task[Any]] = set()
+        self.closed = False
         self._listener = asyncio.create_task(self._listen())
 
     async def release(self, *, keys: list[str], args: list[Any]) -> None:
@@ -101,7 +102,7 @@ class GatewayRuntime:
 
     async def _listen(self) -> None:
         """Drop cached keys/lanes when the portal says they changed (any process)."""
-        while True:
+        while not self.closed:  # as well as the cancellation: see routing.gateway.loops
             try:
                 pubsub = self.redis.pubsub()
                 await pubsub.subscribe(invalidation_channel())
@@ -128,9 +129,8 @@ class GatewayRuntime:
         await self.log_writer.flush()
         if self.background:
             await asyncio.wait(self.background, timeout=5)
-        self._listener.cancel()
-        with contextlib.suppress(BaseException):
-            await self._listener
+        self.closed = True
+        await stop_loop(self._listener, "invalidation listener")
         await self.health.close()
         self.router.close()
         self.scripts.close()

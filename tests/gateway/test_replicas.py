@@ -22,6 +22,7 @@ from lanes.models import Lane, LaneNode, LaneReplica, Node
 from lanes.replica_health import replica_skipped_until
 from lanes.watcher import lanes_watch_tick
 from routing.gateway.directory import LaneInfo, ReplicaInfo
+from routing.gateway.loops import stop_loop
 from routing.gateway.replicas import SharedHealth, affinity_key, balance, hash_order
 from routing.models import RequestLog
 from sparksim.standalone import EngineHandle
@@ -258,6 +259,60 @@ def test_a_stalled_redis_does_not_stop_the_shared_health_for_good(settings: Any)
     seen_while_stalled, seen_after = run_async(scenario)
     assert not seen_while_stalled  # the stall is real: nothing came through it
     assert seen_after
+
+
+def test_closing_stops_a_health_loop_whose_cancellation_was_swallowed(settings: Any) -> None:
+    """A library that turns a CancelledError into an ordinary error while it cleans up (the
+    loop catches those to survive Redis restarts) must not leave close() waiting forever:
+    the loop also checks a stop flag, and the wait is bounded."""
+    settings.GATEWAY_HEALTH_SYNC_S = 0.05
+
+    async def scenario() -> tuple[bool, int]:
+        client = aioredis.from_url(settings.REDIS_URL)
+        health = SharedHealth(client)
+        cancelled = 0
+
+        async def sync_that_swallows() -> None:
+            nonlocal cancelled
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled += 1
+                raise ConnectionError("Connection closed by server.") from None
+
+        health.sync = sync_that_swallows  # type: ignore[method-assign]
+        try:
+            health.breaker("qwen", 0)  # starts the loop
+            await asyncio.sleep(0.1)
+            await asyncio.wait_for(health.close(), timeout=20)
+            return health._task is not None and health._task.done(), cancelled
+        finally:
+            await client.aclose()
+
+    done, cancelled = run_async(scenario)
+    assert done and cancelled >= 1
+
+
+def test_stop_loop_cancels_again_until_the_task_ends() -> None:
+    async def scenario() -> tuple[bool, bool, int]:
+        swallowed = 0
+
+        async def stubborn() -> None:
+            nonlocal swallowed
+            while True:
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    swallowed += 1
+                    if swallowed < 3:
+                        continue  # swallowed twice, then it gives in
+                    raise
+
+        task = asyncio.create_task(stubborn())
+        await asyncio.sleep(0)
+        return await stop_loop(task, "test loop", grace_s=5), task.cancelled(), swallowed
+
+    assert run_async(scenario) == (True, True, 3)
 
 
 def test_the_health_watcher_verdicts_reach_the_gateways(
