@@ -42,7 +42,8 @@ def free_port() -> int:
 
 def start_demo(var: Path, port: int) -> tuple[subprocess.Popen[str], str, str]:
     env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(PORTAL_VAR_DIR=str(var), PORTAL_EMBEDDED_REDIS_PORT=str(free_port()), PORTAL_SIM_TIME_SCALE="0.05",
+    # Real time (as `make run`): the benchmark pages show the simulated lane's own figures.
+    env.update(PORTAL_VAR_DIR=str(var), PORTAL_EMBEDDED_REDIS_PORT=str(free_port()), PORTAL_SIM_TIME_SCALE="1",
                PORTAL_REDIS_PREFIX="screenshots", PORTAL_DEBUG="1")
     proc = subprocess.Popen([sys.executable, "-m", "portal.launcher", "--port", str(port)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
