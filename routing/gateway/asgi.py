@@ -23,6 +23,7 @@ from routing.gateway.directory import KeyInfo, LaneInfo, resolve_model
 from routing.gateway.handler import finish, handle_completion
 from routing.gateway.http import (
     NO_BODY_LIMIT,
+    NO_BODY_RULE,
     Receive,
     Scope,
     Send,
@@ -84,8 +85,8 @@ async def handle_models(scope: Scope, receive: Receive, send: Send, *, path_lane
         key = await authenticate(rt, scope)
         # Read (a stray body must not stay in the socket), but within a small bound: a models
         # request has no body, and a large one here would escape the large bodies' pace and bound.
-        check_declared_length(scope, NO_BODY_LIMIT)
-        await read_body(receive, NO_BODY_LIMIT)
+        check_declared_length(scope, NO_BODY_LIMIT, NO_BODY_RULE)
+        await read_body(receive, NO_BODY_LIMIT, rule=NO_BODY_RULE)
         lanes = await rt.lanes.get()
         if path_lane is not None and (path_lane not in lanes or not key.may_use(path_lane)):
             raise GatewayError(404, f"The lane `{path_lane}` does not exist.", code="model_not_found")

@@ -29,23 +29,24 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 
 NO_BODY_LIMIT = 64 * 1024  # requests that carry no body (GET /v1/models): a stray one is read within this
+NO_BODY_RULE = "this request carries no body"
+BODY_RULE = "PORTAL_GATEWAY_MAX_BODY_BYTES"
 
 
-def too_large(limit: int) -> GatewayError:
-    rule = "PORTAL_GATEWAY_MAX_BODY_BYTES" if limit != NO_BODY_LIMIT else "this request carries no body"
+def too_large(limit: int, rule: str = BODY_RULE) -> GatewayError:
     return GatewayError(413, f"The request body is larger than {limit} bytes ({rule}).",
                         code="request_too_large", retryable=False)
 
 
-def check_declared_length(scope: Scope, limit: int) -> None:
+def check_declared_length(scope: Scope, limit: int, rule: str = BODY_RULE) -> None:
     """Refuse an announced oversize body before reading a byte of it."""
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(limit)
+        raise too_large(limit, rule)
 
 
 async def read_body(receive: Receive, limit: int, *, paced_after: int | None = None, rate: float = 0,
-                    grow: Callable[[int], None] | None = None) -> bytes:
+                    grow: Callable[[int], None] | None = None, rule: str = BODY_RULE) -> bytes:
     """The whole body, refused with 413 as soon as it grows past `limit` (a chunked body
     announces no length). Its bytes past `paced_after` are read at most `rate` bytes a
     second with the process's other large bodies (routing.gateway.pace), and once past it
@@ -60,7 +61,7 @@ async def read_body(receive: Receive, limit: int, *, paced_after: int | None = N
         if body:
             size += len(body)
             if size > limit:
-                raise too_large(limit)
+                raise too_large(limit, rule)
             if grow is not None and paced_after is not None and size > paced_after:
                 grow(size)
             chunks.append(body)
