@@ -47,7 +47,7 @@ def _fabric_param(kind: str, name: str, value: Any) -> tuple[Any, str]:
         if isinstance(value, bool) or not isinstance(value, int):
             return None, "must be a whole number"
         if not low <= value <= high:
-            return None, f"must be between {low} and {high}"
+            return None, f"must be between {shown_bound(low)} and {shown_bound(high)}"
         return value, ""
     if name in _FABRIC_THRESHOLDS:
         if kind not in _FABRIC_THRESHOLDS[name]:
