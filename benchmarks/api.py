@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 from benchmarks.models import BenchmarkRun
 from benchmarks.selectors import compare_runs, export_csv, export_json, run_get, run_list, run_payload
 from benchmarks.services import benchmark_start_named
+from core.api import can_operate
+from core.validators import INT64_MAX
 from jobs.schemas import JobOut
-from portal.api import can_operate
-from portal.validators import INT64_MAX
 
 router = Router(tags=["benchmarks"])
 

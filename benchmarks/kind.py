@@ -32,15 +32,15 @@ from benchmarks.promdelta import ROCE_SCRIPT, metrics_delta, parse_roce, roce_de
 from benchmarks.records import run_for_job
 from benchmarks.selectors import level_payload
 from benchmarks.stats import RequestRecord
+from core.broadcast import abroadcast, broadcast
+from core.http import async_http_client
+from gateway.models import ApiKey
+from gateway.services import api_key_create, api_key_revoke
 from jobs.logsink import job_group
 from jobs.models import StepState
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Lane
-from portal.broadcast import abroadcast, broadcast
-from portal.http import async_http_client
-from routing.models import ApiKey
-from routing.services import api_key_create, api_key_revoke
 
 PROGRESS_EVERY_S = 0.25
 KEY_GRACE_S = 300

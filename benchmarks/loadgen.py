@@ -4,7 +4,7 @@ and the client measured too, so a saturated client is reported instead of showin
 slow lane.
 
 It reads time only through its event loop (loop.time()), so on sparksim's simulated clock a
-sweep runs in moments and its figures are exact. No Django here: bench/ scripts use it too.
+sweep runs in moments and its figures are exact. No Django here: perf/ scripts use it too.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from portal.validators import finite_number, has_control_characters, shown_bound
+from core.validators import finite_number, has_control_characters, shown_bound
 
 TARGETS = ("direct", "gateway")
 CACHE_MODES = ("cold", "cache_hit")

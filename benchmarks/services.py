@@ -9,12 +9,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from benchmarks.records import run_for_job
+from core.audit import audit_record
+from core.roles import UserLike
 from jobs.models import Job, JobKind
 from jobs.services import job_create, lane_current_revision
 from lanes.models import Lane
 from lanes.selectors import lane_named
-from portal.audit import audit_record
-from portal.roles import UserLike
 
 
 @transaction.atomic

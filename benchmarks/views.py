@@ -16,8 +16,8 @@ from benchmarks.params import CACHE_MODES, TARGETS
 from benchmarks.selectors import compare_runs, export_csv, export_json, run_get, run_list, run_payload
 from benchmarks.services import benchmark_start_named
 from benchmarks.stats import SUMMARY_COLUMNS
+from core.roles import Capability, role_required, user_can
 from lanes.models import Lane, LaneState
-from portal.roles import Capability, role_required, user_can
 
 NUMBER_FIELDS = ("prompt_tokens", "output_tokens", "warmup", "requests_per_level", "duration_s", "timeout_s",
                  "idle_timeout_s")

@@ -9,6 +9,8 @@ from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
+from core.api import ErrorOut, can_operate
+from core.validators import INT64_MAX
 from jobs.drift import lane_drift
 from jobs.fabric.watchdog import lane_watchdog_get, lane_watchdog_update
 from jobs.models import FABRIC_KINDS, Job, JobKind, LaneWatchdog
@@ -36,8 +38,6 @@ from jobs.services import (
 )
 from lanes.models import Lane, Node
 from lanes.selectors import nodes_by_name
-from portal.api import ErrorOut, can_operate
-from portal.validators import INT64_MAX
 
 router = Router(tags=["jobs"])
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
+from core.consumers import PortalConsumer
+from core.roles import Capability
+from core.validators import INT64_MAX
 from jobs.logsink import job_group, line_payload
 from jobs.models import Job, JobLogLine
-from portal.consumers import PortalConsumer
-from portal.roles import Capability
-from portal.validators import INT64_MAX
 
 REPLAY_CHUNK = 2000
 CLOSE_NO_SUCH_JOB = 4404

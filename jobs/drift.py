@@ -10,9 +10,9 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from core.audit import audit_diff
 from jobs.models import Job, JobKind, JobState, StepState
 from lanes.models import Lane, LaneRevision, LaneState
-from portal.audit import audit_diff
 
 # While the lane is in one of these states something of a revision runs on its nodes.
 RUNNING_STATES = (LaneState.STARTING, LaneState.SERVING, LaneState.DEGRADED)

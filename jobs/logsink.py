@@ -12,9 +12,9 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from core.broadcast import broadcast
 from jobs.logtext import clean_line, redact
 from jobs.models import Job, JobLogLine
-from portal.broadcast import broadcast
 
 
 def job_group(job_id: int) -> str:
@@ -37,7 +37,7 @@ def line_payload(line: JobLogLine | PendingLine) -> list[object]:
 
 def _insert_lines(job_id: int, lines: list[PendingLine]) -> None:
     """bulk_create, or on PostgreSQL a COPY: the ORM's per-field value preparation caps
-    bulk_create near 10k rows/s on this machine, COPY does several times that (bench/)."""
+    bulk_create near 10k rows/s on this machine, COPY does several times that (perf/)."""
     if connection.vendor == "postgresql":
         table = JobLogLine._meta.db_table
         with connection.cursor() as cursor, cursor.cursor.copy(

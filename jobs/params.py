@@ -8,10 +8,10 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from benchmarks.params import BENCHMARK_PARAMS, validate_benchmark_params
+from core.validators import finite_number, has_control_characters, shown_bound
 from jobs.fabric.commands import COLLECTIVES, SAFE_MAX_BYTES
 from jobs.models import JobKind
-from portal.validators import finite_number, has_control_characters, shown_bound
+from jobs.registry import registered_kind
 
 # name -> (kinds it applies to, minimum, maximum)
 _NUMBERS: dict[str, tuple[tuple[str, ...], float, float]] = {
@@ -84,15 +84,15 @@ def default_time_limit(kind: str, params: dict[str, Any]) -> float:
 
 
 def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
-    if kind not in JobKind.values:
+    plugged = registered_kind(kind)
+    if kind not in JobKind.values or plugged is None:
         raise ValidationError({"kind": f"must be one of {', '.join(JobKind.values)}"})
     errors: dict[str, str] = {}
     clean: dict[str, Any] = {}
-    if kind == JobKind.BENCHMARK:
-        clean, errors = validate_benchmark_params(
-            {name: value for name, value in params.items() if name in BENCHMARK_PARAMS})
+    if plugged.validate is not None:
+        clean, errors = plugged.validate({name: value for name, value in params.items() if name in plugged.params})
     for name, value in params.items():
-        if value is None or (kind == JobKind.BENCHMARK and name in BENCHMARK_PARAMS):
+        if value is None or name in plugged.params:
             continue
         if name in _NUMBERS:
             kinds, low, high = _NUMBERS[name]

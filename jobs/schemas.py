@@ -7,7 +7,7 @@ from typing import Any
 
 from ninja import Field, Schema
 
-from portal.api import InSchema
+from core.api import InSchema
 
 
 class JobOut(Schema):

@@ -7,23 +7,23 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app as celery_app  # the project's app (portal.celery), current once settings load
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs.kinds import KINDS
+from core.audit import audit_record
+from core.roles import UserLike
 from jobs.models import ACTIVE_STATES, FABRIC_KINDS, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
 from jobs.params import default_time_limit, validate_params
+from jobs.registry import kind_runners
 from jobs.runner import job_execute, job_skip_pending_steps
 from jobs.states import publish_job_state
 from lanes.models import DesiredState, Lane, LaneRevision, Node
 from lanes.selectors import current_revision, lanes_active_on, replica_configs
 from lanes.services import lane_set_desired_state
-from portal.audit import audit_record
-from portal.celery import app as celery_app
-from portal.roles import UserLike
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def job_cancel(*, job: Job, user: UserLike | None, keep_running: bool = False) -
 
 def job_run(*, job_id: int) -> str | None:
     """The task's body: the one runner with every kind."""
-    return job_execute(job_id=job_id, kinds=KINDS)
+    return job_execute(job_id=job_id, kinds=kind_runners())
 
 
 def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = None) -> list[int]:

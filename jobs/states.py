@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.broadcast import DASHBOARD_GROUP, broadcast
 from jobs.logsink import job_group
 from jobs.models import Job, JobStep
-from portal.broadcast import DASHBOARD_GROUP, broadcast
 
 
 def _iso(value: Any) -> str | None:

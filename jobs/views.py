@@ -13,6 +13,8 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from core.roles import Capability, role_required
+from core.validators import whole_number
 from jobs.fabric.output import MATRIX_TITLES
 from jobs.fabric.watchdog import lane_watchdog_update
 from jobs.models import FabricResult, Job, JobKind, JobState
@@ -27,8 +29,6 @@ from jobs.services import (
 )
 from lanes.models import Lane, Node
 from lanes.selectors import nodes_by_name
-from portal.roles import Capability, role_required
-from portal.validators import whole_number
 
 LANE_ACTIONS = {"launch": JobKind.LAUNCH, "stop": JobKind.STOP, "restart": JobKind.RESTART, "status": JobKind.STATUS}
 

@@ -1,6 +1,6 @@
 """Management API for nodes and lanes (/api/nodes, /api/lanes): every role reads, admins
 write. Rule failures leave the services as ValidationError and become 422 naming each
-field (portal.api)."""
+field (core.api)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from ninja import Router, Status
 
+from core.api import can_operate
 from lanes import schemas
 from lanes.crypto import host_key_fingerprint
 from lanes.models import Lane, Node
@@ -37,7 +38,6 @@ from lanes.services import (
     node_pin_host_key,
     node_update,
 )
-from portal.api import can_operate
 
 router = Router(tags=["lanes"])
 

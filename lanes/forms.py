@@ -11,11 +11,11 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from core.validators import whole_number
 from lanes.models import Executor, Lane, NodeState, Transport
 from lanes.plan_shell import human_bytes
 from lanes.rules import parse_memory_bytes
 from lanes.selectors import lane_config
-from portal.validators import whole_number
 
 TRI_STATE = [("", "vLLM default"), ("true", "on"), ("false", "off")]
 

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from portal.validators import (
+from core.validators import (
     GIB,
     JSON,
     PORT,

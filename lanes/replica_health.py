@@ -7,7 +7,7 @@
   `…:gw:rh:workers` the workers alive. A rolling restart waits for a replica's to drain.
 - `…:gw:invalidate` message "health": read the hash now.
 
-The gateway (routing.gateway.replicas) keeps all of it in process memory on the hot path;
+The gateway (gateway.replicas) keeps all of it in process memory on the hot path;
 this module is the contract, and the synchronous side used by the watcher and jobs."""
 
 from __future__ import annotations

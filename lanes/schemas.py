@@ -8,8 +8,8 @@ from typing import Any
 
 from ninja import Schema
 
+from core.api import InSchema
 from lanes.selectors import ReplicaView
-from portal.api import InSchema
 
 
 class NodeIn(InSchema):

@@ -12,14 +12,14 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from redis.exceptions import RedisError
 
+from core.audit import audit_diff
+from core.validators import has_control_characters
 from lanes.models import Lane, LaneReplica, LaneRevision, LaneState, Node
 from lanes.plan_shell import Fabric, fabric_env, fabric_of
 from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
 from lanes.replica_health import replica_in_flight, replica_skipped_until
 from lanes.rules import LaneCheck, NodeFacts, OtherLane, check_lane, lane_footprint_gib
 from lanes.secrets import env_with_marks
-from portal.audit import audit_diff
-from portal.validators import has_control_characters
 
 # The lane's configuration as a revision stores it (and as rules and plans read it).
 CONFIG_FIELDS = (

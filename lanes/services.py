@@ -17,15 +17,15 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core.audit import audit_record
+from core.broadcast import DASHBOARD_GROUP, broadcast
+from core.roles import UserLike
+from core.validators import has_control_characters
 from lanes.crypto import CredentialError, encrypt_private_key, encrypt_secret, host_key_fingerprint, normalize_host_key
 from lanes.models import Lane, LaneNode, LaneReplica, LaneRevision, LaneState, Node, NodeState, Transport
 from lanes.rules import ENV_NAME, LaneCheck, rule_max_model_len_pinned
 from lanes.secrets import SECRET_MARK, is_secret_name
 from lanes.selectors import CONFIG_FIELDS, ReplicaSpec, lane_check, lane_config, lane_replica_specs
-from portal.audit import audit_record
-from portal.broadcast import DASHBOARD_GROUP, broadcast
-from portal.roles import UserLike
-from portal.validators import has_control_characters
 
 NODE_FIELDS = ("name", "address", "transport", "ssh_port", "ssh_user", "runtime_command", "sim_dir", "memory_gib",
                "os_reserve_gib", "labels", "state")

@@ -11,6 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from core.models import AuditEvent
+from core.roles import Capability, role_required
 from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
 from lanes.models import Lane, LaneState, NodeState
@@ -41,8 +43,6 @@ from lanes.services import (
     node_pin_host_key,
     node_update,
 )
-from portal.models import AuditEvent
-from portal.roles import Capability, role_required
 
 PLAN_ACTIONS = ("launch", "stop", "status")
 

@@ -32,10 +32,10 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from core.http import async_http_client
 from lanes.models import DesiredState, Lane, LaneReplica, LaneState, Node, NodeState, Transport
 from lanes.replica_health import replica_verdict
 from lanes.services import lane_set_observed_state, node_set_state
-from portal.http import async_http_client
 
 log = logging.getLogger(__name__)
 TICK_LOCK = "lanes:watcher:tick"

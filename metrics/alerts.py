@@ -11,10 +11,10 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
+from core.broadcast import DASHBOARD_GROUP, HEADER_GROUP, broadcast
+from core.roles import Capability, UserLike, user_can
 from metrics.models import Alert, AlertState, WebhookDelivery
 from metrics.rules import RULE_LABELS, TargetView, Thresholds, firing_rules, held_rules
-from portal.broadcast import DASHBOARD_GROUP, HEADER_GROUP, broadcast
-from portal.roles import Capability, UserLike, user_can
 
 
 def thresholds_from_settings() -> Thresholds:

@@ -7,7 +7,7 @@ class MetricsConfig(AppConfig):
 
     def ready(self) -> None:
         # Every page's header shows the open-alert count live (portal's header socket).
+        from core.consumers import register_header_snapshot
         from metrics.alerts import alerts_header_snapshot
-        from portal.consumers import register_header_snapshot
 
         register_header_snapshot("alerts", alerts_header_snapshot)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django import forms
 
+from core.validators import INT64_MAX
+from gateway.models import RouteReason
 from metrics.selectors import USAGE_GROUPS, USAGE_PERIODS
-from portal.validators import INT64_MAX
-from routing.models import RouteReason
 
 
 class RequestLogFilterForm(forms.Form):

@@ -13,6 +13,7 @@ from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMinute, TruncMonth, TruncWeek
 from django.utils import timezone
 
+from gateway.models import RequestLog
 from lanes.models import Lane, Node
 from metrics.alerts import alert_payload
 from metrics.models import (
@@ -35,7 +36,6 @@ from metrics.storage import (
     log_ttft_buckets,
     request_log_aggregates,
 )
-from routing.models import RequestLog
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core.broadcast import DASHBOARD_GROUP, broadcast
+from core.http import async_http_client
 from jobs.models import LaneWatchdog
 from jobs.transports import NodeEndpoint, endpoint_for
 from lanes.models import Lane, LaneState, Node, NodeState
@@ -23,8 +25,6 @@ from metrics.rules import TargetView
 from metrics.scraper import LaneTarget, ScrapeResult, scrape_all
 from metrics.selectors import gateway_live
 from metrics.storage import samples_store
-from portal.broadcast import DASHBOARD_GROUP, broadcast
-from portal.http import async_http_client
 
 SCRAPED_LANE_STATES = (LaneState.SERVING, LaneState.DEGRADED)
 TICK_EVENT = "metrics.tick"
@@ -53,7 +53,7 @@ def scrape_targets() -> tuple[list[Lane], list[LaneTarget], list[Node], list[Nod
 # Snapshots kept per lane for the percentile window: one every window/6 seconds at most, so
 # the window starts at a reading between 5/6 of it and all of it ago (50-60 s by default).
 # Each is written with the lane's state every tick: 12 (every 5 s) made a lane's state 6x
-# the reading alone, 6 of the used histograms ~2x (bench/percentile_window.py).
+# the reading alone, 6 of the used histograms ~2x (perf/percentile_window.py).
 WINDOW_SNAPSHOTS = 6
 
 

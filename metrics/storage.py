@@ -16,6 +16,8 @@ from django.db.models import Aggregate, Count, FloatField, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, TruncDate
 
+from gateway.models import RequestLog
+from gateway.services import request_log_purge
 from metrics.models import (
     LATENCY_BUCKETS_MS,
     GatewayDay,
@@ -29,8 +31,6 @@ from metrics.models import (
     UsageHour,
 )
 from metrics.partitions import drop_partitions_before, ensure_partitions, partitioned
-from routing.models import RequestLog
-from routing.services import request_log_purge
 
 PARTITIONED_TABLES = ("metrics_sample", "metrics_sampleminute", "routing_requestlog")
 Figures = Mapping[str, float]

@@ -17,6 +17,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from core.roles import Capability, role_required, user_can
+from gateway.models import ApiKey, RequestLog
 from lanes.models import Lane, Node
 from metrics.alerts import alert_acknowledge, thresholds_from_settings
 from metrics.exposition import render_metrics
@@ -37,8 +39,6 @@ from metrics.selectors import (
     request_log,
     usage_table,
 )
-from portal.roles import Capability, role_required, user_can
-from routing.models import ApiKey, RequestLog
 
 PAGE_SIZE = 50
 

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db.models import F, Min
 from django.utils import timezone
 
+from core.http import http_client
 from metrics.models import WebhookDelivery, WebhookState
-from portal.http import http_client
 
 
 def webhook_backoff(attempts: int) -> timedelta:

@@ -1,97 +1,10 @@
-"""WebSocket consumers only authenticate, check the role, join a group and forward
-(the AWX lesson). `PortalConsumer` is the base every live page's consumer uses."""
+"""The dashboard's socket: the periodic work's ticks and the heartbeat."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from typing import Any, ClassVar
-
-from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
-from portal.broadcast import DASHBOARD_GROUP, HEADER_GROUP
-from portal.roles import Capability, user_can
-
-# Close codes (4000-4999 are the application's): the page shows why it was refused.
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
-# RFC 6455: a text frame that is not the JSON this socket speaks; a binary frame.
-CLOSE_INVALID_PAYLOAD = 1007
-CLOSE_UNSUPPORTED_DATA = 1003
-# Where the first consumer leaves a group message's JSON text for the others.
-ENCODED_KEY = "_portal_encoded"
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-class PortalConsumer(AsyncJsonWebsocketConsumer):
-    capability: ClassVar[Capability] = Capability.VIEW
-
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        if not await self.user_allowed(user):
-            await self.close(code=CLOSE_FORBIDDEN)
-            return
-        self.joined: list[str] = []
-        for group in await self.groups_for_connection():
-            await self.channel_layer.group_add(group, self.channel_name)
-            self.joined.append(group)
-        await self.accept()
-        await self.on_accepted()
-
-    async def user_allowed(self, user: Any) -> bool:
-        return bool(await database_sync_to_async(user_can)(user, self.capability))
-
-    async def groups_for_connection(self) -> list[str]:
-        return []
-
-    async def on_accepted(self) -> None:
-        """Hook for consumers that send an initial snapshot."""
-
-    async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
-
-    async def portal_event(self, message: dict[str, Any]) -> None:
-        # The channel layer hands one message object to every consumer of this process in the
-        # group (one delivery per process): encode it once, not once per socket (a tick is
-        # ~27 KiB of JSON and a web process may hold hundreds of dashboards).
-        text = message.get(ENCODED_KEY)
-        if text is None:
-            text = await self.encode_json({"event": message["event"], "data": message["data"]})
-            message[ENCODED_KEY] = text
-        await self.send(text_data=text)
-
-    @classmethod
-    async def decode_json(cls, text_data: str) -> Any:
-        """Strict JSON: NaN and ±Infinity are not JSON (Python's json reads them)."""
-        return json.loads(text_data, parse_constant=_not_json)
-
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
-        """A bad message closes the socket with a code saying why (never a traceback)."""
-        if text_data is None:
-            await self.close(code=CLOSE_UNSUPPORTED_DATA)
-            return
-        try:
-            content = await self.decode_json(text_data)
-        except ValueError:  # json.JSONDecodeError, and "NaN"-like constants
-            await self.close(code=CLOSE_INVALID_PAYLOAD)
-            return
-        await self.receive_json(content, **kwargs)
-
-
-class UnknownSocketConsumer(AsyncJsonWebsocketConsumer):
-    """Any /ws/ path that names no socket: refused with 4404, not a routing traceback."""
-
-    async def connect(self) -> None:
-        await self.close(code=CLOSE_NOT_FOUND)
+from core.broadcast import DASHBOARD_GROUP
+from core.consumers import PortalConsumer
+from core.roles import Capability
 
 
 class DashboardConsumer(PortalConsumer):
@@ -102,29 +15,3 @@ class DashboardConsumer(PortalConsumer):
 
     async def on_accepted(self) -> None:
         await self.send_json({"event": "hello", "data": {"groups": self.joined}})
-
-
-# The header socket's first messages: each app that shows something in every page's header
-# registers (in its AppConfig.ready) a name and a function returning (event, data) — the
-# portal knows no app — and broadcasts each change to HEADER_GROUP itself.
-HeaderSnapshot = Callable[[], tuple[str, Any]]
-HEADER_SNAPSHOTS: dict[str, HeaderSnapshot] = {}
-
-
-def register_header_snapshot(name: str, snapshot: HeaderSnapshot) -> None:
-    HEADER_SNAPSHOTS[name] = snapshot
-
-
-class HeaderConsumer(PortalConsumer):
-    """Every page of a viewer or above: the header's live figures, current on connect (a
-    change between the page's render and the socket's open is not lost), then each change."""
-
-    capability = Capability.VIEW
-
-    async def groups_for_connection(self) -> list[str]:
-        return [HEADER_GROUP]
-
-    async def on_accepted(self) -> None:
-        for snapshot in list(HEADER_SNAPSHOTS.values()):
-            event, data = await database_sync_to_async(snapshot)()
-            await self.send_json({"event": event, "data": data})

@@ -20,8 +20,8 @@ from types import FrameType
 
 import httpx
 
-from portal.demo_cluster import demo_cluster_down
-from portal.http import http_client
+from core.http import http_client
+from lanes.demo_cluster import demo_cluster_down
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ import dj_database_url
 import django_stubs_ext
 from celery.schedules import crontab  # noqa: F401  (apps add crontab entries to BEAT_SCHEDULE)
 
-from portal.env import env_bool, env_float, env_int, env_list, env_str, env_url
+from core.env import env_bool, env_float, env_int, env_list, env_str, env_url
 
 django_stubs_ext.monkeypatch()  # lets admin.ModelAdmin[Model] etc. run as written for mypy
 
@@ -44,17 +44,18 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
-    "portal",
+    "core",
     "lanes",
     "jobs",
     "routing",
+    "gateway",
     "benchmarks",
     "metrics",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "portal.middleware.RefuseControlCharacters",
+    "core.middleware.RefuseControlCharacters",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -77,7 +78,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "portal.roles.roles_context",
+                "core.roles.roles_context",
             ],
         },
     },
@@ -173,14 +174,14 @@ CELERY_TASK_ALWAYS_EAGER = False
 # (tests/portal/test_periodic_queue.py holds every entry to it).
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     # a late heartbeat would claim "alive now" for a backlogged worker: drop it
-    "portal-heartbeat": {"task": "portal.tasks.publish_heartbeat", "schedule": 10.0, "options": {"expires": 10.0}},
+    "portal-heartbeat": {"task": "core.tasks.publish_heartbeat", "schedule": 10.0, "options": {"expires": 10.0}},
 }
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "filters": {"forbidden_one_line": {"()": "portal.logfilters.ForbiddenOneLine"}},
+    "filters": {"forbidden_one_line": {"()": "core.logfilters.ForbiddenOneLine"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
                              "filters": ["forbidden_one_line"]}},
     "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
@@ -190,7 +191,7 @@ LOGGING = {
 # Portal-wide knobs.
 HEALTHZ_TIMEOUT_S = env_float("PORTAL_HEALTHZ_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)
 
-# --- gateway --- (routing.gateway: the OpenAI-compatible /v1/ endpoint)
+# --- gateway --- (the gateway app: the OpenAI-compatible /v1/ endpoint)
 # Lane that model="auto" goes to until the semantic router decides (empty = the first serving lane).
 GATEWAY_DEFAULT_LANE = env_str("PORTAL_GATEWAY_DEFAULT_LANE", "")
 # Upstream (vLLM) timeouts, seconds. A timeout is never retried nor failed over: the lane may have the request.
@@ -200,7 +201,7 @@ GATEWAY_MAX_CONNECTIONS = env_int("PORTAL_GATEWAY_MAX_CONNECTIONS", 1000, minimu
 # Largest /v1 request body (bytes): 413 above it, from content-length and while reading. A 1M-token
 # prompt is ~4 MB of text; JSON escaping and tool schemas can double it.
 GATEWAY_MAX_BODY_BYTES = env_int("PORTAL_GATEWAY_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=2**31)
-# Bodies above this size are parsed and validated in worker processes (routing.gateway.large) and
+# Bodies above this size are parsed and validated in worker processes (gateway.large) and
 # forwarded as the client's bytes with the gateway's few edits, so they never hold the web process's
 # GIL; at most WORKERS run at once and QUEUE wait, beyond that 503 with retry-after. The workers run
 # at this niceness (0-19): on a busy machine the web process's small requests get the CPU first.
@@ -210,7 +211,7 @@ GATEWAY_LARGE_BODY_QUEUE = env_int("PORTAL_GATEWAY_LARGE_BODY_QUEUE", 4, minimum
 GATEWAY_LARGE_BODY_NICENESS = env_int("PORTAL_GATEWAY_LARGE_BODY_NICENESS", 10, minimum=0, maximum=19)
 # Bytes of large bodies one web process reads per second, all clients together (up to one second's
 # worth at once; 0: unpaced). Past it the reader waits and TCP holds the client back
-# (routing.gateway.pace), so a flood of huge bodies cannot take the event loop from small requests.
+# (gateway.pace), so a flood of huge bodies cannot take the event loop from small requests.
 GATEWAY_LARGE_BODY_BYTES_PER_S = env_int("PORTAL_GATEWAY_LARGE_BODY_BYTES_PER_S", 32 * 1024 * 1024, minimum=0,
                                          maximum=2**40)
 # Longest wait for Redis on a request's path (the admission and release scripts, seconds): past
@@ -228,7 +229,7 @@ GATEWAY_LANE_CACHE_TTL_S = env_float("PORTAL_GATEWAY_LANE_CACHE_TTL_S", 2.0, min
 # Circuit breaker per lane and process: open after N consecutive upstream failures, for S seconds.
 GATEWAY_BREAKER_FAILURES = env_int("PORTAL_GATEWAY_BREAKER_FAILURES", 5, minimum=1)
 GATEWAY_BREAKER_COOLDOWN_S = env_float("PORTAL_GATEWAY_BREAKER_COOLDOWN_S", 10.0, minimum=0.1)
-# Replicas (routing.gateway.replicas): a conversation stays on its replica unless that one
+# Replicas (gateway.replicas): a conversation stays on its replica unless that one
 # has more than factor × (all outstanding + 1) / replicas + slack requests in flight; every
 # worker shares breakers and in-flight counts through Redis, read this often.
 GATEWAY_REPLICA_LOAD_FACTOR = env_float("PORTAL_GATEWAY_REPLICA_LOAD_FACTOR", 1.25, minimum=1.0, maximum=100)
@@ -245,12 +246,12 @@ GATEWAY_LOG_FLUSH_S = env_float("PORTAL_GATEWAY_LOG_FLUSH_S", 1.0, minimum=0.01)
 GATEWAY_LOG_RETENTION_DAYS = env_int("PORTAL_GATEWAY_LOG_RETENTION_DAYS", 30, minimum=1)
 GATEWAY_PURGE_BATCH = env_int("PORTAL_GATEWAY_PURGE_BATCH", 10_000, minimum=1)
 GATEWAY_PURGE_MAX_SECONDS = env_float("PORTAL_GATEWAY_PURGE_MAX_SECONDS", 240.0, minimum=1)
-# Shadow traffic: off unless a base URL is set (an external OpenAI-compatible endpoint).
-GATEWAY_SHADOW_BASE_URL = env_str("PORTAL_GATEWAY_SHADOW_BASE_URL", "")
-GATEWAY_SHADOW_API_KEY = env_str("PORTAL_GATEWAY_SHADOW_API_KEY", "")
-GATEWAY_SHADOW_MODEL = env_str("PORTAL_GATEWAY_SHADOW_MODEL", "")
-GATEWAY_SHADOW_SHARE = env_float("PORTAL_GATEWAY_SHADOW_SHARE", 0.01, minimum=0, maximum=1)
-GATEWAY_SHADOW_TIMEOUT_S = env_float("PORTAL_GATEWAY_SHADOW_TIMEOUT_S", 120.0, minimum=1)
+# Mirrored traffic: off unless a base URL is set (an external OpenAI-compatible endpoint).
+GATEWAY_MIRROR_BASE_URL = env_str("PORTAL_GATEWAY_MIRROR_BASE_URL", "")
+GATEWAY_MIRROR_API_KEY = env_str("PORTAL_GATEWAY_MIRROR_API_KEY", "")
+GATEWAY_MIRROR_MODEL = env_str("PORTAL_GATEWAY_MIRROR_MODEL", "")
+GATEWAY_MIRROR_SHARE = env_float("PORTAL_GATEWAY_MIRROR_SHARE", 0.01, minimum=0, maximum=1)
+GATEWAY_MIRROR_TIMEOUT_S = env_float("PORTAL_GATEWAY_MIRROR_TIMEOUT_S", 120.0, minimum=1)
 # httpx logs every request at INFO: on the gateway's hot path that is a log line per call.
 _gateway_loggers: Any = LOGGING["loggers"]
 _gateway_loggers.update({"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}})
@@ -309,7 +310,7 @@ CELERY_BEAT_SCHEDULE.update(
                               "options": {"expires": LANES_WATCH_INTERVAL_S}}}
 )
 
-# --- router --- (routing.router: the semantic router behind model="auto"; DESIGN.md §9)
+# --- router --- (the routing app: the semantic router behind model="auto")
 # The decision's matrix product (200 × 384) is tiny: OpenBLAS's own thread pool only adds
 # waiting for its threads — ~9 ms a request on a busy 2-core machine, measured. Set before
 # numpy is first imported (the apps load after settings); onnxruntime has its own threads.

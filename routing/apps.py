@@ -6,6 +6,7 @@ class RoutingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from routing import signals
+        from core.demo import register_demo
+        from routing.demo import seed_demo
 
-        signals.connect()
+        register_demo("routing", seed_demo, order=20)

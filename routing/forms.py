@@ -1,30 +1,79 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
-from lanes.models import Lane
+from lanes.selectors import lane_list
+from routing.imports import FORMATS
+from routing.models import Aggregation
 
 
-class ApiKeyForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    allowed_lanes = forms.MultipleChoiceField(required=False, help_text="None selected = every lane.")
-    default_route = forms.ChoiceField(initial="auto")
-    rpm_limit = forms.IntegerField(required=False, label="Requests / minute")
-    tpm_limit = forms.IntegerField(required=False, label="Tokens / minute")
-    max_parallel = forms.IntegerField(required=False, label="Max in flight")
-    expires_at = forms.DateTimeField(required=False, help_text="YYYY-MM-DD HH:MM (UTC); empty = never.")
-    log_prompts = forms.BooleanField(required=False, label="Store prompt text in the request log")
+def _bootstrap(form: forms.BaseForm) -> None:
+    for field in form.fields.values():
+        widget = field.widget
+        if isinstance(widget, forms.CheckboxInput):
+            widget.attrs["class"] = "form-check-input"
+        elif isinstance(widget, forms.Select):
+            widget.attrs["class"] = "form-select form-select-sm"
+        else:
+            widget.attrs["class"] = "form-control form-control-sm"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        names = list(Lane.objects.values_list("name", flat=True))
-        self.fields["allowed_lanes"].choices = [(n, n) for n in names]  # type: ignore[attr-defined]
-        self.fields["default_route"].choices = [("auto", "auto (router)"), *[(n, n) for n in names]]  # type: ignore[attr-defined]
-        for field in self.fields.values():  # Bootstrap looks, like the portal's other forms
-            widget = field.widget
-            if isinstance(widget, forms.CheckboxInput):
-                widget.attrs["class"] = "form-check-input"
-            elif isinstance(widget, forms.Select):
-                widget.attrs["class"] = "form-select form-select-sm"
-            else:
-                widget.attrs["class"] = "form-control form-control-sm"
+
+class PrototypeForm(forms.Form):
+    text = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}))
+    label = forms.CharField(max_length=64, help_text="e.g. long_reasoning")
+    enabled = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _bootstrap(self)
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField()
+    format = forms.ChoiceField(choices=[(f, f.upper()) for f in FORMATS])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _bootstrap(self)
+
+
+class VersionForm(forms.Form):
+    threshold = forms.FloatField(min_value=0, max_value=1, help_text="Cosine similarity a label must reach.")
+    aggregation = forms.ChoiceField(choices=Aggregation.choices)
+    top_k = forms.IntegerField(min_value=1, max_value=50, label="top-k", help_text="For the mean of the top-k.")
+    label_lanes = forms.CharField(widget=forms.Textarea(attrs={"rows": 9}), label="Label → lane",
+                                  help_text="One `label = lane` per line.")
+    default_lane = forms.ChoiceField(help_text="Below the threshold.")
+    note = forms.CharField(max_length=200, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["default_lane"].choices = [(n, n) for n in lane_list().values_list("name", flat=True)]  # type: ignore[attr-defined]
+        _bootstrap(self)
+
+    def clean_label_lanes(self) -> dict[str, str]:
+        mapping: dict[str, str] = {}
+        for number, line in enumerate(self.cleaned_data["label_lanes"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            label, sep, lane = line.partition("=")
+            if not sep or not label.strip() or not lane.strip():
+                raise forms.ValidationError(f"Line {number}: write `label = lane`.")
+            mapping[label.strip()] = lane.strip()
+        return mapping
+
+
+def label_lanes_text(mapping: dict[str, str]) -> str:
+    return "\n".join(f"{label} = {lane}" for label, lane in sorted(mapping.items()))
+
+
+class PlaygroundForm(forms.Form):
+    prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), max_length=20_000)
+    version = forms.ChoiceField(required=False)
+
+    def __init__(self, *args: Any, versions: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = versions  # type: ignore[attr-defined]
+        _bootstrap(self)

@@ -1,79 +1,83 @@
-"""Gateway selectors: request log with filters, per-key and per-lane totals, shadow samples."""
+"""Router read side: prototype lists, versions, what a publish would change."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.db.models import Avg, Count, Q, QuerySet, Sum
-from django.utils import timezone
+from django.db.models import Q, QuerySet
+from django.http import Http404
+from django.shortcuts import get_object_or_404
 
-from portal.validators import whole_number
-from routing.models import ApiKey, RequestLog, ShadowSample
+from core.validators import whole_number
+from routing.models import EvalPrompt, Prototype, RouterVersion, VersionStatus
 
-STATUS_FILTER_RULE = "must be ok, error or an HTTP status from 100 to 599"
+
+def prototype_list(*, search: str = "", label: str = "", enabled: str = "") -> QuerySet[Prototype]:
+    rows = Prototype.objects.all()
+    if search:
+        rows = rows.filter(Q(text__icontains=search) | Q(label__icontains=search))
+    if label:
+        rows = rows.filter(label=label)
+    if enabled in ("yes", "no"):
+        rows = rows.filter(enabled=enabled == "yes")
+    return rows
+
+
+def prototype_labels() -> list[str]:
+    return sorted(set(Prototype.objects.values_list("label", flat=True)) | set(EvalPrompt.objects.values_list("label", flat=True)))
+
+
+def live_prototypes() -> list[dict[str, str]]:
+    return [{"text": text, "label": label}
+            for text, label in Prototype.objects.filter(enabled=True).order_by("label", "id").values_list("text", "label")]
+
+
+def version_prototypes(version: RouterVersion) -> list[dict[str, str]]:
+    """A draft reads the enabled prototypes live; a published or retired version its frozen set."""
+    return list(version.prototypes) if version.prototypes is not None else live_prototypes()
+
+
+def published_version() -> RouterVersion | None:
+    return RouterVersion.objects.filter(status=VersionStatus.PUBLISHED).first()
+
+
+def shadow_version() -> RouterVersion | None:
+    return RouterVersion.objects.filter(shadow=True, status=VersionStatus.DRAFT).first()
+
+
+def version_list() -> QuerySet[RouterVersion]:
+    return RouterVersion.objects.select_related("created_by", "published_by")
+
+
+def eval_prompt_list() -> QuerySet[EvalPrompt]:
+    return EvalPrompt.objects.all()
 
 
 @dataclass(frozen=True)
-class LogFilters:
-    key_id: int | None = None
-    lane: str = ""
-    status: str = ""  # "ok" | "error" | "" | a number
-    since: datetime | None = None
+class VersionChanges:
+    settings: dict[str, tuple[Any, Any]]  # field: (published, this one)
+    added: list[dict[str, str]]
+    removed: list[dict[str, str]]
 
 
-def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | None = None) -> QuerySet[RequestLog]:
-    rows = RequestLog.objects.select_related("key").order_by("-id")
-    if filters.key_id is not None:
-        rows = rows.filter(key_id=filters.key_id)
-    if filters.lane:
-        rows = rows.filter(lane=filters.lane)
-    if filters.status == "ok":
-        rows = rows.filter(status__lt=400)
-    elif filters.status == "error":
-        rows = rows.filter(status__gte=400)
-    elif filters.status:
-        code = whole_number(filters.status, 599)
-        if code is None or code < 100:  # "²".isdigit() is true, and int() refuses it
-            raise ValidationError({"status": STATUS_FILTER_RULE})
-        rows = rows.filter(status=code)
-    if filters.since is not None:
-        rows = rows.filter(created_at__gte=filters.since)
-    if before_id is not None:
-        rows = rows.filter(id__lt=before_id)
-    return rows[:limit]
-
-
-def request_totals(*, by: str, hours: int = 24) -> list[dict[str, Any]]:
-    """Requests, errors, tokens and latency per key (`by="key"`) or lane over the last hours."""
-    field = {"key": "key__name", "lane": "lane"}[by]
-    since = timezone.now() - timedelta(hours=hours)
-    rows = (
-        RequestLog.objects.filter(created_at__gte=since)
-        .values(field)
-        .annotate(
-            requests=Count("id"), errors=Count("id", filter=Q(status__gte=400)),
-            prompt_tokens=Sum("prompt_tokens"), completion_tokens=Sum("completion_tokens"),
-            avg_latency_ms=Avg("latency_ms"), avg_ttft_ms=Avg("ttft_ms"),
-        )
-        .order_by("-requests")
+def version_changes(version: RouterVersion, against: RouterVersion | None) -> VersionChanges:
+    """What publishing `version` changes compared with `against` (the published one)."""
+    fields = ("threshold", "aggregation", "top_k", "label_lanes", "default_lane")
+    settings = {f: (getattr(against, f) if against else None, getattr(version, f)) for f in fields}
+    changed = {f: pair for f, pair in settings.items() if pair[0] != pair[1]}
+    mine = {(p["text"], p["label"]) for p in version_prototypes(version)}
+    theirs = {(p["text"], p["label"]) for p in version_prototypes(against)} if against else set()
+    return VersionChanges(
+        changed,
+        [{"text": t, "label": lb} for t, lb in sorted(mine - theirs, key=lambda x: (x[1], x[0]))],
+        [{"text": t, "label": lb} for t, lb in sorted(theirs - mine, key=lambda x: (x[1], x[0]))],
     )
-    return [{"name": row.pop(field) or "—", **row} for row in rows]
 
 
-def api_key_list() -> QuerySet[ApiKey]:
-    return ApiKey.objects.select_related("owner", "default_lane").prefetch_related("allowed_lanes")
-
-
-def shadow_sample_list(*, limit: int = 100) -> QuerySet[ShadowSample]:
-    return ShadowSample.objects.order_by("-id")[:limit]
-
-
-def shadow_summary() -> dict[str, Any]:
-    return dict(ShadowSample.objects.aggregate(
-        samples=Count("id"), avg_divergence=Avg("divergence"),
-        avg_local_ms=Avg("local_latency_ms"), avg_external_ms=Avg("external_latency_ms"),
-        errors=Count("id", filter=~Q(error="")),
-    ))
+def version_or_404(number: int | str) -> RouterVersion:
+    """The version of that number (a form's text too: anything but a whole number is 404)."""
+    found = number if isinstance(number, int) else whole_number(number)
+    if found is None:
+        raise Http404("No router version of that number.")
+    return get_object_or_404(RouterVersion, number=found)

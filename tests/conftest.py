@@ -22,7 +22,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from portal.roles import Role, ensure_role_groups
+from core.roles import Role, ensure_role_groups
 from sparksim.standalone import EngineHandle, start_engine
 
 # Threads (uvicorn, database_sync_to_async) must not keep connections open past a test.

@@ -16,6 +16,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from core.audit import audit_record
+from core.roles import UserLike
 from jobs.fabric.commands import device_ipv4, perftest_client, perftest_server
 from jobs.fabric.output import ToolOutputError, parse_latency
 from jobs.fabric.pair import run_pair
@@ -23,8 +25,6 @@ from jobs.models import LaneWatchdog
 from jobs.transports import TransportError, endpoint_for, transport_for
 from lanes.models import DEFAULT_DEGRADED_CONTEXT_LIMIT, Lane, LaneState, Node
 from lanes.services import lane_set_observed_state
-from portal.audit import audit_record
-from portal.roles import UserLike
 
 logger = logging.getLogger(__name__)
 

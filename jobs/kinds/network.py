@@ -7,6 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from core.broadcast import DASHBOARD_GROUP, broadcast
 from jobs.kinds.netprobe import (
     PROBE_SCRIPT,
     LinkPair,
@@ -24,7 +25,6 @@ from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Node, NodeState
 from lanes.services import node_record_captured_host_key, node_record_network_report, node_set_state
-from portal.broadcast import DASHBOARD_GROUP, broadcast
 
 
 def job_nodes(ctx: JobContext) -> list[Node]:

@@ -10,12 +10,12 @@ from typing import Any
 
 import httpx
 
+from core.http import http_client
 from jobs.models import JobStep, StepState
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import NodeEndpoint, TransportError
 from lanes.models import Node
 from lanes.plans import Plan, PlanStep, check_image_ids
-from portal.http import http_client
 
 
 class StepFailed(JobFailed):

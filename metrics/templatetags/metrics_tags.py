@@ -4,8 +4,8 @@ from typing import Any
 
 from django import template
 
+from core.roles import Capability, user_can
 from metrics.selectors import dashboard_cards, gateway_live, open_alerts
-from portal.roles import Capability, user_can
 
 register = template.Library()
 

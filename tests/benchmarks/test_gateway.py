@@ -8,9 +8,9 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from benchmarks.selectors import export_json, run_payload
+from gateway.models import ApiKey, RequestLog
 from jobs.models import JobState
 from lanes.models import Lane
-from routing.models import ApiKey, RequestLog
 from tests.benchmarks.conftest import start_and_run
 from tests.conftest import AsgiServer, wait_for
 

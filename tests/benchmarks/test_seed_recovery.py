@@ -1,13 +1,13 @@
 """Against sparksim, the portal's load generator recovers seed 003's tables within 10% at
 every TTFT, decode and success figure of every concurrency level, cold and cache-hit (the
 engine and the client share sparksim's simulated clock, so no figure depends on the
-machine's load). bench/sparksim_fit.py prints the same points."""
+machine's load). perf/sparksim_fit.py prints the same points."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.sparksim_fit import TOLERANCE, Point, all_points
+from perf.sparksim_fit import TOLERANCE, Point, all_points
 
 
 @pytest.fixture(scope="module")

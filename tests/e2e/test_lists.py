@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from core.broadcast import DASHBOARD_GROUP, broadcast
 from lanes.models import Lane, LaneNode, Node
-from portal.broadcast import DASHBOARD_GROUP, broadcast
 from tests.conftest import browser_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

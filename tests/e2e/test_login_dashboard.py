@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from portal.broadcast import DASHBOARD_GROUP, broadcast
+from core.broadcast import DASHBOARD_GROUP, broadcast
 from tests.conftest import browser_login
 
 pytestmark = pytest.mark.e2e

@@ -17,10 +17,10 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
+from gateway.models import RequestLog
+from gateway.services import api_key_create
 from metrics.models import ScrapeTarget
 from metrics.services import scrape_tick
-from routing.models import RequestLog
-from routing.services import api_key_create
 from sparksim.standalone import EngineHandle
 from tests.conftest import browser_login, wait_for
 from tests.metrics.conftest import QWEN, make_lane_for

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from routing.router.services import starter_load
+from routing.services import starter_load
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, browser_login, wait_for
 from tests.gateway.conftest import create_key, make_lane

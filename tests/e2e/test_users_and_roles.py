@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from portal.models import AuditEvent
-from portal.roles import Role, user_role
+from core.models import AuditEvent
+from core.roles import Role, user_role
 from tests.conftest import PASSWORD, browser_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

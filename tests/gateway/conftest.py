@@ -18,8 +18,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.services import api_key_create
 from lanes.models import Lane, LaneNode, Node
-from routing.services import api_key_create
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, AsgiServer, free_port
 from tests.gateway.upstreams import CountingUpstream
@@ -113,7 +113,7 @@ class Gateway:
 
 @pytest.fixture
 def key_owner(transactional_db: None) -> User:
-    from portal.roles import Role
+    from core.roles import Role
     from tests.conftest import make_user
 
     return make_user("gw-admin", Role.ADMIN)

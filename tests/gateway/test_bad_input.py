@@ -13,9 +13,9 @@ import orjson
 import pytest
 from django.contrib.auth.models import User
 
+from gateway.models import RequestLog
+from gateway.services import gateway_invalidate
 from lanes.models import Lane
-from routing.models import RequestLog
-from routing.services import gateway_invalidate
 from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
 from tests.gateway.conftest import (

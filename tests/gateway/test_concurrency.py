@@ -1,6 +1,6 @@
 """The seed's production load shape: 200 users at once. Every stream completes, each sent
 upstream exactly once, to a sparksim engine (no timing asserted: figures live in
-bench/gateway_overhead.py)."""
+perf/gateway_overhead.py)."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from gateway.models import ApiKey
+from gateway.services import api_key_revoke
 from lanes.models import Lane
-from routing.models import ApiKey
-from routing.services import api_key_revoke
 from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
 from tests.gateway.conftest import SIM_SERVED, Gateway, create_key, engine_received, make_lane, set_engine_faults
@@ -63,7 +63,7 @@ def test_an_expired_key_is_refused(gateway: Gateway, key_owner: User) -> None:
     secret, key_id = create_key(key_owner, name="short-lived", expires_at=timezone.now() + timedelta(seconds=60))
     assert post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 200
     ApiKey.objects.filter(pk=key_id).update(expires_at=timezone.now() - timedelta(seconds=1))
-    from routing.services import gateway_invalidate
+    from gateway.services import gateway_invalidate
 
     gateway_invalidate(f"key:{key_id}")
     wait_for(lambda: post(gateway, {"model": "qwen", "messages": MESSAGES}, secret=secret).status_code == 401,
@@ -161,7 +161,7 @@ def test_a_prompt_longer_than_the_lanes_current_limit_is_400_before_sending(
 def test_no_serving_lane_for_auto_is_503(gateway: Gateway, settings: Any) -> None:
     Lane.objects.filter(name="qwen").update(observed_state="stopped")
     settings.GATEWAY_DEFAULT_LANE = ""
-    from routing.services import gateway_invalidate
+    from gateway.services import gateway_invalidate
 
     gateway_invalidate("lanes")
     response = wait_for(lambda: (r := post(gateway, {"model": "auto", "messages": MESSAGES})).status_code == 503 and r,
@@ -179,7 +179,7 @@ def test_unknown_endpoints_and_methods_answer_in_openai_shape(gateway: Gateway) 
 def test_prompt_text_is_logged_only_for_keys_that_opt_in(
     gateway: Gateway, key_owner: User, qwen_engine: EngineHandle
 ) -> None:
-    from routing.models import RequestLog
+    from gateway.models import RequestLog
 
     secret, key_id = create_key(key_owner, name="audited", log_prompts=True)
     post(gateway, {"model": "qwen", "messages": [{"role": "user", "content": "remember this"}]}, secret=secret)

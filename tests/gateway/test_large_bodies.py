@@ -1,4 +1,4 @@
-"""Large bodies (routing.gateway.large): validated in worker processes with the same rules
+"""Large bodies (gateway.large): validated in worker processes with the same rules
 and the same answers as small ones, forwarded as the client's bytes with only the
 gateway's edits, their prompt counted and logged from the raw bytes, and refused with 503
 and `retry-after` when the worker pool is full — never parsed nor re-serialised in the
@@ -26,16 +26,16 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from routing.gateway import body as streamed
-from routing.gateway import large
-from routing.gateway.body import StreamedBody
-from routing.gateway.directory import KeyInfo
-from routing.gateway.large import POOL, inspect, member_spans, outline, request_of
-from routing.gateway.pace import PACE, BytePace
-from routing.gateway.request import parse_request, prompt_text, upstream_body
-from routing.gateway.shadow import LARGE_SHADOWS, LARGE_SHADOWS_MAX, shadow_body
-from routing.gateway.wire import GatewayError
-from routing.router.route import conversation_key, last_user_text, prompt_upper_bound
+from gateway import body as streamed
+from gateway import large
+from gateway.body import StreamedBody
+from gateway.directory import KeyInfo
+from gateway.large import POOL, inspect, member_spans, outline, request_of
+from gateway.mirror import LARGE_MIRRORS, LARGE_MIRRORS_MAX, mirror_body
+from gateway.pace import PACE, BytePace
+from gateway.request import parse_request, prompt_text, upstream_body
+from gateway.route import conversation_key, last_user_text, prompt_upper_bound
+from gateway.wire import GatewayError
 from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
 from tests.gateway.conftest import Gateway, create_key, engine_received
@@ -187,7 +187,7 @@ def test_bad_input_in_a_large_body_gets_the_same_answer(
 def test_a_large_body_reaches_the_lane_as_sent_but_for_the_gateways_edits(
     fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, key_owner: User
 ) -> None:
-    from routing.models import RequestLog
+    from gateway.models import RequestLog
 
     content = "\\u00e9t\\u00e9 " * 600
     raw = (b'{ "model" :  "qwen",\n "messages": [{"role":"user","content":"' + content.encode() + b'"}],\n'
@@ -235,13 +235,13 @@ def test_large_bodies_beyond_the_pool_bound_get_503_with_retry_after(
 
 @hypothesis_settings(max_examples=300, deadline=None)
 @given(body=CHAT_BODIES, form=FORMATS, options=st.lists(st.integers(0, 7), max_size=3), repeat_model=st.booleans())
-def test_a_large_bodys_shadow_replay_is_the_small_paths_with_every_other_member_byte_for_byte(
+def test_a_large_bodys_mirror_replay_is_the_small_paths_with_every_other_member_byte_for_byte(
     body: dict[str, Any], form: dict[str, Any], options: list[int], repeat_model: bool
 ) -> None:
     if options:
         body["stream"] = True  # stream_options are refused on a body that does not stream
     raw = json.dumps(body, **form).encode()
-    # stream_options (a member the shadow removes) anywhere: first, between, last, repeated
+    # stream_options (a member the mirror removes) anywhere: first, between, last, repeated
     members, end = large.member_places(raw)
     member = b'"stream_options" : {"include_usage": true}'
     for place in sorted(options, reverse=True):
@@ -250,17 +250,17 @@ def test_a_large_bodys_shadow_replay_is_the_small_paths_with_every_other_member_
             raw = raw[:at] + member + b",\n" + raw[at:]
         else:
             raw = raw[:end] + b" ," + member + raw[end:]
-    if repeat_model:  # a repeated member: every copy is the shadow model
+    if repeat_model:  # a repeated member: every copy is the mirror model
         raw = raw[:-1].rstrip() + b', "model": "again"}'
     request = request_of(inspect(raw, "chat.completions", 8, 2, False), raw)
     assert request.large is not None
-    shadowed = sent(request.large.shadow("shadow/model"))
-    with override_settings(GATEWAY_SHADOW_MODEL="shadow/model"):
-        small = shadow_body(parse_request(raw, endpoint="chat.completions", max_n=8).body)
-    assert orjson.loads(shadowed) == orjson.loads(small)
+    mirrored = sent(request.large.mirror("mirror/model"))
+    with override_settings(GATEWAY_MIRROR_MODEL="mirror/model"):
+        small = mirror_body(parse_request(raw, endpoint="chat.completions", max_n=8).body)
+    assert orjson.loads(mirrored) == orjson.loads(small)
     kept_before = [(name, raw[a:b]) for name, places in member_spans(raw)[0].items() for a, b in places
                    if name not in ("model", "stream", "stream_options")]
-    kept_after = [(name, shadowed[a:b]) for name, places in member_spans(shadowed)[0].items() for a, b in places
+    kept_after = [(name, mirrored[a:b]) for name, places in member_spans(mirrored)[0].items() for a, b in places
                   if name not in ("model", "stream")]
     assert sorted(kept_before) == sorted(kept_after)
 
@@ -382,53 +382,53 @@ class InlineExecutor:
 
 
 @pytest.fixture
-def shadow_upstream(second_upstream: CountingUpstream, settings: Any) -> CountingUpstream:
-    settings.GATEWAY_SHADOW_BASE_URL = f"{second_upstream.url}/v1"
-    settings.GATEWAY_SHADOW_MODEL = "shadow-model"
-    settings.GATEWAY_SHADOW_SHARE = 1.0
+def mirror_upstream(second_upstream: CountingUpstream, settings: Any) -> CountingUpstream:
+    settings.GATEWAY_MIRROR_BASE_URL = f"{second_upstream.url}/v1"
+    settings.GATEWAY_MIRROR_MODEL = "mirror-model"
+    settings.GATEWAY_MIRROR_SHARE = 1.0
     return second_upstream
 
 
-def test_a_large_body_is_shadowed_with_its_bytes_cut_for_the_shadow(
-    fault_gateway: Gateway, upstream: CountingUpstream, shadow_upstream: CountingUpstream, large_bodies: None
+def test_a_large_body_is_mirrored_with_its_bytes_cut_for_the_mirror(
+    fault_gateway: Gateway, upstream: CountingUpstream, mirror_upstream: CountingUpstream, large_bodies: None
 ) -> None:
-    from routing.models import ShadowSample
+    from gateway.models import MirrorSample
 
     raw = (b'{"stream_options": {"include_usage": true}, "model": "qwen", "stream": true,\n'
            b' "messages": [{"role": "user", "content": "' + PAD.encode() + b'"}], "top_k": 5e0}')
     response = post(fault_gateway, raw)
     assert response.status_code == 200, response.text
-    sample = wait_for(lambda: ShadowSample.objects.first(), what="the large body's shadow sample")
-    assert sample.error == "" and sample.external_model == "shadow-model" and sample.divergence is not None
-    assert shadow_upstream.raw_bodies == [
-        b'{"model": "shadow-model", "stream": false,\n'
+    sample = wait_for(lambda: MirrorSample.objects.first(), what="the large body's mirrored sample")
+    assert sample.error == "" and sample.external_model == "mirror-model" and sample.divergence is not None
+    assert mirror_upstream.raw_bodies == [
+        b'{"model": "mirror-model", "stream": false,\n'
         b' "messages": [{"role": "user", "content": "' + PAD.encode() + b'"}], "top_k": 5e0}']
     no_stream = raw.replace(b'"stream_options": {"include_usage": true}, ', b"").replace(b' "stream": true,', b"")
     assert post(fault_gateway, no_stream).status_code == 200
-    wait_for(lambda: len(shadow_upstream.raw_bodies) == 2, what="the second shadow replay")
-    assert shadow_upstream.raw_bodies[1] == no_stream.replace(b'"qwen"', b'"shadow-model"')[:-1] + b',"stream":false}'
-    # Given back when the replay ended (after the shadow upstream has the body and its
+    wait_for(lambda: len(mirror_upstream.raw_bodies) == 2, what="the second mirror replay")
+    assert mirror_upstream.raw_bodies[1] == no_stream.replace(b'"qwen"', b'"mirror-model"')[:-1] + b',"stream":false}'
+    # Given back when the replay ended (after the mirror upstream has the body and its
     # sample is saved: wait for it, the replay runs after the client's answer).
-    wait_for(lambda: LARGE_SHADOWS.held == 0, what="the large shadow slot given back")
+    wait_for(lambda: LARGE_MIRRORS.held == 0, what="the large mirror slot given back")
 
 
-def test_large_bodies_held_for_shadow_replays_are_bounded(
-    fault_gateway: Gateway, upstream: CountingUpstream, shadow_upstream: CountingUpstream, large_bodies: None,
+def test_large_bodies_held_for_mirror_replays_are_bounded(
+    fault_gateway: Gateway, upstream: CountingUpstream, mirror_upstream: CountingUpstream, large_bodies: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from routing.models import ShadowSample
+    from gateway.models import MirrorSample
 
-    monkeypatch.setattr(LARGE_SHADOWS, "held", LARGE_SHADOWS_MAX)  # as if replays held the bound
-    skipped = LARGE_SHADOWS.skipped
+    monkeypatch.setattr(LARGE_MIRRORS, "held", LARGE_MIRRORS_MAX)  # as if replays held the bound
+    skipped = LARGE_MIRRORS.skipped
     large_body = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}]})
     assert post(fault_gateway, large_body).status_code == 200
     assert post(fault_gateway, {"model": "qwen", "messages": [{"role": "user", "content": "small"}]}).status_code == 200
-    sample = wait_for(lambda: ShadowSample.objects.first(), what="the small request's shadow sample")
-    assert shadow_upstream.raw_bodies == [orjson.dumps({"model": "shadow-model",
+    sample = wait_for(lambda: MirrorSample.objects.first(), what="the small request's mirrored sample")
+    assert mirror_upstream.raw_bodies == [orjson.dumps({"model": "mirror-model",
                                                         "messages": [{"role": "user", "content": "small"}],
                                                         "stream": False})]
-    assert ShadowSample.objects.count() == 1 and sample.error == ""
-    assert LARGE_SHADOWS.skipped == skipped + 1 and LARGE_SHADOWS.held == LARGE_SHADOWS_MAX
+    assert MirrorSample.objects.count() == 1 and sample.error == ""
+    assert LARGE_MIRRORS.skipped == skipped + 1 and LARGE_MIRRORS.held == LARGE_MIRRORS_MAX
 
 
 def test_the_pace_lets_a_second_of_budget_through_at_once_then_holds_to_the_rate() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from routing.gateway.breaker import CircuitBreaker
-from routing.gateway.limits import seconds_until_below, sliding_count
+from gateway.breaker import CircuitBreaker
+from gateway.limits import seconds_until_below, sliding_count
 
 
 def test_the_sliding_window_weighs_the_previous_minute_by_its_overlap() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from routing.gateway import logwriter
-from routing.gateway.logwriter import RequestLogWriter
+from gateway import logwriter
+from gateway.logwriter import RequestLogWriter
 from tests.gateway.conftest import run_async
 
 
@@ -51,8 +51,8 @@ def test_a_failing_database_loses_the_batch_but_not_the_process(monkeypatch: pyt
 
 @pytest.mark.django_db
 def test_a_batch_is_copied_into_the_table_with_every_column_and_the_models_defaults() -> None:
-    from routing.gateway.logwriter import COLUMN_DEFAULTS
-    from routing.models import ApiKey, RequestLog
+    from gateway.logwriter import COLUMN_DEFAULTS
+    from gateway.models import ApiKey, RequestLog
 
     key = ApiKey.objects.create(name="log", prefix="sk-log", secret_hash="0" * 64)
     full = {"request_id": "req-full", "key_id": key.id, "endpoint": "chat.completions",
@@ -81,7 +81,7 @@ def test_without_postgresql_the_batch_goes_through_bulk_create(monkeypatch: pyte
     """The embedded SQLite of `make run` has no COPY: the same rows reach the table."""
     from django.db import connection
 
-    from routing.models import RequestLog
+    from gateway.models import RequestLog
 
     monkeypatch.setattr(connection, "vendor", "sqlite")
     logwriter.write_rows([{"request_id": "req-lite", "endpoint": "completions", "status": 200, "latency_ms": 2.5,

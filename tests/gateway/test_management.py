@@ -7,11 +7,11 @@ import hashlib
 import pytest
 from django.test import Client
 
-from portal.models import AuditEvent
-from routing.models import ApiKey, RequestLog
+from core.models import AuditEvent
+from gateway.models import ApiKey, RequestLog
 from tests.gateway.conftest import make_lane
 
-PAGES = ["/gateway/", "/gateway/requests/", "/gateway/shadow/"]
+PAGES = ["/gateway/", "/gateway/requests/", "/gateway/mirror/"]
 API = ["/api/gateway/keys", "/api/gateway/requests", "/api/gateway/totals/lane"]
 
 
@@ -125,10 +125,10 @@ def test_the_requests_page_filters_by_lane_and_status(admin_client: Client) -> N
     assert totals["deepseek"]["errors"] == 1 and totals["qwen"]["requests"] == 1
 
 
-def test_the_shadow_page_shows_samples_and_their_divergence(admin_client: Client) -> None:
-    from routing.models import ShadowSample
+def test_the_mirror_page_shows_samples_and_their_divergence(admin_client: Client) -> None:
+    from gateway.models import MirrorSample
 
-    ShadowSample.objects.create(request_id="req-shadowed", lane="qwen", external_model="gpt-5.5", local_latency_ms=420,
+    MirrorSample.objects.create(request_id="req-mirrored", lane="qwen", external_model="gpt-5.5", local_latency_ms=420,
                                 external_latency_ms=900, local_chars=120, external_chars=150, divergence=0.375)
-    page = admin_client.get("/gateway/shadow/").content.decode()
-    assert "req-shadowed" in page and "gpt-5.5" in page and "0.375" in page
+    page = admin_client.get("/gateway/mirror/").content.decode()
+    assert "req-mirrored" in page and "gpt-5.5" in page and "0.375" in page

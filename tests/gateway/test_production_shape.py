@@ -13,7 +13,7 @@ import httpx
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from routing.models import RequestLog
+from gateway.models import RequestLog
 from sparksim.standalone import EngineHandle
 from tests.conftest import free_port, wait_for
 from tests.gateway.conftest import SIM_SERVED, create_key, engine_received, make_lane

@@ -10,8 +10,8 @@ from datetime import timedelta
 from django.db import connection, connections
 from django.utils import timezone
 
-from routing.models import RequestLog
-from routing.services import request_log_purge
+from gateway.models import RequestLog
+from gateway.services import request_log_purge
 
 OLD_ROWS = 1_000_000
 

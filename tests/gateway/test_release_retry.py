@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from routing.gateway import runtime
-from routing.gateway.runtime import RELEASE_ATTEMPTS, GatewayRuntime
-from routing.gateway.scripts import NotSent
+from gateway import runtime
+from gateway.runtime import RELEASE_ATTEMPTS, GatewayRuntime
+from gateway.scripts import NotSent
 
 
 class FlakyScript:

@@ -18,13 +18,13 @@ import redis.asyncio as aioredis
 from django.contrib.auth.models import User
 from django.test import Client
 
+from gateway.directory import LaneInfo, ReplicaInfo
+from gateway.loops import stop_loop
+from gateway.models import RequestLog
+from gateway.replicas import SharedHealth, affinity_key, balance, hash_order
 from lanes.models import Lane, LaneNode, LaneReplica, Node
 from lanes.replica_health import replica_skipped_until
 from lanes.watcher import lanes_watch_tick
-from routing.gateway.directory import LaneInfo, ReplicaInfo
-from routing.gateway.loops import stop_loop
-from routing.gateway.replicas import SharedHealth, affinity_key, balance, hash_order
-from routing.models import RequestLog
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, WorkerProcesses, wait_for
 from tests.gateway.conftest import SIM_SERVED, FreezableProxy, create_key, engine_received, run_async, unused_port

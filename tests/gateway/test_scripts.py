@@ -1,4 +1,4 @@
-"""The hot path's pipelined Redis connection (routing.gateway.scripts) against the real
+"""The hot path's pipelined Redis connection (gateway.scripts) against the real
 Redis: replies reach their own callers, the script cache is refilled after a flush, a
 lost connection fails only the calls on it and is reopened, and a call that could not
 reach Redis says so (NotSent: safe to retry)."""
@@ -11,7 +11,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from routing.gateway.scripts import NotSent, Script, ScriptError, ScriptPipe, pack
+from gateway.scripts import NotSent, Script, ScriptError, ScriptPipe, pack
 from tests.conftest import free_port
 from tests.gateway.conftest import FreezableProxy, run_async
 

@@ -1,5 +1,5 @@
 """The gateway in front of real sparksim engines over HTTP (the official client), and
-shadow traffic replayed to a second engine standing in for the external endpoint."""
+mirrored traffic replayed to a second engine standing in for the external endpoint."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import openai
 import pytest
 from django.contrib.auth.models import User
 
-from routing.models import RequestLog, ShadowSample
+from gateway.models import MirrorSample, RequestLog
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, AsgiServer, wait_for
 from tests.gateway.conftest import create_key, make_lane, unused_port
@@ -66,38 +66,38 @@ def test_tool_calls_stream_through_from_sparksim(sim_client: openai.OpenAI) -> N
     assert deltas[0][0].function and deltas[0][0].function.name == "get_weather"  # type: ignore[index]
 
 
-def test_shadow_traffic_is_replayed_and_scored(sim_client: openai.OpenAI, engines: Callable[..., EngineHandle],
+def test_mirrored_traffic_is_replayed_and_scored(sim_client: openai.OpenAI, engines: Callable[..., EngineHandle],
                                                settings: Any) -> None:
     external = engines("gpt-external")
-    settings.GATEWAY_SHADOW_BASE_URL = f"{external.url}/v1"
-    settings.GATEWAY_SHADOW_MODEL = "gpt-external"
-    settings.GATEWAY_SHADOW_API_KEY = "sk-external-secret"
-    settings.GATEWAY_SHADOW_SHARE = 1.0
+    settings.GATEWAY_MIRROR_BASE_URL = f"{external.url}/v1"
+    settings.GATEWAY_MIRROR_MODEL = "gpt-external"
+    settings.GATEWAY_MIRROR_API_KEY = "sk-external-secret"
+    settings.GATEWAY_MIRROR_SHARE = 1.0
     sim_client.chat.completions.create(model="qwen", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
     list(sim_client.chat.completions.create(model="qwen", stream=True, max_tokens=8,
                                             messages=[{"role": "user", "content": "Hi again"}]))
-    samples = wait_for(lambda: list(ShadowSample.objects.all()) if ShadowSample.objects.count() == 2 else None,
-                       what="two shadow samples")
+    samples = wait_for(lambda: list(MirrorSample.objects.all()) if MirrorSample.objects.count() == 2 else None,
+                       what="two mirrored samples")
     for sample in samples:
         assert sample.error == "" and sample.external_model == "gpt-external"
         assert sample.divergence is not None and 0 <= sample.divergence <= 1
         assert sample.local_chars > 0 and sample.external_chars and sample.external_latency_ms
 
 
-def test_a_failing_shadow_endpoint_never_fails_the_client(sim_client: openai.OpenAI, settings: Any) -> None:
-    settings.GATEWAY_SHADOW_BASE_URL = f"http://127.0.0.1:{unused_port()}/v1"
-    settings.GATEWAY_SHADOW_MODEL = "gpt-external"
-    settings.GATEWAY_SHADOW_SHARE = 1.0
+def test_a_failing_mirror_endpoint_never_fails_the_client(sim_client: openai.OpenAI, settings: Any) -> None:
+    settings.GATEWAY_MIRROR_BASE_URL = f"http://127.0.0.1:{unused_port()}/v1"
+    settings.GATEWAY_MIRROR_MODEL = "gpt-external"
+    settings.GATEWAY_MIRROR_SHARE = 1.0
     answer = sim_client.chat.completions.create(model="qwen", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
     assert answer.choices[0].message.content
-    sample = wait_for(lambda: ShadowSample.objects.first(), what="the failed sample")
+    sample = wait_for(lambda: MirrorSample.objects.first(), what="the failed sample")
     assert sample.error and sample.divergence is None
 
 
-def test_shadow_traffic_is_off_when_not_configured(sim_client: openai.OpenAI) -> None:
+def test_mirrored_traffic_is_off_when_not_configured(sim_client: openai.OpenAI) -> None:
     sim_client.chat.completions.create(model="qwen", max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
     wait_for(lambda: RequestLog.objects.count() == 1, what="the request log")
-    assert not ShadowSample.objects.exists()
+    assert not MirrorSample.objects.exists()
 
 
 def test_five_invalid_requests_to_a_sparksim_lane_leave_it_answering_other_keys(

@@ -8,7 +8,7 @@ import httpx
 import openai
 from django.contrib.auth.models import User
 
-from routing.models import RequestLog
+from gateway.models import RequestLog
 from tests.conftest import wait_for
 from tests.gateway.conftest import Gateway, create_key, make_lane
 from tests.gateway.upstreams import CountingUpstream

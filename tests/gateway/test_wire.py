@@ -7,11 +7,11 @@ import json
 import orjson
 import pytest
 
-from routing.gateway import request as gateway_request
-from routing.gateway.context import context_bound, exceeds
-from routing.gateway.request import ParsedRequest, upstream_body
-from routing.gateway.shadow import divergence, text_of_stream
-from routing.gateway.wire import GatewayError, StreamFilter, upstream_error
+from gateway import request as gateway_request
+from gateway.context import context_bound, exceeds
+from gateway.mirror import divergence, text_of_stream
+from gateway.request import ParsedRequest, upstream_body
+from gateway.wire import GatewayError, StreamFilter, upstream_error
 
 
 def parse_request(raw: bytes, *, endpoint: str) -> ParsedRequest:

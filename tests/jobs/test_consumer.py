@@ -13,10 +13,10 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
+from core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from jobs.logsink import LogSink
 from jobs.models import Job, JobKind, JobLogLine
 from portal.asgi import application
-from portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from tests.jobs.conftest import call_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)

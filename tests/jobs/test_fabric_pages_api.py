@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from core.models import AuditEvent
 from jobs.models import FabricResult, Job, JobKind, LaneWatchdog
 from jobs.results import fabric_result_record
 from lanes.models import Lane, LaneState, Node
-from portal.models import AuditEvent
 from tests.jobs.conftest import create_lane
 
 pytestmark = pytest.mark.django_db

@@ -8,11 +8,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from core.models import AuditEvent
+from gateway.services import api_key_create
 from jobs.fabric.watchdog import watchdog_check_lane, watchdog_step, watchdog_tick
 from jobs.models import LaneWatchdog
 from lanes.models import Lane, LaneState
-from portal.models import AuditEvent
-from routing.services import api_key_create
 from tests.conftest import SIM_DEEPSEEK, wait_for
 from tests.jobs.conftest import call_in_thread, checked, create_lane, fault
 

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.services import api_key_create
 from jobs.models import JobKind, JobState
 from jobs.services import lane_job_create
 from lanes.models import Lane, LaneNode, LaneReplica, LaneRevision, LaneState
-from routing.services import api_key_create
 from tests.conftest import WorkerProcesses
 from tests.jobs.conftest import SimCluster, create_lane, job_log_text, run_job
 

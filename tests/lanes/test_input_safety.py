@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from core.models import AuditEvent
 from lanes.models import Lane, LaneRevision, Node
 from lanes.services import lane_set_observed_state, lane_update, node_create, node_update
-from portal.models import AuditEvent
 
 
 def node_body(**overrides: str) -> dict[str, str]:

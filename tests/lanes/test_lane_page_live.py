@@ -36,7 +36,7 @@ def test_the_state_badge_follows_the_lane_state_live(asgi_server, page, viewer_u
 
 
 def test_the_lane_list_follows_observed_and_desired_state_live(asgi_server, page, viewer_user, make_lane):
-    from portal.broadcast import DASHBOARD_GROUP, broadcast
+    from core.broadcast import DASHBOARD_GROUP, broadcast
 
     call_in_thread(lambda: make_lane("qwen"))
     browser_login(page, asgi_server.url, viewer_user.username)

@@ -8,8 +8,8 @@ import shlex
 
 import pytest
 
+from core.models import AuditEvent
 from lanes.models import Lane, Node
-from portal.models import AuditEvent
 from tests.lanes.rule_cases import CASES, RuleCase, lane_data
 
 pytestmark = pytest.mark.django_db

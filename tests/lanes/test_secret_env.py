@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from core.models import AuditEvent
 from lanes.crypto import decrypt_secret
 from lanes.models import Lane
-from portal.models import AuditEvent
 from tests.lanes.rule_cases import lane_data
 
 TOKEN = "hf_SuperSecretTokenValue1234567890"
@@ -140,7 +140,7 @@ def test_the_migration_encrypts_existing_rows(nodes):
 
 
 def test_no_socket_message_carries_a_secret(nodes, admin_client, monkeypatch):
-    """Every live page message goes through portal.broadcast.group_message: capture them all
+    """Every live page message goes through core.broadcast.group_message: capture them all
     while a lane with secrets is created, changed, and changes state."""
     import json
 

@@ -12,6 +12,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 
+from core.broadcast import DASHBOARD_GROUP
+from core.models import AuditEvent
 from lanes.crypto import decrypt_private_key
 from lanes.models import Lane, LaneRevision, Node
 from lanes.selectors import lane_check, lane_plan, lane_revisions, node_memory_use
@@ -28,8 +30,6 @@ from lanes.services import (
     node_set_state,
     node_update,
 )
-from portal.broadcast import DASHBOARD_GROUP
-from portal.models import AuditEvent
 from tests.lanes.rule_cases import CASES, GIB, RuleCase, lane_data
 
 pytestmark = pytest.mark.django_db

@@ -16,10 +16,10 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from core.broadcast import DASHBOARD_GROUP
+from core.models import AuditEvent
 from lanes.models import Lane, LaneNode, Node
 from lanes.watcher import lanes_watch_tick
-from portal.broadcast import DASHBOARD_GROUP
-from portal.models import AuditEvent
 from tests.conftest import SIM_QWEN, free_port
 
 pytestmark = pytest.mark.django_db

@@ -11,11 +11,11 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client, override_settings
 
+from core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from metrics.alerts import alert_acknowledge, alerts_evaluate
 from metrics.models import Alert
 from metrics.rules import TargetView
 from portal.asgi import application
-from portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 
 pytestmark = pytest.mark.django_db(transaction=True)
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -12,12 +12,12 @@ from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.models import ApiKey, RequestLog
 from lanes.models import Lane, Node
 from metrics import views
 from metrics.exposition import render_metrics
 from metrics.models import Alert, ScrapeTarget, UsageHour
 from metrics.storage import samples_store, usage_rollup
-from routing.models import ApiKey, RequestLog
 
 pytestmark = pytest.mark.django_db
 TOKEN = "prom-secret-token-0123456789"

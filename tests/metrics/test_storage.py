@@ -9,10 +9,10 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
+from gateway.models import ApiKey, RequestLog
 from metrics.models import Sample, SampleHour, SampleMinute, UsageHour
 from metrics.partitions import partition_days
 from metrics.storage import samples_downsample, samples_store, storage_maintain, usage_day_rollup, usage_rollup
-from routing.models import ApiKey, RequestLog
 
 pytestmark = pytest.mark.django_db
 

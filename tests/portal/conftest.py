@@ -12,9 +12,10 @@ from django.utils import timezone
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
 from benchmarks.services import benchmark_start
 from benchmarks.stats import RequestRecord, level_stats
+from gateway.models import ApiKey, RequestLog
 from lanes.services import lane_create, node_create
 from metrics.models import Alert
-from routing.models import ApiKey, Prototype, RequestLog, RouterVersion
+from routing.models import Prototype, RouterVersion
 from tests.lanes.rule_cases import lane_data
 
 

@@ -21,9 +21,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from portal.roles import Role
+from core.roles import Role
+from gateway.models import ApiKey
 from portal.urls import api
-from routing.models import ApiKey
 from tests.conftest import make_user
 
 SCHEMA = json.loads(json.dumps(api.get_openapi_schema(), default=str))  # as served: string keys

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 from django.core.cache import cache
 
-from portal.tasks import HEARTBEAT_CACHE_KEY, publish_heartbeat
+from core.tasks import HEARTBEAT_CACHE_KEY, publish_heartbeat
 
 pytestmark = pytest.mark.django_db
 

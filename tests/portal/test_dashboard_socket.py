@@ -9,9 +9,9 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
+from core.broadcast import DASHBOARD_GROUP, abroadcast
+from core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, PortalConsumer
 from portal.asgi import application
-from portal.broadcast import DASHBOARD_GROUP, abroadcast
-from portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, PortalConsumer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,7 +1,7 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_float, env_int, env_list, env_str, env_url
+from core.env import env_bool, env_float, env_int, env_list, env_str, env_url
 
 
 def test_env_int_rejects_non_numbers_naming_the_variable(monkeypatch):

@@ -24,12 +24,13 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, override_settings
 
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
+from core.consumers import CLOSE_INVALID_PAYLOAD, CLOSE_NOT_FOUND, CLOSE_UNSUPPORTED_DATA
+from core.models import AuditEvent
+from gateway.models import ApiKey, RequestLog
 from jobs.models import Job
 from lanes.models import Lane, LaneNode, LaneReplica, LaneRevision, Node
 from metrics.models import Alert
-from portal.consumers import CLOSE_INVALID_PAYLOAD, CLOSE_NOT_FOUND, CLOSE_UNSUPPORTED_DATA
-from portal.models import AuditEvent
-from routing.models import ApiKey, Prototype, RequestLog, RouterVersion
+from routing.models import Prototype, RouterVersion
 from tests.lanes.rule_cases import lane_data
 from tests.portal.test_input_rules import _socket
 

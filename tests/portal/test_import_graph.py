@@ -5,29 +5,32 @@ directions only, nothing is imported by name, and sparksim stays free of Django.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("portal", "lanes", "jobs", "routing", "benchmarks", "metrics", "sparksim")
-APPS = ("portal", "lanes", "jobs", "routing", "benchmarks", "metrics")
-# (importer, imported): the packages an app must never import.
-FORBIDDEN = {
-    ("lanes", "jobs"), ("lanes", "routing"), ("routing", "jobs"), ("jobs", "routing"),
-    ("sparksim", "portal"), ("sparksim", "lanes"), ("sparksim", "jobs"), ("sparksim", "routing"),
-    ("sparksim", "benchmarks"), ("lanes", "benchmarks"), ("routing", "benchmarks"), ("portal", "benchmarks"),
-    # metrics reads lanes, jobs (transports, job counts) and routing (the request log); none reads it.
-    ("lanes", "metrics"), ("jobs", "metrics"), ("routing", "metrics"), ("sparksim", "metrics"),
-    ("portal", "metrics"), ("metrics", "benchmarks"),
+# The floors, bottom first. Each package may reach (through any chain of imports, at module
+# top or inside a function) only the packages listed for it; the project package sits on top
+# and reaches every app, and nothing reaches it. docs/architecture.md draws the same floors.
+MAY_REACH: dict[str, set[str]] = {
+    "sparksim": set(),  # the simulated Spark: no Django, no app
+    "core": set(),  # the shared kernel: roles, audit, broadcast, API base, validators, ...
+    "lanes": {"core", "sparksim"},  # sparksim only through lanes.demo_cluster
+    "jobs": {"lanes", "core", "sparksim"},
+    "routing": {"lanes", "core", "sparksim"},
+    "gateway": {"routing", "lanes", "core", "sparksim"},
+    "metrics": {"gateway", "routing", "jobs", "lanes", "core", "sparksim"},
+    "benchmarks": {"metrics", "gateway", "routing", "jobs", "lanes", "core", "sparksim"},
+    "portal": {"benchmarks", "metrics", "gateway", "routing", "jobs", "lanes", "core", "sparksim"},
 }
-# The project's URL module mounts every app's API router on the one /api/ NinjaAPI: its one
-# allowed edge into an app the rest of portal must not import.
-ROUTER_MOUNTS = {("portal.urls", "benchmarks.api")}
-# The demo's simulated cluster is the portal's one door into sparksim.
-SPARKSIM_USERS = {"portal.demo_cluster"}
+PACKAGES = tuple(MAY_REACH)
+APPS = tuple(package for package in PACKAGES if package != "sparksim")
+# The demo's simulated cluster is the apps' one door into sparksim.
+SPARKSIM_USERS = {"lanes.demo_cluster"}
 NAME_BASED = {"importlib", "__import__", "import_module", "import_string"}
 
 
@@ -129,8 +132,9 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_the_known_edges() -> None:
     edges = graph()
     assert "lanes.selectors" in edges["jobs.kinds.lane"]
-    assert "lanes.api" in edges["portal.urls"] and "portal.api" in edges["lanes.api"]
-    assert "sparksim.cluster" in edges["portal.demo_cluster"]
+    assert "lanes.api" in edges["portal.urls"] and "core.api" in edges["lanes.api"]
+    assert "sparksim.cluster" in edges["lanes.demo_cluster"]
+    assert "routing.decision" in edges["gateway.route"]
 
 
 def test_no_module_imports_itself_through_others() -> None:
@@ -141,12 +145,69 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize(("importer", "imported"), sorted(FORBIDDEN))
-def test_the_apps_depend_in_the_intended_directions(importer: str, imported: str) -> None:
-    wrong = [f"{found.module}:{found.line} imports {found.target}" for found in ALL_IMPORTS
-             if found.module.split(".")[0] == importer and found.target.split(".")[0] == imported
-             and (found.module, own_module(found.target)) not in ROUTER_MOUNTS]
-    assert wrong == []
+def package_of(module: str) -> str:
+    return module.split(".")[0]
+
+
+def path_between(edges: dict[str, set[str]], start: str, goal: Callable[[str], bool]) -> list[str] | None:
+    """The shortest chain of imports from `start` to a module `goal` accepts (breadth first)."""
+    came_from: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        if goal(node) and node != start:
+            chain = [node]
+            while (previous := came_from[chain[-1]]) is not None:
+                chain.append(previous)
+            return chain[::-1]
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in came_from:
+                came_from[nxt] = node
+                queue.append(nxt)
+    return None
+
+
+def forbidden_paths(edges: dict[str, set[str]], may_reach: dict[str, set[str]]) -> list[str]:
+    """One chain per module that reaches a package its own package may not reach."""
+    wrong = []
+    for module in sorted(edges):
+        package = package_of(module)
+        allowed = may_reach[package] | {package}
+        chain = path_between(edges, module, lambda node, allowed=allowed: package_of(node) not in allowed)
+        if chain is not None:
+            wrong.append(" -> ".join(chain))
+    return wrong
+
+
+def test_the_path_finder_finds_a_path_not_only_an_edge() -> None:
+    edges = {"jobs.a": {"jobs.b"}, "jobs.b": {"lanes.c"}, "lanes.c": {"routing.d"}, "routing.d": set()}
+    may_reach = {"jobs": {"lanes"}, "lanes": {"routing"}, "routing": set()}
+    # No edge runs from jobs to routing, but a path does: jobs.a -> jobs.b -> lanes.c -> routing.d.
+    assert forbidden_paths(edges, may_reach) == ["jobs.a -> jobs.b -> lanes.c -> routing.d",
+                                                 "jobs.b -> lanes.c -> routing.d"]
+
+
+def test_the_floors_are_a_ladder() -> None:
+    """What a package may reach, its floors below may reach too (no floor skips back up)."""
+    for package, below in MAY_REACH.items():
+        assert package not in below
+        for lower in below:
+            assert MAY_REACH[lower] <= below, (package, lower)
+
+
+def test_no_package_reaches_a_floor_above_it() -> None:
+    assert forbidden_paths(graph(), MAY_REACH) == []
+
+
+@pytest.mark.parametrize(("importer", "imported"), [
+    ("jobs", "routing"), ("routing", "jobs"), ("routing", "gateway"), ("lanes", "jobs"), ("metrics", "benchmarks"),
+    *((app, "portal") for app in APPS if app != "portal"), ("sparksim", "core"),
+])
+def test_the_named_paths_do_not_exist(importer: str, imported: str) -> None:
+    edges = graph()
+    found = [chain for module in sorted(edges) if package_of(module) == importer
+             if (chain := path_between(edges, module, lambda node: package_of(node) == imported))]
+    assert found == []
 
 
 def test_sparksim_imports_no_django() -> None:

@@ -17,12 +17,12 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from core.consumers import CLOSE_INVALID_PAYLOAD, CLOSE_NOT_FOUND, CLOSE_UNSUPPORTED_DATA
+from gateway.models import ApiKey
+from gateway.services import api_key_create
 from lanes.models import Lane, Node
 from lanes.services import lane_create, node_create
 from portal.asgi import application
-from portal.consumers import CLOSE_INVALID_PAYLOAD, CLOSE_NOT_FOUND, CLOSE_UNSUPPORTED_DATA
-from routing.models import ApiKey
-from routing.services import api_key_create
 from tests.lanes.rule_cases import GIB, lane_data
 
 NODE = {"name": "spark9", "address": "10.0.0.9", "transport": "local", "memory_gib": 128.0, "os_reserve_gib": 8.0}
@@ -152,7 +152,7 @@ def test_the_openapi_schema_documents_each_operations_4xx(admin_client: Client) 
 
 
 def test_a_403_is_logged_as_one_line(viewer_client: Client, caplog: pytest.LogCaptureFixture) -> None:
-    from portal.logfilters import ForbiddenOneLine
+    from core.logfilters import ForbiddenOneLine
 
     with caplog.at_level(logging.WARNING, logger="django.request"):
         assert viewer_client.get("/nodes/new/").status_code == 403

@@ -11,11 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from gateway.models import RequestLog
+from gateway.services import api_key_create
 from jobs.models import Job
 from lanes.models import Lane, Node
 from lanes.services import lane_create
-from routing.models import RequestLog
-from routing.services import api_key_create
 from tests.lanes.rule_cases import lane_data
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
-from portal.models import AuditEvent
-from portal.roles import Role, user_role
-from portal.services import user_create, user_set_active, user_set_role
+from core.models import AuditEvent
+from core.roles import Role, user_role
+from core.services import user_create, user_set_active, user_set_role
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

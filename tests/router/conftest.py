@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 
 from lanes.models import Lane
-from routing.router.services import starter_load
+from routing.services import starter_load
 from tests.gateway.conftest import clean_gateway_redis, key_owner, make_lane  # noqa: F401 (fixtures)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from routing.router.decision import (
+from routing.decision import (
     PrototypeSet,
     RouterConfig,
     best_threshold,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from routing.router.decision import decide
-from routing.router.engine import router_encoder
-from routing.router.published import load_router_state
+from routing.decision import decide
+from routing.engine import router_encoder
+from routing.published import load_router_state
 
 CASES = [
     ("What port does PostgreSQL use by default?", "qwen"),

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from routing.router.batcher import EmbeddingBatcher
-from routing.router.encoder import Encoder, EncoderUnavailable
-from routing.router.engine import router_encoder
+from routing.batcher import EmbeddingBatcher
+from routing.encoder import Encoder, EncoderUnavailable
+from routing.engine import router_encoder
 from tests.gateway.conftest import run_async
 
 

@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from routing.models import RequestLog, RouterVersion
-from routing.router.services import (
+from gateway.models import RequestLog
+from routing.models import RouterVersion
+from routing.services import (
     router_version_create_draft,
     router_version_publish,
     router_version_set_shadow,

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from routing.models import EvalPrompt, Prototype, RouterVersion, VersionStatus
 
 READ_PAGES = ["/routing/", "/routing/playground/", "/routing/versions/", "/routing/eval/", "/routing/shadow/",
@@ -35,7 +35,7 @@ def edit_posts(prototype_id: int, draft: int) -> list[tuple[str, dict]]:
 
 @pytest.fixture
 def draft(starter, admin_user) -> RouterVersion:
-    from routing.router.services import router_version_create_draft
+    from routing.services import router_version_create_draft
 
     return router_version_create_draft(actor=admin_user)
 

@@ -1,7 +1,7 @@
 """The engine core keeps the timing model's clock: TTFT, decode speed under concurrency and
 the prefix cache, checked exactly on a simulated clock (sparksim.virtual_clock), so the
 machine's load cannot move the figures. Real-time fidelity is measured by
-bench/sparksim_timing.py."""
+perf/sparksim_timing.py."""
 
 import asyncio
 from dataclasses import dataclass

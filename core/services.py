@@ -1,0 +1,128 @@
+"""Users and their roles, managed by admins in the portal (DESIGN.md §5 Roles). Every
+change is audited with a before/after diff; passwords and invite tokens never are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import Group, User
+from django.contrib.auth.password_validation import validate_password
+from django.contrib.auth.tokens import default_token_generator
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from core.audit import audit_record
+from core.roles import ROLE_CAPABILITIES, Role, UserLike, ensure_role_groups, user_role
+
+
+@dataclass(frozen=True)
+class UserCreated:
+    user: User
+    invite_path: str  # "" when the admin set a password; else the one-time set-password link
+
+
+def _role_snapshot(user: User) -> dict[str, object]:
+    role = user_role(user)
+    # the user name is the event's object already
+    return {"email": user.email, "role": role.value if role else None, "is_active": user.is_active}
+
+
+def _set_role_groups(user: User, role: Role | None) -> None:
+    ensure_role_groups()
+    user.groups.remove(*Group.objects.filter(name__in=[r.value for r in ROLE_CAPABILITIES]))
+    if role is not None:
+        user.groups.add(Group.objects.get(name=role.value))
+    # Django admin (/admin/) is for the admin role only.
+    user.is_staff = role is Role.ADMIN
+    user.save(update_fields=["is_staff"])
+
+
+def _active_admins() -> int:
+    return User.objects.filter(is_active=True, groups__name=Role.ADMIN.value).distinct().count()
+
+
+def user_invite_path(user: User) -> str:
+    """A one-time link where the user sets their own password (Django's reset token: it
+    stops working once a password is set or after PASSWORD_RESET_TIMEOUT)."""
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    return reverse("password_set", kwargs={"uidb64": uid, "token": default_token_generator.make_token(user)})
+
+
+@transaction.atomic
+def user_create(
+    *, actor: UserLike | None, username: str, email: str = "", role: Role | None, password: str = ""
+) -> UserCreated:
+    """With a password the account works at once; without one it gets an invite link."""
+    username = username.strip()
+    errors: dict[str, list[str]] = {}
+    try:
+        UnicodeUsernameValidator()(username)
+    except ValidationError as exc:
+        errors["username"] = list(exc.messages)
+    if not username:
+        errors["username"] = ["Give a user name."]
+    elif User.objects.filter(username__iexact=username).exists():
+        errors["username"] = [f"A user named {username!r} already exists."]
+    if password:
+        try:
+            validate_password(password, User(username=username, email=email))
+        except ValidationError as exc:
+            errors["password"] = list(exc.messages)
+    if errors:
+        raise ValidationError(errors)
+    user = User.objects.create_user(username=username, email=email.strip(), password=password or None)
+    if not password:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    _set_role_groups(user, role)
+    audit_record(actor=actor, action="user.create", obj=user, after=_role_snapshot(user))
+    return UserCreated(user, "" if password else user_invite_path(user))
+
+
+def _guard_last_admin(*, actor: UserLike | None, user: User, losing_admin: bool) -> None:
+    if not losing_admin:
+        return
+    if actor is not None and getattr(actor, "pk", None) == user.pk:
+        raise ValidationError({"role": "You cannot remove your own admin role or account: ask another admin."})
+    if _active_admins() <= 1:
+        raise ValidationError({"role": f"{user.get_username()} is the last active admin: make another admin first."})
+
+
+@transaction.atomic
+def user_set_role(*, actor: UserLike | None, user: User, role: Role | None) -> User:
+    before = _role_snapshot(user)
+    current = user_role(user)
+    if current == role:
+        return user
+    _guard_last_admin(actor=actor, user=user, losing_admin=current is Role.ADMIN and user.is_active)
+    _set_role_groups(user, role)
+    audit_record(actor=actor, action="user.role", obj=user, before=before, after=_role_snapshot(user))
+    return user
+
+
+@transaction.atomic
+def user_set_active(*, actor: UserLike | None, user: User, active: bool) -> User:
+    """A deactivated user's sessions stop working at their next request (Django refuses
+    inactive users), sockets included; nothing of theirs is deleted."""
+    if user.is_active == active:
+        return user
+    before = _role_snapshot(user)
+    if not active:
+        _guard_last_admin(actor=actor, user=user, losing_admin=user_role(user) is Role.ADMIN)
+    user.is_active = active
+    user.save(update_fields=["is_active"])
+    audit_record(actor=actor, action="user.activate" if active else "user.deactivate", obj=user,
+                 before=before, after=_role_snapshot(user))
+    return user
+
+
+def user_new_invite(*, actor: UserLike | None, user: User) -> str:
+    """A fresh set-password link for a user who has not set one yet."""
+    if user.has_usable_password():
+        raise ValidationError({"user": f"{user.get_username()} has already set a password."})
+    audit_record(actor=actor, action="user.invite", obj=user)
+    return user_invite_path(user)

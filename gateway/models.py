@@ -1,0 +1,142 @@
+"""Gateway models: API keys, the request log, mirrored samples.
+
+Gateway rows are kept small on purpose: LiteLLM's spend log grew to 26 GB for 5.9M rows
+because every row carried a copy of the model map (their #41499). A request log row here
+is a handful of numbers and short strings; prompt text only when the key opts in.
+
+The tables keep the names they had in the routing app (db_table): the gateway's first
+migration takes them over in Django's state only, so an existing database keeps every row."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from core.validators import POSITIVE_INT, TEXT
+from lanes.models import Lane
+
+
+class ApiKey(models.Model):
+    """An API client's credential. The secret is shown once at creation; only its SHA-256
+    is stored (the token has 256 bits of entropy, so a plain hash is enough)."""
+
+    name = models.CharField(max_length=100, validators=TEXT)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys"
+    )
+    prefix = models.CharField(max_length=24, db_index=True, help_text="First characters of the secret, shown to tell keys apart.")
+    secret_hash = models.CharField(max_length=64, unique=True)
+    # Empty = every lane.
+    allowed_lanes = models.ManyToManyField(Lane, blank=True, related_name="api_keys")
+    # Null = `auto` (the router decides); set = requests with model="auto" are pinned to it
+    # (the seed's agents pin fast agents to qwen and long refactors to deepseek).
+    default_lane = models.ForeignKey(Lane, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    rpm_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Requests per minute; empty = no limit.")
+    tpm_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Tokens per minute; empty = no limit.")
+    max_parallel = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Requests in flight; empty = no limit.")
+    log_prompts = models.BooleanField(default=False, help_text="Store prompt text in the request log.")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "routing_apikey"  # the table of the routing app it came from
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+    @property
+    def default_route(self) -> str:
+        return self.default_lane.name if self.default_lane_id and self.default_lane else "auto"
+
+
+class RouteReason(models.TextChoices):
+    ROUTER = "router"  # model="auto": the semantic router chose
+    DEFAULT = "default"  # model="auto": no label reached the threshold (or no version is published): the default lane
+    KEY_DEFAULT = "key_default"  # model="auto" with a key pinned to a lane
+    EXPLICIT = "explicit"  # a lane or served model name, or a per-lane URL
+    FALLBACK = "fallback"  # the chosen lane provably could not take it: its fallback did
+    CONTEXT = "context"  # model="auto": the router's lane could not hold the prompt; one that fits did
+
+
+class RequestLog(models.Model):
+    """One row per gateway request, written in batches off the hot path."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    request_id = models.CharField(max_length=40)
+    key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    endpoint = models.CharField(max_length=32)  # chat.completions | completions
+    requested_model = models.CharField(max_length=200, blank=True)
+    lane = models.CharField(max_length=63, blank=True, db_index=True)
+    # Which of the lane's replicas answered (LaneReplica.index); empty when none was sent to.
+    replica = models.PositiveSmallIntegerField(null=True, blank=True)
+    route_reason = models.CharField(max_length=16, choices=RouteReason.choices, blank=True)
+    route_score = models.FloatField(null=True, blank=True)
+    route_label = models.CharField(max_length=64, blank=True)
+    route_prototype = models.CharField(max_length=200, blank=True, db_default="", help_text="The best-matching prototype's text (cut).")
+    router_version = models.PositiveIntegerField(null=True, blank=True)
+    # Shadow evaluation: the draft's decision beside the published one (no upstream call).
+    # The new text columns have a database default: rows written by raw SQL (the purge's
+    # bulk tests, older processes during a rolling deploy) stay valid.
+    shadow_version = models.PositiveIntegerField(null=True, blank=True)
+    shadow_lane = models.CharField(max_length=63, blank=True, db_default="")
+    shadow_label = models.CharField(max_length=64, blank=True, db_default="")
+    shadow_score = models.FloatField(null=True, blank=True)
+    stream = models.BooleanField(default=False)
+    status = models.PositiveSmallIntegerField()
+    error_code = models.CharField(max_length=64, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Who counted the tokens: "" the lane itself; "tokenize" the gateway, exactly, with the
+    # lane's /tokenize; "estimate" the gateway, about 4 characters a token (no /tokenize).
+    usage_source = models.CharField(max_length=8, blank=True, default="", db_default="")
+    ttft_ms = models.FloatField(null=True, blank=True)
+    latency_ms = models.FloatField()
+    upstream_ms = models.FloatField(null=True, blank=True)
+    prompt_text = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "routing_requestlog"
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["key", "-id"], name="requestlog_key_recent"),
+            # The request log page filtered by lane (and status), newest first (keyset on id).
+            models.Index(fields=["lane", "status", "-id"], name="requestlog_lane_status_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.lane} {self.status}"
+
+
+class MirrorSample(models.Model):
+    """A sampled request mirrored to an external endpoint after the client's answer (the
+    draft router's "shadow" decisions are another thing: RequestLog.shadow_*)."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    request_id = models.CharField(max_length=40)
+    key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    lane = models.CharField(max_length=63)
+    external_model = models.CharField(max_length=200)
+    local_latency_ms = models.FloatField()
+    external_latency_ms = models.FloatField(null=True, blank=True)
+    local_chars = models.PositiveIntegerField()
+    external_chars = models.PositiveIntegerField(null=True, blank=True)
+    local_completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    external_completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    divergence = models.FloatField(null=True, blank=True, help_text="0 = same words, 1 = nothing in common.")
+    error = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        db_table = "routing_shadowsample"
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"mirror {self.request_id} → {self.external_model}"

@@ -1,0 +1,172 @@
+"""Gateway services: API keys (create, revoke), request log retention."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import redis
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from core.audit import audit_record
+from core.roles import UserLike
+from core.validators import has_control_characters
+from gateway.directory import hash_secret
+from gateway.limits import key_names, key_namespace
+from gateway.models import ApiKey, RequestLog
+from lanes.models import Lane
+from lanes.replica_health import invalidation_channel
+
+SECRET_PREFIX = "sk-spark-"
+VISIBLE_PREFIX_LEN = len(SECRET_PREFIX) + 6
+
+
+_clients: dict[str, redis.Redis] = {}
+
+
+def _redis() -> redis.Redis:
+    client = _clients.get(settings.REDIS_URL)
+    if client is None:
+        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
+    return client
+
+
+def gateway_invalidate(message: str) -> None:
+    """Tell every gateway process to drop cached keys/lanes ("lanes", "key:<id>", "all")."""
+    _redis().publish(invalidation_channel(), message)
+
+
+def _key_snapshot(key: ApiKey) -> dict[str, object]:
+    return {
+        "name": key.name, "prefix": key.prefix, "allowed_lanes": sorted(key.allowed_lanes.values_list("name", flat=True)),
+        "default_route": key.default_route, "rpm_limit": key.rpm_limit, "tpm_limit": key.tpm_limit,
+        "max_parallel": key.max_parallel, "log_prompts": key.log_prompts,
+        "expires_at": key.expires_at.isoformat() if key.expires_at else None,
+        "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+    }
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    key: ApiKey
+    secret: str  # shown once, never stored
+
+
+def api_key_create(
+    *,
+    actor: UserLike,
+    name: str,
+    allowed_lanes: list[str] | None = None,
+    default_route: str = "auto",
+    rpm_limit: int | None = None,
+    tpm_limit: int | None = None,
+    max_parallel: int | None = None,
+    expires_at: datetime | None = None,
+    log_prompts: bool = False,
+) -> CreatedKey:
+    errors: dict[str, list[str]] = {}
+    name = (name or "").strip()
+    if not name:
+        errors["name"] = ["Give the key a name (e.g. the agent that uses it)."]
+    wanted = sorted(set(allowed_lanes or []))
+    lanes = list(Lane.objects.filter(name__in=[name for name in wanted if not has_control_characters(name)]))
+    missing = sorted(set(wanted) - {lane.name for lane in lanes})
+    if missing:
+        errors["allowed_lanes"] = [f"Unknown lane(s): {', '.join(missing)}."]
+    default_lane = None
+    if default_route and default_route != "auto":
+        default_lane = None if has_control_characters(default_route) else Lane.objects.filter(
+            name=default_route).first()
+        if default_lane is None:
+            errors["default_route"] = [f"`{default_route}` is neither `auto` nor a lane."]
+        elif wanted and default_route not in wanted:
+            errors["default_route"] = [f"The default lane `{default_route}` must be one of the allowed lanes."]
+    if expires_at is not None and timezone.is_naive(expires_at):
+        expires_at = timezone.make_aware(expires_at)  # a time without zone is the portal's time zone
+    if expires_at is not None and expires_at <= timezone.now():
+        errors["expires_at"] = ["Must be in the future."]
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)  # 256 bits: a plain SHA-256 is enough
+    owner = actor if isinstance(actor, User) else None
+    key = ApiKey(
+        name=name, owner=owner,
+        prefix=secret[:VISIBLE_PREFIX_LEN], secret_hash=hash_secret(secret), default_lane=default_lane,
+        rpm_limit=rpm_limit, tpm_limit=tpm_limit, max_parallel=max_parallel, expires_at=expires_at,
+        log_prompts=log_prompts,
+    )
+    try:  # each field's declared rules (core.validators): the same for the form, the API and the shell
+        key.full_clean(exclude=[*errors, "default_lane"])
+    except ValidationError as exc:
+        for field_name, messages in exc.message_dict.items():
+            errors.setdefault(field_name, []).extend(messages)
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        key.save()
+        key.allowed_lanes.set(lanes)
+        audit_record(actor=actor, action="api_key.create", obj=key, after=_key_snapshot(key))
+    return CreatedKey(key=key, secret=secret)
+
+
+def api_key_revoke(*, actor: UserLike, key: ApiKey) -> ApiKey:
+    """Effective at once in every process: a Redis marker the admission script checks on
+    every request (kept longer than any cached copy of the key lives), then a message
+    that drops the cached key everywhere."""
+    if key.revoked_at is not None:
+        return key
+    before = _key_snapshot(key)
+    key.revoked_at = timezone.now()
+    marker_ttl = int(max(settings.GATEWAY_KEY_CACHE_TTL_S * 4, 3600))
+    revoked_marker = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), "")[0]
+    _redis().set(revoked_marker, "1", ex=marker_ttl)
+    with transaction.atomic():
+        key.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="api_key.revoke", obj=key, before=before, after=_key_snapshot(key))
+    gateway_invalidate(f"key:{key.pk}")
+    return key
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    deleted: int
+    batches: int
+    finished: bool
+
+
+def request_log_purge(
+    *, older_than_days: int | None = None, batch_size: int | None = None, max_seconds: float | None = None,
+    now: datetime | None = None,
+) -> PurgeResult:
+    """Delete request logs older than the retention, by primary-key ranges: each batch is
+    its own short transaction, so no lock is held for long and memory stays flat (LiteLLM's
+    cleanup got pods OOM-killed: #21908, #16582). Stops after `max_seconds`; the next beat
+    run continues."""
+    days = older_than_days or settings.GATEWAY_LOG_RETENTION_DAYS
+    size = batch_size or settings.GATEWAY_PURGE_BATCH
+    budget = max_seconds or settings.GATEWAY_PURGE_MAX_SECONDS
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    started = time.monotonic()
+    # Rows are written in time order, so the old ones are the low ids: find the range once.
+    bounds = RequestLog.objects.filter(created_at__lt=cutoff).order_by("id").values_list("id", flat=True)
+    low = bounds.first()
+    if low is None:
+        return PurgeResult(deleted=0, batches=0, finished=True)
+    high = RequestLog.objects.filter(created_at__lt=cutoff).order_by("-id").values_list("id", flat=True).first()
+    assert high is not None
+    deleted = batches = 0
+    start = low
+    while start <= high:
+        if time.monotonic() - started > budget:
+            return PurgeResult(deleted=deleted, batches=batches, finished=False)
+        end = start + size
+        with transaction.atomic():
+            count, _ = RequestLog.objects.filter(id__gte=start, id__lt=end, created_at__lt=cutoff).delete()
+        deleted += count
+        batches += 1
+        start = end
+    return PurgeResult(deleted=deleted, batches=batches, finished=True)

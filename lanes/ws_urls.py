@@ -1,3 +1,0 @@
-from django.urls import URLPattern
-
-websocket_urlpatterns: list[URLPattern] = []

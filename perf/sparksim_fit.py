@@ -1,0 +1,276 @@
+"""sparksim's timing model against every figure the seeds measured: the portal's own load
+generator (benchmarks.loadgen) benchmarks an in-process sparksim engine over HTTP on the
+simulated clock, wave by wave as the seeds ran them, and every seed data point is printed
+beside the model's figure.
+
+    .venv/bin/python -m perf.sparksim_fit            # seed 003's waves + seeds 000/002/004
+    .venv/bin/python -m perf.sparksim_fit --quick    # only C=1..4 of seed 003
+
+Where the seeds disagree the model follows one of them; each such point is marked `follows`
+with the reason, and not counted as a miss (tests/benchmarks/test_seed_recovery.py checks the
+same list).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import httpx
+
+from benchmarks.loadgen import ClientLoad, LevelPlan, Target, run_level, sized_prompt, stream_one
+from benchmarks.stats import RequestRecord, percentile
+from sparksim.inprocess import engine_config, serving
+from sparksim.timing import DEEPSEEK, GB, GIB, QWEN, QWEN_NEXT, per_stream_decode_rate, prefill_seconds
+from sparksim.virtual_clock import run_on_virtual_clock
+
+TOLERANCE = 0.10
+DEEPSEEK_MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
+# Seed 003's lane: TP=4 over four Sparks, nvfp4 DS-MLA KV, prefix caching, MAX_NUM_SEQS 12.
+# In-process the engine runs as one rank with seed 003's profile.
+# The prefill chunk is vLLM's default token budget (--max-num-batched-tokens 8192 on a GPU of
+# GB10's memory; the seed does not set it). A streaming request whose client went away is
+# aborted when the engine next writes to it (sparksim's default, spelled out here because the
+# cold waves depend on it): the C=4/C=6 requests the client gave up on are still prefilled to
+# the end, as the seed's C=6 decode rate (half C=4's) shows its were.
+SEED_003_FLAGS = ("--sim-profile", "deepseek-tp4", "--kv-cache-dtype", "nvfp4_ds_mla",
+                  "--kv-cache-memory-bytes", "11G", "--max-model-len", "524288", "--max-num-seqs", "12",
+                  "--block-size", "256", "--enable-prefix-caching", "--enable-chunked-prefill",
+                  "--sim-abort-on-disconnect", "write")
+OUTPUT_TOKENS = 512  # seed 003: max_tokens=512, ignore_eos=true
+# Seed 003's C=4 and C=6 cold waves "hit client-side timeouts" with three answers each: the
+# third first token came at ~200 s, a fourth prompt could not have had one before ~260 s, and
+# the answers that did come took far longer than that in all: a client read timeout (no byte
+# for 250 s), not a limit on the whole request.
+COLD_IDLE_TIMEOUT_S = 250.0
+
+# Why the remaining misses stay misses (each checked against a mechanism, none found that the
+# seeds support; see the README's "Performance" section).
+COLD_AGGREGATE = (
+    "the seed's 1.28 tok/s at C=4 and at C=6 is the same 1,536 tokens (three answers) over the "
+    "same 1,200 s, though every answer ended long before (the seed's own TTFT p95 + 511 tokens at "
+    "its decode p50: ~330 s at C=4, ~470 s at C=6; the model's waves end at ~266 s and ~395 s): "
+    "its harness divided by a fixed 20-minute budget. No client timing gives that and the 3/4, 3/6 "
+    "successes together (a request timing out at 1,200 s would have been answered: the C=4 fourth "
+    "prompt was prefilled by ~267 s, as its slowed decodes show); over that budget the model's "
+    "three answers would give exactly 1.28, but that is arithmetic on the success count, not a "
+    "test of the timing, so these stay misses. Output throughput counts completed requests (vllm "
+    "bench serve, the model too) over the wave, which ends with its last answer or timeout")
+HIT_C4_TTFT = (
+    "the seed's cache-hit prompts waiting together cost 0.80 s each at C=2, 0.87 s at C=4, 0.74 s "
+    "at C=6, 0.73 s at C=8 and 0.69 s at C=12 (wave 2) ((TTFT p50 - the C=1 hit's 0.657 s) / the "
+    "batch); the model's 0.72 s fits C=1, C=6 and C=8 within 0.3% and C=4 is 18% above both its "
+    "neighbours (the seed's two C=1 cache-hit TTFTs of the same prompt differ 18% too: 0.776 s in "
+    "§6, 0.657 s in §7). Before prefill chunks were vLLM's token budget, 0.27 s chunks each "
+    "followed by a decode step put this point at -8.7%")
+HIT_AGGREGATE = (
+    "the seed's cache-hit waves last 1.0/2.9/1.6/3.9/1.1 s (C=2/4/6/8/12; C=1: 0.0) longer than "
+    "TTFT + 511 tokens at its decode p50: its slowest stream decodes well below the median, not "
+    "monotonically in C (per-request speculative acceptance varies); the model's streams decode "
+    "alike, so a wave ends with its median stream. A per-request acceptance spread is not a "
+    "mechanism here (every stream of a cache-hit wave is the same prompt at temperature 0: the "
+    "same tokens, the same drafts accepted), and no per-request spread could fit them all: "
+    "within 10% needs the slowest stream at <= 0.80 of the median at C=4 and <= 0.85 at C=8 but "
+    ">= 0.91 at C=12 (reckoned as if the others kept the slowest company to the end; it speeds up "
+    "once they end, which lowers every bound alike), and a larger wave's slowest stream is, in "
+    "expectation, no faster than a smaller one's (if each stream's speed were drawn alike, with a "
+    "share q of draws at >= 0.91 of the median, the three fit together with chance at most "
+    "q^12 (1 - q^4)(1 - q^8) <= 5.6%, whatever the spread). §8's per-wave figures do not cover the model either (C=8: 149.18 and "
+    "159.25 tok/s, model 191)")
+
+
+def hit_aggregate_reason(model: float, measured: float) -> str:
+    """The reason printed beside a cache-hit aggregate outside the tolerance (still a miss)."""
+    return HIT_AGGREGATE if abs(model / measured - 1) > TOLERANCE else ""
+
+
+@dataclass(frozen=True)
+class Point:
+    seed: str
+    where: str
+    metric: str
+    measured: float
+    model: float
+    follows: str = ""  # where the seeds disagree: which figure the model follows, and why
+    unmodelled: str = ""  # a known miss: what the model lacks
+
+    @property
+    def deviation(self) -> float:
+        return self.model / self.measured - 1.0 if self.measured else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.unmodelled and (bool(self.follows) or abs(self.deviation) <= TOLERANCE)
+
+
+@dataclass
+class Wave:
+    records: list[RequestRecord] = field(default_factory=list)
+    output_throughput: float = 0.0  # the seeds' "Aggregate TPS": output tokens / wave time
+
+    @property
+    def done(self) -> list[RequestRecord]:
+        return [record for record in self.records if record.ok]
+
+    def ttft(self, q: float) -> float:
+        return percentile([record.ttft for record in self.done], q)
+
+    def decode(self, q: float = 50) -> float:
+        return percentile([rate for record in self.done if (rate := record.decode_tok_s) is not None], q)
+
+
+async def _wave(client: httpx.AsyncClient, target: Target, concurrency: int, prompt_for: Callable[[int], str],
+                idle_timeout_s: float | None = None) -> Wave:
+    async def prompt(index: int) -> str:
+        return prompt_for(index)
+
+    plan = LevelPlan(concurrency=concurrency, request_rate=None, requests=concurrency, duration_s=None,
+                     output_tokens=OUTPUT_TOKENS, timeout_s=7200.0, idle_timeout_s=idle_timeout_s)
+    result = await run_level(client, target, plan, prompt)
+    return Wave(result.records, result.stats()["output_throughput"])
+
+
+async def _one(client: httpx.AsyncClient, target: Target, prompt: str) -> RequestRecord:
+    record, _ = await stream_one(client, target, prompt, OUTPUT_TOKENS, 7200.0, ClientLoad())
+    return record
+
+
+def _decode(record: RequestRecord) -> float:
+    return record.decode_tok_s or 0.0
+
+
+async def seed_003_points(quick: bool = False) -> list[Point]:
+    config = engine_config(DEEPSEEK_MODEL, *SEED_003_FLAGS)
+    points: list[Point] = []
+
+    def add(where: str, metric: str, measured: float, model: float, follows: str = "", unmodelled: str = "") -> None:
+        points.append(Point("003", where, metric, measured, model, follows, unmodelled))
+
+    async with serving(config) as url, httpx.AsyncClient(timeout=httpx.Timeout(7200.0), trust_env=False) as client:
+        target = Target("direct", url, DEEPSEEK_MODEL)
+
+        async def fresh(tokens: int, tag: str) -> str:
+            # Exactly `tokens` prompt tokens: a cache hit's uncached tail depends on it.
+            return await sized_prompt(client, target, tokens, tag)
+
+        # §6, C=1: a fresh prompt primes the cache, then the same prompt again.
+        for tokens, cold_ttft, cold_decode, hit_ttft, hit_decode in (
+            (50_000, 19.622, 93.15, 0.413, 84.80), (100_000, 41.510, 85.34, 0.578, 81.02),
+            (150_000, 64.433, 90.15, 0.776, 90.30),
+        ):
+            prompt = await fresh(tokens, f"s6-{tokens}")
+            cold = await _one(client, target, prompt)
+            hit = await _one(client, target, prompt)
+            where = f"§6 C=1 {tokens // 1000}K"
+            add(where, "cold TTFT s", cold_ttft, cold.ttft)
+            add(where, "cold decode tok/s", cold_decode, _decode(cold))
+            add(where, "cache-hit TTFT s", hit_ttft, hit.ttft)
+            add(where, "cache-hit decode tok/s", hit_decode, _decode(hit))
+            add(where, "cache-hit TTFT speed-up x", cold_ttft / hit_ttft, cold.ttft / hit.ttft)
+        # §7, 150K cold unique prompts.
+        cold_rows = {1: (1, 64.153, 64.153, 93.99, 7.21), 2: (2, 98.308, 126.740, 41.36, 7.49),
+                     4: (3, 134.139, 193.381, 3.64, 1.28), 6: (3, 132.949, 191.495, 1.85, 1.28)}
+        for concurrency, (success, p50, p95, decode, aggregate) in cold_rows.items():
+            if quick and concurrency > 4:
+                continue
+            prompts = [await fresh(150_000, f"cold-{concurrency}-{index}") for index in range(concurrency)]
+            wave = await _wave(client, target, concurrency, prompts.__getitem__, idle_timeout_s=COLD_IDLE_TIMEOUT_S)
+            where = f"§7 150K cold C={concurrency}"
+            add(where, "success", success, len(wave.done))
+            add(where, "TTFT p50 s", p50, wave.ttft(50))
+            add(where, "TTFT p95 s", p95, wave.ttft(95))
+            add(where, "decode p50 tok/s", decode, wave.decode())
+            add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
+                unmodelled="" if concurrency < 4 else COLD_AGGREGATE)
+        # §7, 150K cache-hit waves on one primed prompt.
+        shared = await fresh(150_000, "hit-shared")
+        await _one(client, target, shared)
+        hit_rows = {1: (0.657, 92.18, 82.41), 2: (1.055, 64.03, 102.35), 4: (3.265, 48.69, 123.08),
+                    6: (4.334, 40.39, 165.54)}
+        for concurrency, (p50, decode, aggregate) in hit_rows.items():
+            if quick and concurrency > 4:
+                continue
+            wave = await _wave(client, target, concurrency, lambda i: shared)
+            where = f"§7 150K cache-hit C={concurrency}"
+            add(where, "success", concurrency, len(wave.done))
+            ttft = wave.ttft(50)
+            add(where, "TTFT p50 s", p50, ttft,
+                unmodelled=HIT_C4_TTFT if concurrency == 4 and abs(ttft / p50 - 1) > TOLERANCE else "")
+            add(where, "decode p50 tok/s", decode, wave.decode())
+            add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
+                unmodelled=hit_aggregate_reason(wave.output_throughput, aggregate))
+        if not quick:
+            # §8: a shared C=1 prime, then C=8 and C=12 waves of the same prompt.
+            shared = await fresh(150_000, "hit-shared-8")
+            prime = await _one(client, target, shared)
+            add("§8 shared C=1 prime", "TTFT s", 65.086, prime.ttft)
+            add("§8 shared C=1 prime", "decode tok/s", 74.46, _decode(prime),
+                follows="§6/§7: six other C=1 runs of the same lane decode at 81-94 tok/s; this single prime "
+                        "is the outlier")
+            for concurrency, (p50, p95, decode, aggregate, follows) in {
+                8: (5.761, 5.771, 30.28, 154.22, ""),
+                12: (6.705, 8.509, 25.82, 208.74, "wave cache_hit_2 (TTFT p50 8.210 s): the table averages two waves "
+                                          "that disagree (5.199 s vs 8.210 s); the model batches all eleven "
+                                          "waiting prompts like wave 2"),
+            }.items():
+                wave = await _wave(client, target, concurrency, lambda i: shared)
+                where = f"§8 150K cache-hit C={concurrency}"
+                add(where, "success", concurrency, len(wave.done))
+                add(where, "TTFT p50 s", p50, wave.ttft(50), follows=follows)
+                add(where, "TTFT p95 s", p95, wave.ttft(95))
+                add(where, "decode p50 tok/s", decode, wave.decode())
+                add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
+                    unmodelled=hit_aggregate_reason(wave.output_throughput, aggregate))
+    return points
+
+
+def other_seed_points() -> list[Point]:
+    """Seeds 000, 002 and 004: figures of other lanes, read off the profiles' model."""
+    points = [
+        Point("000", "DeepSeek TP=2, 1 user", "decode tok/s", 68.0, per_stream_decode_rate(DEEPSEEK, 1)),
+        Point("000", "DeepSeek TP=2, 10 users", "decode tok/s each", 45.0, per_stream_decode_rate(DEEPSEEK, 10)),
+        Point("000", "Qwen 3.8 27B, 1 user", "decode tok/s", 120.0, per_stream_decode_rate(QWEN, 1)),
+        Point("000", "Qwen 3.8 27B, 262K prompt", "prefill s", 3.0, prefill_seconds(QWEN, 262_144, 0)),
+        Point("000", "DeepSeek TP=2, 1M prompt", "prefill s", 28.0, prefill_seconds(DEEPSEEK, 1_048_576, 0),
+              follows="seed 003: its cold prefill was measured (2,328-2,548 tok/s at 50-150K, and 2,615/2,644 "
+                      "tok/s from two other posters); 1M in 28 s would be 37,000 tok/s, 15x any measured cold "
+                      "rate on GB10, so likely a cached or segmented figure"),
+        # Seed 002: production figures of Qwen3.8-Flash-Next FP8 on two Sparks, averaged over mixed load.
+        Point("002", "Qwen3.8-Flash-Next TP=2", "TPOT p50 ms", 75.0, 1000.0 / per_stream_decode_rate(QWEN_NEXT, 1)),
+        Point("002", "Qwen3.8-Flash-Next TP=2, 46,296-token prompt, 90.1% cached", "prefill s", 4.91,
+              prefill_seconds(QWEN_NEXT, 46_296 - int(46_296 * 0.901), int(46_296 * 0.901))),
+        Point("004", "DeepSeek V4 Flash weights", "GiB (156 GB)", 156 * GB / GIB, DEEPSEEK.weights_gib),
+    ]
+    return points
+
+
+def table(points: Iterable[Point]) -> str:
+    lines = [f"{'seed':4} {'where':58} {'metric':24} {'measured':>10} {'model':>10} {'dev':>7}  verdict"]
+    for point in points:
+        verdict = ("MISS, not modelled: " + point.unmodelled if point.unmodelled
+                   else "follows " + point.follows if point.follows else "ok" if point.ok else "MISS")
+        lines.append(f"{point.seed:4} {point.where[:58]:58} {point.metric:24} {point.measured:10.3f} "
+                     f"{point.model:10.3f} {point.deviation:+7.1%}  {verdict}")
+    return "\n".join(lines)
+
+
+def all_points(quick: bool = False) -> list[Point]:
+    return run_on_virtual_clock(seed_003_points(quick)) + other_seed_points()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    points = all_points(args.quick)
+    print(table(points))
+    misses = [point for point in points if not point.ok]
+    followed = [point for point in points if point.follows]
+    print(f"\n{len(points)} points: {len(points) - len(misses) - len(followed)} within {TOLERANCE:.0%}, "
+          f"{len(followed)} where the model follows another seed, {len(misses)} misses "
+          f"({sum(1 for point in misses if point.unmodelled)} of them known, not modelled)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The published router as every gateway process sees it.
+
+A publish (or a shadow change) increments one Redis key after its transaction commits.
+Each process keeps its loaded version and asks Redis for that key at most every
+ROUTER_VERSION_CHECK_S (0.25 s): a publish reaches every process within that, with no
+restart, and a process switches atomically (one reference swap to a fully built state)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from core.db import db_call
+from routing.decision import PrototypeSet, RouterConfig
+from routing.encoder import Encoder, EncoderUnavailable
+from routing.engine import router_encoder, stored_embeddings
+from routing.models import RouterVersion, VersionStatus
+from routing.selectors import version_prototypes
+
+log = logging.getLogger(__name__)
+
+_clients: dict[str, redis.Redis] = {}
+
+
+def published_key() -> str:
+    return f"{settings.REDIS_PREFIX}:router:published"
+
+
+def announce_published() -> None:
+    client = _clients.get(settings.REDIS_URL)
+    if client is None:
+        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
+    client.incr(published_key())
+
+
+@dataclass(frozen=True)
+class RouterSnapshot:
+    number: int
+    config: RouterConfig
+    prototypes: PrototypeSet
+
+
+@dataclass(frozen=True)
+class RouterState:
+    token: str
+    published: RouterSnapshot | None
+    shadow: RouterSnapshot | None
+    unavailable: str | None  # why model="auto" cannot be routed, when it cannot
+    encoder: Encoder | None
+
+
+def version_config(version: RouterVersion) -> RouterConfig:
+    return RouterConfig(threshold=version.threshold, aggregation=version.aggregation, top_k=version.top_k,
+                        label_lanes=dict(version.label_lanes), default_lane=version.default_lane)
+
+
+def version_snapshot(version: RouterVersion, encoder: Encoder) -> RouterSnapshot:
+    items = version_prototypes(version)
+    texts = tuple(item["text"] for item in items)
+    return RouterSnapshot(version.number, version_config(version),
+                          PrototypeSet(texts, tuple(item["label"] for item in items), stored_embeddings(encoder, texts)))
+
+
+# Published versions are frozen: their matrices are built once per process and encoder.
+_frozen: dict[tuple[int, str, str], RouterSnapshot] = {}
+
+
+def load_router_state(token: str) -> RouterState:
+    """Sync (a worker thread): the published version and the shadow draft, ready to decide."""
+    try:
+        encoder = router_encoder()
+    except EncoderUnavailable as exc:
+        return RouterState(token, None, None, f"the router is off: {exc}", None)
+    versions = list(RouterVersion.objects.filter(status=VersionStatus.PUBLISHED) | RouterVersion.objects.filter(shadow=True))
+    published = next((v for v in versions if v.status == VersionStatus.PUBLISHED), None)
+    shadow = next((v for v in versions if v.shadow and v.status == VersionStatus.DRAFT), None)
+    snapshot = None
+    if published is not None:
+        key = (published.pk, str(published.published_at), encoder.id)
+        snapshot = _frozen.get(key) or _frozen.setdefault(key, version_snapshot(published, encoder))
+    return RouterState(
+        token, snapshot, version_snapshot(shadow, encoder) if shadow is not None else None,
+        None if snapshot is not None else "no router version is published yet", encoder,
+    )
+
+
+class PublishedRouter:
+    """Per event loop: the current RouterState, refreshed when the Redis key moves."""
+
+    def __init__(self, client: Any) -> None:
+        self._redis = client
+        self._state: RouterState | None = None
+        self._checked_at = 0.0
+        self._loading: asyncio.Task[RouterState] | None = None
+
+    async def state(self) -> RouterState:
+        now = time.monotonic()
+        if self._state is not None and now - self._checked_at < settings.ROUTER_VERSION_CHECK_S:
+            return self._state
+        self._checked_at = now
+        raw = await self._redis.get(published_key())
+        token = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if self._state is not None and self._state.token == token:
+            return self._state
+        if self._loading is None or self._loading.done():
+            self._loading = asyncio.create_task(db_call(load_router_state, token))
+        self._state = await asyncio.shield(self._loading)
+        return self._state
