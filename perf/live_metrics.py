@@ -49,10 +49,7 @@ from django.test import Client, override_settings  # noqa: E402
 from core.broadcast import DASHBOARD_GROUP, broadcast  # noqa: E402
 from core.http import async_http_client  # noqa: E402
 from core.roles import Role, ensure_role_groups  # noqa: E402
-from gateway.models import (
-    ApiKey,  # noqa: E402
-    RequestLog,  # noqa: E402
-)
+from gateway.models import ApiKey, RequestLog  # noqa: E402
 from lanes.models import Lane, LaneNode, Node  # noqa: E402
 from metrics.exposition import render_metrics  # noqa: E402
 from metrics.models import LATENCY_BUCKETS_MS, Sample  # noqa: E402
