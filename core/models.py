@@ -23,7 +23,7 @@ class Access(models.Model):
 
 
 class AuditEvent(models.Model):
-    """Who changed what, with a before/after diff (DESIGN.md §5 Audit)."""
+    """Who changed what, with a before/after diff."""
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(

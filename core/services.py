@@ -1,4 +1,4 @@
-"""Users and their roles, managed by admins in the portal (DESIGN.md §5 Roles). Every
+"""Users and their roles, managed by admins in the portal. Every
 change is audited with a before/after diff; passwords and invite tokens never are."""
 
 from __future__ import annotations

@@ -208,10 +208,6 @@ def edited_body(raw: Raw, edits: list[Edit], model: str) -> StreamedBody:
     return edited(raw, [(start, stop, served if value is None else value) for start, stop, value in edits])
 
 
-def forward_bytes(raw: bytes, edits: list[Edit], model: str) -> bytes:
-    return edited_body(raw, edits, model).join()
-
-
 def outline(body: dict[str, Any], spans: dict[str, list[Span]], *, affinity_messages: int) -> dict[str, Any]:
     """What the web process may read of a large body: its small top-level members, and its
     messages as a list of the same length in which only what the router reads for

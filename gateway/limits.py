@@ -7,7 +7,6 @@ plain functions (tested without Redis) and the script mirrors it line for line."
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 WINDOW_S = 60.0
@@ -41,10 +40,6 @@ def seconds_until_below(
         return until_next + window
     # The next window: current*(1 - t/window) + cost <= limit.
     return until_next + window * (1.0 - (limit - cost) / current)
-
-
-def retry_after_seconds(value: float) -> int:
-    return max(1, math.ceil(value))
 
 
 # Idempotency modes (ARGV 7): none, an explicit Idempotency-Key (check and register), an

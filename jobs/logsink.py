@@ -79,10 +79,6 @@ class LogSink:
             self.seq += 1
             self._pending.append(PendingLine(self.seq, timezone.now(), node, stream, text))
 
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
-
     def flush(self) -> int:
         """Save then publish everything buffered; returns the number of lines written."""
         with self._flush_lock:

@@ -1,4 +1,4 @@
-"""Jobs, their steps and their log lines (DESIGN.md §5, §7)."""
+"""Jobs, their steps and their log lines (docs/guide-admin.md, "Jobs and live logs")."""
 
 from __future__ import annotations
 

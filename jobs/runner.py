@@ -1,4 +1,4 @@
-"""The one runner that wraps every job kind (DESIGN.md §7.1): conditional-UPDATE claim,
+"""The one runner that wraps every job kind: conditional-UPDATE claim,
 heartbeat, log streaming, cancel between steps and on the node, time limit, captured
 traceback, and always a final state."""
 

@@ -1,4 +1,4 @@
-"""Nodes and lanes (DESIGN.md §5). A lane does not know how it is launched or who routes
+"""Nodes and lanes. A lane does not know how it is launched or who routes
 to it: no imports from jobs or routing here."""
 
 from __future__ import annotations

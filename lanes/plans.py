@@ -1,6 +1,6 @@
 """Launch, stop and status plans: pure functions from a lane revision and its nodes'
-network reports to the exact ordered commands per node (DESIGN.md §7.3,
-reference/spark-ops.md). No I/O here: the jobs app runs the steps, the lane page shows
+network reports to the exact ordered commands per node (docs/runtime-contract.md).
+No I/O here: the jobs app runs the steps, the lane page shows
 them as a dry run, and golden tests pin them.
 
 The jobs runner executes `plan.steps` in order:
@@ -14,7 +14,7 @@ The jobs runner executes `plan.steps` in order:
     give up after `timeout_s`.
   - `collect`: a name under which the runner keeps the step's stdout. Steps collected as
     "image_id" (one per node) are compared with `check_image_ids` once they have all run;
-    a mismatch fails the launch ("the same image Id on every node", spark-ops §1).
+    a mismatch fails the launch ("the same image Id on every node": both nodes run identical bits).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lane rules (DESIGN.md §5): pure, named checks of a lane config snapshot (the same dict a
+"""Lane rules: pure, named checks of a lane config snapshot (the same dict a
 LaneRevision stores). Errors block saving; warnings are shown. Each result names the
 field it is about, so forms put the message next to the field and the API answers 422
 naming it. The field lessons behind each rule are in seeds 002-004.

@@ -1,4 +1,4 @@
-"""The lane health watcher (DESIGN.md §5: observed state is a claim kept true). Every tick,
+"""The lane health watcher (observed state is a claim kept true). Every tick,
 from the periodic worker, it probes concurrently, with tight timeouts:
 
 - every node not in maintenance (an SSH node: a TCP connect to its SSH port; a simulated

@@ -6,7 +6,7 @@ bulk_create → channel layer (Redis) → JobLogConsumer under uvicorn → WebSo
       .venv/bin/python manage.py migrate -v0
     DATABASE_URL=... REDIS_URL=... .venv/bin/python perf/job_log_throughput.py [--rate 10000] [--seconds 10]
 
-Goal (DESIGN §7.4): 10,000 lines/s sustained, under 0.5 s behind.
+Goal: 10,000 lines/s sustained, under 0.5 s behind.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ LABEL_VALIDATOR = RegexValidator(r"^[a-z][a-z0-9_]{0,63}$", "A label is lower-ca
 
 
 class Prototype(models.Model):
-    """A hand-labelled example of a kind of request (DESIGN.md §5 Routing)."""
+    """A hand-labelled example of a kind of request."""
 
     text = models.TextField()
     label = models.CharField(max_length=64, validators=[LABEL_VALIDATOR], db_index=True)

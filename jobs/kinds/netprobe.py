@@ -1,4 +1,4 @@
-"""Network check logic without I/O (DESIGN.md §7.3, reference/spark-ops.md network.sh):
+"""Network check logic without I/O (the network.sh checks of the Spark playbooks):
 the read-only probe script, parsing its output, GID index, subnet pairing, ping commands,
 per-link verdicts and the report format of docs/runtime-contract.md."""
 

@@ -1,4 +1,4 @@
-"""The seeds' real lane configurations (reference/seed-lanes.yaml) as lane config
+"""The field reports' real lane configurations (seeds 000 and 004) as lane config
 snapshots, and network reports shaped like jobs' network check writes them
 (docs/runtime-contract.md), for golden plans and rule tests."""
 
@@ -29,7 +29,7 @@ def base_config(**overrides: Any) -> dict[str, Any]:
 
 
 def deepseek_ray() -> dict[str, Any]:
-    """Seed 004 / reference §1: DeepSeek-V4-Flash over Ray on two Sparks."""
+    """Seed 004: DeepSeek-V4-Flash over Ray on two Sparks."""
     return base_config(
         name="deepseek", revision=3, model_id="deepseek-ai/DeepSeek-V4-Flash-0731", tensor_parallel_size=2,
         executor="ray", max_model_len=1048576, kv_cache_memory_bytes=11 * GIB, gpu_memory_utilization=None,

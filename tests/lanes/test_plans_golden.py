@@ -1,5 +1,5 @@
 """Golden launch/stop/status plans for the seeds' real lanes: read each file next to
-reference/spark-ops.md. Regenerate with UPDATE_GOLDEN=1 after a deliberate change."""
+docs/runtime-contract.md. Regenerate with UPDATE_GOLDEN=1 after a deliberate change."""
 
 from __future__ import annotations
 
