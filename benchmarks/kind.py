@@ -106,22 +106,26 @@ async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[
         loop = asyncio.get_running_loop()
         planned = _level_requests(params, level)
         last_sent = [0.0]
+        sending: set[asyncio.Task[None]] = set()  # held until sent: the loop keeps only weak references
 
         def progress(done: int) -> None:
             now = time.monotonic()
             if now - last_sent[0] < PROGRESS_EVERY_S and done != planned:
                 return
             last_sent[0] = now
-            loop.create_task(abroadcast(job_group(ctx_job_id), "benchmark.progress", {
+            task = loop.create_task(abroadcast(job_group(ctx_job_id), "benchmark.progress", {
                 "job": ctx_job_id, "position": level.position, "levels": total_levels,
                 "done": done, "planned": planned,
             }))
+            sending.add(task)
+            task.add_done_callback(sending.discard)
 
         plan = LevelPlan(concurrency=level.concurrency, request_rate=level.request_rate, requests=planned,
                          duration_s=params.get("duration_s"), output_tokens=output,
                          timeout_s=float(params["timeout_s"]), idle_timeout_s=params.get("idle_timeout_s"),
                          warmup=int(params["warmup"]), seed=level.position)
         result = await run_level(client, target, plan, prompt_for, on_request=progress)
+        await asyncio.gather(*sending, return_exceptions=True)  # a lost progress message fails nothing
         after = await _scrape(client, direct.base_url)
     return LevelOutcome(result, before, after, prime)
 

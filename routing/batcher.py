@@ -24,6 +24,7 @@ class EmbeddingBatcher:
         self._cache: OrderedDict[str, Vector] = OrderedDict()
         self._pending: list[tuple[str, asyncio.Future[Vector]]] = []
         self._draining = False
+        self._drain_task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="router-encoder")
         self.batches = 0  # forward passes run (the bench reads it)
 
@@ -42,7 +43,7 @@ class EmbeddingBatcher:
         self._pending.append((text, future))
         if not self._draining:
             self._draining = True
-            loop.create_task(self._drain())
+            self._drain_task = loop.create_task(self._drain())
         return await future
 
     async def _drain(self) -> None:
