@@ -22,7 +22,7 @@ from jobs.schemas import JobOut
 
 router = Router(tags=["benchmarks"])
 
-ANY_DOC = "checked by the service; see the README's Benchmarks section for the rule"
+ANY_DOC = "checked by the service; see docs/guide-admin.md, Benchmarks, for the rule"
 
 
 class BenchmarkIn(BaseModel):

@@ -46,7 +46,7 @@ OUTPUT_TOKENS = 512  # seed 003: max_tokens=512, ignore_eos=true
 COLD_IDLE_TIMEOUT_S = 250.0
 
 # Why the remaining misses stay misses (each checked against a mechanism, none found that the
-# seeds support; see the README's "Performance" section).
+# seeds support; see docs/performance.md).
 COLD_AGGREGATE = (
     "the seed's 1.28 tok/s at C=4 and at C=6 is the same 1,536 tokens (three answers) over the "
     "same 1,200 s, though every answer ended long before (the seed's own TTFT p95 + 511 tokens at "

@@ -316,7 +316,7 @@ CELERY_BEAT_SCHEDULE.update(
 # numpy is first imported (the apps load after settings); onnxruntime has its own threads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # The encoder's directory: model.onnx + tokenizer.json (+ encoder.json). `make` installs the
-# demo model here; production puts bge-small-en-v1.5 in its own directory (README).
+# demo model here; production puts bge-small-en-v1.5 in its own directory (docs/guide-team-lead.md).
 ROUTER_MODEL_DIR = Path(env_str("PORTAL_ROUTER_MODEL_DIR", str(BASE_DIR / "var" / "models" / "all-minilm-l6-v2-int8")))
 # onnxruntime threads per process (0 = one per core).
 ROUTER_THREADS = env_int("PORTAL_ROUTER_THREADS", 0, minimum=0, maximum=64)

@@ -1,4 +1,4 @@
-"""Screenshots for the README, taken from the demo: starts the portal as `make run` does
+"""Screenshots for docs/guide-viewer.md, taken from the demo: starts the portal as `make run` does
 (web, worker, beat, a private Redis and SQLite in a scratch directory, the simulated
 3-Spark cluster), launches qwen, runs two benchmark sweeps on it (direct and through the
 gateway, 1K- and 4K-token prompts), saves a new revision of it (so the lane page shows its
