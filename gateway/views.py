@@ -1,6 +1,6 @@
 """Gateway pages (/gateway/): API keys, mirrored samples, the draft router on live traffic.
-Admins only. The request log page and the usage totals shown beside the keys are metrics'
-(they read its rollups): /monitor/requests/ and the metrics_usage template tags."""
+Admins only. Metrics serves the request log page (/monitor/requests/, with this app's
+filter) and the usage totals beside the keys (metrics_tags' usage_totals: its rollup)."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def test_the_old_requests_page_redirects_to_the_request_log_keeping_its_filters(
 
 
 def test_the_gateway_page_shows_the_last_24_hours_per_key_and_lane(admin_client: Client) -> None:
-    """The totals beside the keys come from metrics' hourly rollup (metrics_usage tags)."""
+    """The totals beside the keys come from metrics' hourly rollup (the metrics_tags usage_totals tag)."""
     from django.utils import timezone
 
     from metrics.storage import usage_rollup
