@@ -15,7 +15,7 @@ from ninja.security import SessionAuth
 from pydantic import ConfigDict
 
 from core.api_docs import OfflineSwagger
-from core.roles import Capability, require, role_required
+from core.roles import Capability, require, role_required, user_can
 
 
 class RoleAuth(SessionAuth):
@@ -76,7 +76,7 @@ def me(request: HttpRequest) -> dict[str, Any]:
     return {
         "username": user.get_username(),
         "roles": sorted(group.name for group in user.groups.all()),
-        "capabilities": [cap.value for cap in Capability if user.has_perm(cap.perm)],
+        "capabilities": [cap.value for cap in Capability if user_can(user, cap)],
     }
 
 

@@ -1,5 +1,6 @@
 """Management API of the gateway (admins: the OPERATE capability): API keys and the
-request log. The OpenAI-compatible endpoint itself is gateway.asgi (raw ASGI)."""
+request log. The OpenAI-compatible endpoint itself is gateway.asgi (raw ASGI). The usage
+totals (/api/gateway/totals/...) are read from metrics' rollups: metrics/api.py."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ from typing import Any
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Path, Query, Router, Status
-from ninja.errors import HttpError
 
 from core.api import can_operate
 from core.validators import INT64_MAX
 from gateway.models import ApiKey, RequestLog
-from gateway.schemas import ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, RequestLogOut, TotalsOut
-from gateway.selectors import LogFilters, api_key_list, request_log_list, request_totals
+from gateway.schemas import ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, RequestLogOut, RequestLogQuery
+from gateway.selectors import LogFilters, api_key_list, request_log_list
 from gateway.services import api_key_create, api_key_revoke
 
 router = Router(tags=["routing"])
@@ -53,17 +53,7 @@ def keys_revoke(request: HttpRequest, key_id: int = Path(..., ge=1, le=INT64_MAX
 
 
 @router.get("/gateway/requests", response=list[RequestLogOut], auth=can_operate)
-def requests_list(
-    request: HttpRequest, key: int | None = Query(None, ge=1, le=INT64_MAX), lane: str = Query("", max_length=63),
-    status: str = Query("", max_length=16), before: int | None = Query(None, ge=1, le=INT64_MAX),
-    limit: int = Query(100, ge=1, le=1000),
-) -> list[dict[str, Any]]:
-    rows = request_log_list(filters=LogFilters(key_id=key, lane=lane, status=status), limit=limit, before_id=before)
-    return [log_out(row) for row in rows]
-
-
-@router.get("/gateway/totals/{by}", response=list[TotalsOut], auth=can_operate)
-def totals(request: HttpRequest, by: str, hours: int = Query(24, ge=1, le=24 * 90)) -> list[dict[str, Any]]:
-    if by not in ("key", "lane"):
-        raise HttpError(404, "Totals are by `key` or by `lane`.")
-    return request_totals(by=by, hours=hours)
+def requests_list(request: HttpRequest, query: Query[RequestLogQuery]) -> list[dict[str, Any]]:
+    filters = LogFilters(key_id=query.key, lane=query.lane, status=query.status, route=query.route or "",
+                         since=query.since, until=query.until)
+    return [log_out(row) for row in request_log_list(filters=filters, limit=query.limit, before_id=query.before)]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ninja import Schema
+from ninja import Field, Schema
 
 from core.api import InSchema
+from core.validators import INT64_MAX
+from gateway.models import RouteReason
 
 
 class ApiKeyIn(InSchema):
@@ -40,6 +42,20 @@ class ApiKeyCreatedOut(ApiKeyOut):
     secret: str  # shown once: only its hash is stored
 
 
+class RequestLogQuery(Schema):
+    """The request log's filters (gateway.selectors.LogFilters) and its keyset paging."""
+
+    key: int | None = Field(None, ge=1, le=INT64_MAX, description="An API key's id.")
+    lane: str = Field("", max_length=63)
+    status: str = Field("", max_length=16, description="`ok` (below 400), `error` (400 and above) or an HTTP "
+                                                       "status from 100 to 599.")
+    route: RouteReason | None = Field(None, description="How the gateway chose the lane.")
+    since: datetime | None = Field(None, description="Created at or after (ISO 8601; UTC when it has no offset).")
+    until: datetime | None = Field(None, description="Created before; must be after `since`.")
+    before: int | None = Field(None, ge=1, le=INT64_MAX, description="Only rows with a smaller id: the next page.")
+    limit: int = Field(100, ge=1, le=1000)
+
+
 class RequestLogOut(Schema):
     id: int
     created_at: datetime
@@ -61,13 +77,3 @@ class RequestLogOut(Schema):
     ttft_ms: float | None
     latency_ms: float
     upstream_ms: float | None
-
-
-class TotalsOut(Schema):
-    name: str
-    requests: int
-    errors: int
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    avg_latency_ms: float | None
-    avg_ttft_ms: float | None

@@ -1,66 +1,84 @@
-"""Gateway selectors: request log with filters, per-key and per-lane totals, mirrored samples."""
+"""Gateway selectors: the request log with its filters (the one filter of the request log
+page and the API), API keys, mirrored samples, the draft router's shadow decisions."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Avg, Count, F, Q, QuerySet, Sum
+from django.db.models import Avg, Count, F, Q, QuerySet
 from django.utils import timezone
 
 from core.validators import whole_number
-from gateway.models import ApiKey, MirrorSample, RequestLog
+from gateway.models import ApiKey, MirrorSample, RequestLog, RouteReason
 
 STATUS_FILTER_RULE = "must be ok, error or an HTTP status from 100 to 599"
 
 
+def status_condition(status: str) -> Q:
+    """The one meaning of a status filter (the page's and the API's): "ok" is every status
+    below 400, "error" 400 and above, a number that status exactly."""
+    if status == "ok":
+        return Q(status__lt=400)
+    if status == "error":
+        return Q(status__gte=400)
+    code = whole_number(status, 599)
+    if code is None or code < 100:  # "²".isdigit() is true, and int() refuses it
+        raise ValidationError({"status": STATUS_FILTER_RULE})
+    return Q(status=code)
+
+
 @dataclass(frozen=True)
 class LogFilters:
+    """The request log's filters, checked when made: a bad status or an empty time range
+    raises ValidationError naming the field."""
+
     key_id: int | None = None
     lane: str = ""
-    status: str = ""  # "ok" | "error" | "" | a number
-    since: datetime | None = None
+    status: str = ""  # "" | "ok" | "error" | an HTTP status (status_condition)
+    route: str = ""  # "" | a RouteReason
+    since: datetime | None = None  # created at or after
+    until: datetime | None = None  # created before
+
+    def __post_init__(self) -> None:
+        for name in ("since", "until"):  # a time without an offset is UTC, the portal's zone
+            moment = getattr(self, name)
+            if moment is not None and timezone.is_naive(moment):
+                object.__setattr__(self, name, timezone.make_aware(moment, UTC))
+        errors: dict[str, str] = {}
+        if self.status:
+            try:
+                status_condition(self.status)
+            except ValidationError:
+                errors["status"] = STATUS_FILTER_RULE
+        if self.route and self.route not in RouteReason.values:
+            errors["route"] = f"must be one of {', '.join(RouteReason.values)}"
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            errors["until"] = "must be after since (From)"
+        if errors:
+            raise ValidationError(errors)
 
 
 def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | None = None) -> QuerySet[RequestLog]:
+    """Newest first; `before_id` is keyset paging (no COUNT over tens of millions of rows)."""
     rows = RequestLog.objects.select_related("key").order_by("-id")
     if filters.key_id is not None:
         rows = rows.filter(key_id=filters.key_id)
     if filters.lane:
         rows = rows.filter(lane=filters.lane)
-    if filters.status == "ok":
-        rows = rows.filter(status__lt=400)
-    elif filters.status == "error":
-        rows = rows.filter(status__gte=400)
-    elif filters.status:
-        code = whole_number(filters.status, 599)
-        if code is None or code < 100:  # "²".isdigit() is true, and int() refuses it
-            raise ValidationError({"status": STATUS_FILTER_RULE})
-        rows = rows.filter(status=code)
+    if filters.status:
+        rows = rows.filter(status_condition(filters.status))
+    if filters.route:
+        rows = rows.filter(route_reason=filters.route)
     if filters.since is not None:
         rows = rows.filter(created_at__gte=filters.since)
+    if filters.until is not None:
+        rows = rows.filter(created_at__lt=filters.until)
     if before_id is not None:
         rows = rows.filter(id__lt=before_id)
     return rows[:limit]
-
-
-def request_totals(*, by: str, hours: int = 24) -> list[dict[str, Any]]:
-    """Requests, errors, tokens and latency per key (`by="key"`) or lane over the last hours."""
-    field = {"key": "key__name", "lane": "lane"}[by]
-    since = timezone.now() - timedelta(hours=hours)
-    rows = (
-        RequestLog.objects.filter(created_at__gte=since)
-        .values(field)
-        .annotate(
-            requests=Count("id"), errors=Count("id", filter=Q(status__gte=400)),
-            prompt_tokens=Sum("prompt_tokens"), completion_tokens=Sum("completion_tokens"),
-            avg_latency_ms=Avg("latency_ms"), avg_ttft_ms=Avg("ttft_ms"),
-        )
-        .order_by("-requests")
-    )
-    return [{"name": row.pop(field) or "—", **row} for row in rows]
 
 
 def api_key_list() -> QuerySet[ApiKey]:

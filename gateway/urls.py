@@ -9,7 +9,6 @@ app_name = "gateway"
 urlpatterns: list[URLPattern | URLResolver] = [
     path("gateway/", views.gateway_home, name="gateway"),
     path("gateway/keys/<int:key_id>/revoke", views.key_revoke, name="key-revoke"),
-    path("gateway/requests/", views.requests_page, name="requests"),
     path("gateway/mirror/", views.mirror_page, name="mirror"),
     # The draft router's decisions on live traffic, read from the gateway's request log.
     path("routing/shadow/", views.draft_shadow_page, name="draft-shadow"),

@@ -1,4 +1,6 @@
-"""Gateway pages (/gateway/): API keys, recent requests, totals, mirrored samples. Admins only."""
+"""Gateway pages (/gateway/): API keys, mirrored samples, the draft router on live traffic.
+Admins only. Metrics serves the request log page (/monitor/requests/, with this app's
+filter) and the usage totals beside the keys (metrics_tags' usage_totals: its rollup)."""
 
 from __future__ import annotations
 
@@ -11,18 +13,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from core.roles import Capability, require, role_required
-from core.validators import whole_number
 from gateway.forms import ApiKeyForm
 from gateway.models import ApiKey
-from gateway.selectors import (
-    LogFilters,
-    api_key_list,
-    mirror_sample_list,
-    mirror_summary,
-    request_log_list,
-    request_totals,
-    shadow_comparison,
-)
+from gateway.selectors import api_key_list, mirror_sample_list, mirror_summary, shadow_comparison
 from gateway.services import api_key_create, api_key_revoke
 from routing.models import VersionStatus
 from routing.selectors import shadow_version, version_list, version_or_404
@@ -69,7 +62,6 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
             form = ApiKeyForm()
     return render(request, "gateway/gateway.html", {
         "form": form, "form_token": _issue_form_token(request), "created": created, "keys": api_key_list(),
-        "by_key": request_totals(by="key"), "by_lane": request_totals(by="lane"),
     })
 
 
@@ -78,25 +70,6 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
 def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     api_key_revoke(actor=request.user, key=get_object_or_404(ApiKey, pk=key_id))
     return redirect("gateway:gateway")
-
-
-@role_required(Capability.OPERATE)
-def requests_page(request: HttpRequest) -> HttpResponse:
-    key = request.GET.get("key", "")
-    filters = LogFilters(key_id=whole_number(key), lane=request.GET.get("lane", ""), status=request.GET.get("status", ""))
-    if key and filters.key_id is None:
-        return _requests_refused(request, filters, {"key": ["must be an API key's number"]})
-    try:
-        rows = request_log_list(filters=filters, limit=200)
-    except ValidationError as exc:
-        return _requests_refused(request, filters, exc.message_dict)
-    return render(request, "gateway/requests.html", {"rows": rows, "filters": filters, "keys": api_key_list()})
-
-
-def _requests_refused(request: HttpRequest, filters: LogFilters, errors: dict[str, list[str]]) -> HttpResponse:
-    return render(request, "gateway/requests.html", {
-        "rows": [], "filters": filters, "keys": api_key_list(),
-        "errors": [f"{field}: {' '.join(texts)}" for field, texts in errors.items()]}, status=400)
 
 
 @role_required(Capability.OPERATE)

@@ -3,27 +3,44 @@ field, never a 500."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
+from django.core.exceptions import ValidationError
 
 from core.validators import INT64_MAX
 from gateway.models import RouteReason
+from gateway.selectors import LogFilters
 from metrics.selectors import USAGE_GROUPS, USAGE_PERIODS
 
 
 class RequestLogFilterForm(forms.Form):
+    """The request log page's query string, read into the gateway's one filter (LogFilters,
+    which also holds the status rule and the time range's): `filters` once valid."""
+
     key = forms.IntegerField(required=False, min_value=1, max_value=INT64_MAX, label="API key")
     lane = forms.SlugField(required=False, max_length=63)
-    status = forms.IntegerField(required=False, min_value=100, max_value=599, label="HTTP status")
+    status = forms.CharField(required=False, max_length=16, label="Status")
     route = forms.ChoiceField(required=False, choices=[("", "any route"), *RouteReason.choices])
     since = forms.DateTimeField(required=False, label="From (UTC)")
     until = forms.DateTimeField(required=False, label="To (UTC)")
     before = forms.IntegerField(required=False, min_value=1, max_value=INT64_MAX, widget=forms.HiddenInput)
 
-    def clean(self) -> dict[str, object]:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.filters = LogFilters()
+
+    def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        since, until = data.get("since"), data.get("until")
-        if since and until and since >= until:
-            self.add_error("until", "Must be after From.")
+        # Fields that did not parse are left out, so the rules of the others still speak.
+        try:
+            self.filters = LogFilters(
+                key_id=data.get("key"), lane=data.get("lane") or "", status=(data.get("status") or "").strip(),
+                route=data.get("route") or "", since=data.get("since"), until=data.get("until"),
+            )
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                self.add_error(field if field in self.fields else None, messages)
         return data
 
 

@@ -1,5 +1,6 @@
 """Read side: chart series (the right tier for the range, one indexed query), dashboard
-cards and sparklines, gateway figures, usage per key and lane, the request log."""
+cards and sparklines, gateway figures, usage per key and lane (per period, and the last
+hours' totals). The request log's filters are the gateway's (gateway.selectors)."""
 
 from __future__ import annotations
 
@@ -196,22 +197,27 @@ class GatewayWindow:
     edge_until: datetime | None = None
 
 
+def hour_window(span: timedelta, *, now: datetime) -> tuple[datetime, datetime, datetime | None]:
+    """The last `span` as the hourly rollup holds it: (since, first whole hour, edge). The
+    rollup's rows from the first whole hour on (the current hour up to its last run, a minute
+    at most behind) and the request log's [since, edge) — the part of the hour before them,
+    at most an hour of rows over its created_at index; edge is None when since is on the hour."""
+    since = now - span
+    first_whole = floor_to(since, 3600)
+    if first_whole < since:
+        first_whole += timedelta(hours=1)
+    return since, first_whole, first_whole if first_whole > since else None
+
+
 def gateway_window(range_key: str, *, now: datetime) -> GatewayWindow:
-    """1 h and 24 h are exactly that: the whole hours after now − range from the hourly
-    rollup (the current one up to its last run, a minute at most behind) and the part of the
-    hour before them from the request log (at most an hour of rows, over its created_at
-    index). 7 and 30 days are that many UTC days, today included, from the daily rollup,
-    which the minute's rollup keeps current for today."""
+    """1 h and 24 h are exactly that (hour_window). 7 and 30 days are that many UTC days,
+    today included, from the daily rollup, which the minute's rollup keeps current for today."""
     if range_key in GATEWAY_DAY_RANGES:
         first_day = now.date() - timedelta(days=GATEWAY_DAY_RANGES[range_key] - 1)
         since = datetime(first_day.year, first_day.month, first_day.day, tzinfo=UTC)
         return GatewayWindow(since=since, rows=GatewayDay.objects.filter(day__gte=first_day))
-    since = now - GATEWAY_RANGES[range_key]
-    first_whole = floor_to(since, 3600)
-    if first_whole < since:
-        first_whole += timedelta(hours=1)
-    return GatewayWindow(since=since, rows=UsageHour.objects.filter(hour__gte=first_whole),
-                         edge_until=first_whole if first_whole > since else None)
+    since, first_whole, edge_until = hour_window(GATEWAY_RANGES[range_key], now=now)
+    return GatewayWindow(since=since, rows=UsageHour.objects.filter(hour__gte=first_whole), edge_until=edge_until)
 
 
 def _add(into: list[float], values: list[Any]) -> None:
@@ -293,31 +299,43 @@ def usage_table(*, period: str, group: str, since: datetime) -> list[dict[str, A
     ]
 
 
-# --- the request log ---
-
-@dataclass(frozen=True)
-class RequestFilters:
-    key: int | None = None
-    lane: str = ""
-    status: int | None = None
-    route: str = ""
-    since: datetime | None = None
-    until: datetime | None = None
+# Per API key or per lane: the hourly rollup's column and the request log's.
+TOTALS_GROUPS = {"key": ("key_name", "key__name"), "lane": ("lane", "lane")}
 
 
-def request_log(filters: RequestFilters) -> QuerySet[RequestLog]:
-    rows = RequestLog.objects.select_related("key").order_by("-created_at", "-id")
-    if filters.key is not None:
-        rows = rows.filter(key_id=filters.key)
-    if filters.lane:
-        rows = rows.filter(lane=filters.lane)
-    if filters.status is not None:
-        rows = rows.filter(status=filters.status)
-    if filters.route:
-        rows = rows.filter(route_reason=filters.route)
-    if filters.since is not None:
-        rows = rows.filter(created_at__gte=filters.since)
-    if filters.until is not None:
-        rows = rows.filter(created_at__lt=filters.until)
-    return rows
+def usage_totals(*, by: str, hours: int = 24, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Requests, errors, tokens and mean latency and TTFT per API key (`by="key"`, by its
+    name; "—" for requests without one) or per lane over the last `hours`, most requests first.
 
+    The window edge, as on the gateway page's 1 h and 24 h figures (hour_window): the whole
+    hours come from the hourly rollup, the part of the hour before them from the request log.
+    With now = 12:20 and hours = 2 a request at 10:25 counts (read from the log), one at
+    11:00 counts (the rollup's 11:00 hour), one at 10:15 does not. The current hour is as of
+    the rollup's last run (every minute: a minute at most behind). Both count what the request
+    log holds: every status (errors are 400 and above), the tokens as logged (the lane's, the
+    gateway's count or its estimate), TTFT over the requests that had a first token."""
+    now = now or timezone.now()
+    rollup_column, log_column = TOTALS_GROUPS[by]
+    since, first_whole, edge_until = hour_window(timedelta(hours=hours), now=now)
+    groups = cast(list[dict[str, Any]], list(
+        UsageHour.objects.filter(hour__gte=first_whole).order_by().values(who=F(rollup_column))
+        .annotate(n=Sum("requests"), errors=Sum("errors"), prompt=Sum("prompt_tokens"),
+                  completion=Sum("completion_tokens"), latency=Sum("latency_ms_sum"), ttft=Sum("ttft_ms_sum"),
+                  ttft_n=Sum("ttft_count"))
+    ))
+    if edge_until is not None:
+        groups += cast(list[dict[str, Any]], list(
+            RequestLog.objects.filter(created_at__gte=since, created_at__lt=edge_until).order_by()
+            .values(who=F(log_column)).annotate(**request_log_aggregates())
+        ))
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0] * 7)
+    for g in groups:
+        _add(sums[g["who"] or "—"], [g[name] for name in ("n", "errors", "prompt", "completion", "latency", "ttft",
+                                                          "ttft_n")])
+    rows = [
+        {"name": name, "requests": round(n), "errors": round(errors), "prompt_tokens": round(prompt),
+         "completion_tokens": round(completion), "avg_latency_ms": latency / n if n else None,
+         "avg_ttft_ms": ttft / ttft_n if ttft_n else None}
+        for name, (n, errors, prompt, completion, latency, ttft, ttft_n) in sums.items()
+    ]
+    return sorted(rows, key=lambda row: (-row["requests"], row["name"]))

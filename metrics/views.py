@@ -1,5 +1,5 @@
-"""Metrics pages and endpoints. Charts load their history once as JSON, then follow the
-dashboard socket's metrics.tick events (no polling)."""
+"""Metrics pages and the Prometheus exposition. Charts load their history once from the API
+(metrics/api.py), then follow the dashboard socket's metrics.tick events (no polling)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_POST
 
 from core.roles import Capability, role_required, user_can
 from gateway.models import ApiKey, RequestLog
+from gateway.selectors import request_log_list
 from lanes.models import Lane, Node
 from metrics.alerts import alert_acknowledge, thresholds_from_settings
 from metrics.exposition import render_metrics
@@ -31,12 +33,9 @@ from metrics.selectors import (
     LANE_CHARTS,
     NODE_CHARTS,
     SERIES_LABELS,
-    RequestFilters,
-    chart_series,
     gateway_live,
     gateway_summary,
     gateway_traffic,
-    request_log,
     usage_table,
 )
 
@@ -79,21 +78,6 @@ def node_charts(request: HttpRequest, name: str) -> HttpResponse:
                                                    "state": node.state, "back": f"/nodes/{node.name}/"})
 
 
-@never_cache
-def series_json(request: HttpRequest, kind: str, name: str) -> JsonResponse:
-    if not request.user.is_authenticated:
-        return JsonResponse({"detail": "Log in first."}, status=401)
-    if not user_can(request.user, Capability.VIEW):
-        return JsonResponse({"detail": "Your role may not read dashboards."}, status=403)
-    range_key = request.GET.get("range", "15m")
-    if range_key not in CHART_RANGES:
-        return JsonResponse({"detail": [{"loc": ["query", "range"], "msg": f"must be one of {', '.join(CHART_RANGES)}"}]},
-                            status=400)
-    if kind not in TargetKind.values:
-        raise Http404("no such kind")
-    return JsonResponse(chart_series(kind, name, range_key))
-
-
 @role_required(Capability.OPERATE)
 def gateway_page(request: HttpRequest) -> HttpResponse:
     range_key = request.GET.get("range", "24h")
@@ -128,25 +112,28 @@ def usage_page(request: HttpRequest, fmt: str = "html") -> HttpResponse:
 
 @role_required(Capability.OPERATE)
 def requests_page(request: HttpRequest) -> HttpResponse:
+    """The request log: the gateway's filters (key, lane, status, route, time range), newest
+    first, PAGE_SIZE a page by keyset (no COUNT over a table of tens of millions of rows)."""
     form = RequestLogFilterForm(request.GET or None)
     context: dict[str, Any] = {"form": form, "keys": ApiKey.objects.order_by("name"), "rows": [], "next_before": None}
     if request.GET and not form.is_valid():
         return render(request, "metrics/requests.html", context, status=400)
-    data = form.cleaned_data if request.GET else {}
-    rows_qs = request_log(RequestFilters(
-        key=data.get("key"), lane=data.get("lane") or "", status=data.get("status"), route=data.get("route") or "",
-        since=data.get("since"), until=data.get("until"),
-    ))
-    if data.get("before"):
-        rows_qs = rows_qs.filter(id__lt=data["before"])
-    # Keyset pagination: no COUNT over a table of tens of millions of rows.
-    rows = list(rows_qs.order_by("-id")[: PAGE_SIZE + 1])
+    before = form.cleaned_data.get("before") if request.GET else None
+    rows = list(request_log_list(filters=form.filters, limit=PAGE_SIZE + 1, before_id=before))
     context["rows"] = rows[:PAGE_SIZE]
     if len(rows) > PAGE_SIZE:
         query = request.GET.copy()
         query["before"] = str(rows[PAGE_SIZE - 1].id)
         context["next_before"] = query.urlencode()
     return render(request, "metrics/requests.html", context)
+
+
+@role_required(Capability.OPERATE)
+def requests_moved(request: HttpRequest) -> HttpResponse:
+    """/gateway/requests/ (the gateway's former "Recent requests" page) is the request log
+    now: its key, lane and status filters have the same names and meanings here."""
+    query = request.GET.urlencode()
+    return HttpResponsePermanentRedirect(reverse("metrics:requests") + (f"?{query}" if query else ""))
 
 
 @role_required(Capability.OPERATE)

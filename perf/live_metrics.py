@@ -50,18 +50,17 @@ from core.broadcast import DASHBOARD_GROUP, broadcast  # noqa: E402
 from core.http import async_http_client  # noqa: E402
 from core.roles import Role, ensure_role_groups  # noqa: E402
 from gateway.models import ApiKey, RequestLog  # noqa: E402
+from gateway.selectors import LogFilters, request_log_list  # noqa: E402
 from lanes.models import Lane, LaneNode, Node  # noqa: E402
 from metrics.exposition import render_metrics  # noqa: E402
 from metrics.models import LATENCY_BUCKETS_MS, Sample  # noqa: E402
 from metrics.partitions import partition_name  # noqa: E402
 from metrics.scraper import scrape_all  # noqa: E402
 from metrics.selectors import (  # noqa: E402
-    RequestFilters,
     chart_series,
     gateway_live,
     gateway_summary,
     gateway_traffic,
-    request_log,
     sparklines,
     usage_table,
 )
@@ -428,15 +427,15 @@ def bench_queries(now: datetime) -> None:
     timed("gateway summary 24 h, 59 min of it from the request log", lambda: gateway_summary("24h", now=worst))
     usage_fold(before=floor_to(now, 3600) - timedelta(hours=1))
     timed("/metrics exposition (running totals + unfolded hours)", render_metrics)
-    timed("request log page, lane + status filter, last day", lambda: list(
-        request_log(RequestFilters(lane=lane(), status=502, since=now - timedelta(days=1))).order_by("-id")[:51]))
+    timed("request log page, lane + status filter, last day", lambda: list(request_log_list(
+        filters=LogFilters(lane=lane(), status="502", since=now - timedelta(days=1)), limit=51)))
     timed("request log page, lane + status filter, 30 days", lambda: list(
-        request_log(RequestFilters(lane=lane(), status=502)).order_by("-id")[:51]))
+        request_log_list(filters=LogFilters(lane=lane(), status="502"), limit=51)))
     timed("request log page, status filter, 30 days", lambda: list(
-        request_log(RequestFilters(status=504)).order_by("-id")[:51]))
-    timed("request log page, key filter, 30 days", lambda: list(
-        request_log(RequestFilters(key=RequestLog.objects.values_list("key_id", flat=True)[0])).order_by("-id")[:51]))
-    timed("request log page, no filter", lambda: list(request_log(RequestFilters()).order_by("-id")[:51]))
+        request_log_list(filters=LogFilters(status="504"), limit=51)))
+    timed("request log page, key filter, 30 days", lambda: list(request_log_list(
+        filters=LogFilters(key_id=RequestLog.objects.values_list("key_id", flat=True)[0]), limit=51)))
+    timed("request log page, no filter", lambda: list(request_log_list(filters=LogFilters(), limit=51)))
     admin = admin_client()
 
     def page(path: str) -> None:
@@ -448,11 +447,11 @@ def bench_queries(now: datetime) -> None:
     timed("/monitor/requests/ (no filter)", lambda: page("/monitor/requests/"))
     timed("/monitor/gateway/?range=30d", lambda: page("/monitor/gateway/?range=30d"))
     timed("/monitor/usage/?period=day&by=key&days=30", lambda: page("/monitor/usage/?period=day&by=key&days=30"))
-    timed("/monitor/series/lane/<lane>?range=6h", lambda: page(f"/monitor/series/lane/{lane()}?range=6h"))
+    timed("/api/metrics/series/lane/<lane>?range=6h", lambda: page(f"/api/metrics/series/lane/{lane()}?range=6h"))
     print("queries (continued):")
     oldest_id = RequestLog.objects.order_by("id").values_list("id", flat=True)[0]
     timed("request log, a page 29 days back (keyset: id < x)", lambda: list(
-        request_log(RequestFilters(lane=lane())).filter(id__lt=oldest_id + 60_000).order_by("-id")[:51]))
+        request_log_list(filters=LogFilters(lane=lane()), limit=51, before_id=oldest_id + 60_000)))
 
 
 # --- 3. retention on that history --------------------------------------------------------------

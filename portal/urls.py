@@ -7,10 +7,11 @@ from core.api import api_not_found, build_api
 from gateway.api import router as gateway_router
 from jobs.api import router as jobs_router
 from lanes.api import router as lanes_router
+from metrics.api import router as metrics_router
 from portal import views
 
 handler400 = "portal.views.bad_request"
-api = build_api([lanes_router, jobs_router, gateway_router, benchmarks_router])
+api = build_api([lanes_router, jobs_router, gateway_router, metrics_router, benchmarks_router])
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),

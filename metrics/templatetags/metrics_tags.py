@@ -6,6 +6,7 @@ from django import template
 
 from core.roles import Capability, user_can
 from metrics.selectors import dashboard_cards, gateway_live, open_alerts
+from metrics.selectors import usage_totals as usage_totals_selector
 
 register = template.Library()
 
@@ -23,3 +24,10 @@ def open_alerts_badge(context: template.Context) -> dict[str, Any]:
     if request is None or not user_can(request.user, Capability.VIEW):
         return {"show": False}
     return {"show": True, "count": open_alerts().count()}
+
+
+@register.inclusion_tag("metrics/_usage_totals.html")
+def usage_totals(by: str, hours: int = 24) -> dict[str, Any]:
+    """The gateway page's totals per key or lane (`by`), served by metrics: they read its
+    hourly rollup, which the gateway's code may not import."""
+    return {"rows": usage_totals_selector(by=by, hours=hours), "by": by, "hours": hours}

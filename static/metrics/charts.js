@@ -1,4 +1,4 @@
-// Lane and node charts: history from /monitor/series/ for the chosen range, then every
+// Lane and node charts: history from /api/metrics/series/ for the chosen range, then every
 // metrics.tick appended in place (the chart is updated, the page never redrawn).
 (function () {
   const box = document.getElementById("charts");
@@ -17,7 +17,7 @@
   });
   function label(iso) { return range === "7d" ? String(iso).slice(5, 16).replace("T", " ") : SparkMetrics.clock(iso); }
   function load() {
-    fetch(`/monitor/series/${kind}/${encodeURIComponent(name)}?range=${range}`, { credentials: "same-origin" })
+    fetch(`/api/metrics/series/${kind}/${encodeURIComponent(name)}?range=${range}`, { credentials: "same-origin" })
       .then(function (r) { return r.json(); })
       .then(function (body) {
         charts.forEach(function (c) {

@@ -11,7 +11,8 @@ from core.models import AuditEvent
 from gateway.models import ApiKey, RequestLog
 from tests.gateway.conftest import make_lane
 
-PAGES = ["/gateway/", "/gateway/requests/", "/gateway/mirror/"]
+# The request log page is metrics' (/monitor/requests/): the gateway's old one redirects there.
+PAGES = ["/gateway/", "/monitor/requests/", "/gateway/mirror/"]
 API = ["/api/gateway/keys", "/api/gateway/requests", "/api/gateway/totals/lane"]
 
 
@@ -111,18 +112,77 @@ def test_the_new_key_form_is_styled_like_the_other_forms(admin_client: Client) -
     assert 'class="form-check-input"' in html
 
 
-def test_the_requests_page_filters_by_lane_and_status(admin_client: Client) -> None:
+def test_the_request_log_page_filters_by_lane_and_status(admin_client: Client) -> None:
+    """The one request log page and the API share one filter: "error" is 400 and above,
+    "ok" below, a number that status."""
     RequestLog.objects.create(request_id="req-ok", endpoint="chat.completions", lane="qwen", status=200, latency_ms=5)
     RequestLog.objects.create(request_id="req-bad", endpoint="chat.completions", lane="deepseek", status=502,
                               error_code="upstream_error", latency_ms=9)
-    errors = admin_client.get("/gateway/requests/?status=error").content.decode()
-    assert "req-bad" in errors and "req-ok" not in errors
-    qwen = admin_client.get("/gateway/requests/?lane=qwen").content.decode()
-    assert "req-ok" in qwen and "req-bad" not in qwen
+    RequestLog.objects.create(request_id="req-limited", endpoint="chat.completions", lane="qwen", status=429,
+                              error_code="rate_limited", latency_ms=1)
+    errors = admin_client.get("/monitor/requests/?status=error").content.decode()
+    assert "req-bad" in errors and "req-limited" in errors and "req-ok" not in errors
+    ok = admin_client.get("/monitor/requests/?status=ok").content.decode()
+    assert "req-ok" in ok and "req-bad" not in ok and "req-limited" not in ok
+    qwen_errors = admin_client.get("/monitor/requests/?lane=qwen&status=error").content.decode()
+    assert "req-limited" in qwen_errors and "req-ok" not in qwen_errors and "req-bad" not in qwen_errors
     api = admin_client.get("/api/gateway/requests?lane=deepseek").json()
     assert [row["request_id"] for row in api] == ["req-bad"]
+    api_errors = admin_client.get("/api/gateway/requests?status=error").json()
+    assert [row["request_id"] for row in api_errors] == ["req-limited", "req-bad"]  # newest first
+    assert [row["request_id"] for row in admin_client.get("/api/gateway/requests?status=429").json()] == ["req-limited"]
+
+
+def test_the_request_log_api_filters_by_route_and_time_range(admin_client: Client) -> None:
+    """The filters the request log page had and the API lacked: route, since, until."""
+    from datetime import UTC, datetime
+
+    for request_id, route, hour in (("req-early", "router", 9), ("req-mid", "explicit", 10), ("req-late", "router", 11)):
+        RequestLog.objects.create(request_id=request_id, endpoint="chat.completions", lane="qwen", status=200,
+                                  route_reason=route, latency_ms=5, created_at=datetime(2026, 3, 2, hour, tzinfo=UTC))
+    routed = admin_client.get("/api/gateway/requests?route=router").json()
+    assert [row["request_id"] for row in routed] == ["req-late", "req-early"]
+    window = admin_client.get("/api/gateway/requests?since=2026-03-02T10:00:00Z&until=2026-03-02T11:00:00Z").json()
+    assert [row["request_id"] for row in window] == ["req-mid"]
+    no_offset = admin_client.get("/api/gateway/requests?since=2026-03-02T10:30:00").json()  # UTC
+    assert [row["request_id"] for row in no_offset] == ["req-late"]
+    empty = admin_client.get("/api/gateway/requests?since=2026-03-02T11:00:00Z&until=2026-03-02T10:00:00Z")
+    assert empty.status_code == 422 and [e["loc"][-1] for e in empty.json()["detail"]] == ["until"]
+
+
+def test_the_old_requests_page_redirects_to_the_request_log_keeping_its_filters(
+    role_clients: dict[str, Client], db: None
+) -> None:
+    response = role_clients["admin"].get("/gateway/requests/?key=3&lane=qwen&status=error")
+    assert response.status_code == 301
+    assert response["Location"] == "/monitor/requests/?key=3&lane=qwen&status=error"
+    assert role_clients["admin"].get("/gateway/requests/")["Location"] == "/monitor/requests/"
+    for who in ("lead", "viewer", "outsider"):
+        assert role_clients[who].get("/gateway/requests/").status_code == 403, who
+    assert role_clients["anonymous"].get("/gateway/requests/").status_code == 302
+    followed = role_clients["admin"].get("/gateway/requests/?status=error", follow=True)
+    assert followed.redirect_chain == [("/monitor/requests/?status=error", 301)] and followed.status_code == 200
+
+
+def test_the_gateway_page_shows_the_last_24_hours_per_key_and_lane(admin_client: Client) -> None:
+    """The totals beside the keys come from metrics' hourly rollup (the metrics_tags usage_totals tag)."""
+    from django.utils import timezone
+
+    from metrics.storage import usage_rollup
+
+    key = ApiKey.objects.create(name="agents", prefix="sk-spark-ab", secret_hash="y" * 64)
+    for status in (200, 200, 502):
+        RequestLog.objects.create(request_id=f"req-{status}", key=key, endpoint="chat.completions", lane="qwen",
+                                  status=status, prompt_tokens=10, completion_tokens=20, latency_ms=100)
+    usage_rollup(now=timezone.now())
+    page = admin_client.get("/gateway/").content.decode()
+    by_key = page[page.index('id="totals-by-key"'):page.index("</table>", page.index('id="totals-by-key"'))]
+    assert "<td>agents</td><td>3</td><td>1</td><td>30 / 60</td>" in by_key.replace(
+        '<td class="text-break" style="max-width: 12rem">', "<td>")
+    by_lane = page[page.index('id="totals-by-lane"'):]
+    assert ">qwen</td><td>3</td><td>1</td>" in by_lane
     totals = {row["name"]: row for row in admin_client.get("/api/gateway/totals/lane").json()}
-    assert totals["deepseek"]["errors"] == 1 and totals["qwen"]["requests"] == 1
+    assert totals["qwen"]["errors"] == 1 and totals["qwen"]["requests"] == 3 and totals["qwen"]["prompt_tokens"] == 30
 
 
 def test_the_mirror_page_shows_samples_and_their_divergence(admin_client: Client) -> None:

@@ -97,13 +97,29 @@ def test_the_gateway_page_shows_ttft_percentiles_and_the_span_it_covers(role_cli
 
 
 def test_chart_series_json_and_its_denied_and_bad_range_cases(role_clients, lane_and_node):
+    """The chart's points through the /api/ NinjaAPI: its auth, role check and error shape."""
     samples_store(at=timezone.now() - timedelta(seconds=5), lanes={"qwen": {"gen_tps": 12.0}}, nodes={})
-    body = role_clients["viewer"].get("/monitor/series/lane/qwen?range=15m").json()
-    assert body["points"][0]["v"] == {"gen_tps": 12.0}
-    bad = role_clients["viewer"].get("/monitor/series/lane/qwen?range=1y")
-    assert bad.status_code == 400 and bad.json()["detail"][0]["loc"] == ["query", "range"]
-    assert role_clients["outsider"].get("/monitor/series/lane/qwen").status_code == 403
-    assert role_clients["anonymous"].get("/monitor/series/lane/qwen").status_code == 401
+    body = role_clients["viewer"].get("/api/metrics/series/lane/qwen?range=15m").json()
+    assert body["range"] == "15m" and body["points"][0]["v"] == {"gen_tps": 12.0}
+    bad = role_clients["viewer"].get("/api/metrics/series/lane/qwen?range=1y")
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "range"]
+    unknown = role_clients["viewer"].get("/api/metrics/series/moon/qwen")
+    assert unknown.status_code == 404 and "lane, node" in unknown.json()["detail"]
+    denied = role_clients["outsider"].get("/api/metrics/series/lane/qwen")
+    assert denied.status_code == 403 and "may not" in denied.json()["detail"]
+    assert role_clients["anonymous"].get("/api/metrics/series/lane/qwen").status_code == 401
+    assert role_clients["viewer"].get("/monitor/series/lane/qwen?range=15m").status_code == 404  # moved to /api/
+
+
+def test_the_chart_ranges_the_api_accepts_are_the_selectors(role_clients):
+    from typing import get_args
+
+    from metrics.schemas import ChartRangeKey
+    from metrics.selectors import CHART_RANGES
+
+    assert list(get_args(ChartRangeKey)) == list(CHART_RANGES)
+    script = (Path(__file__).resolve().parents[2] / "static/metrics/charts.js").read_text()
+    assert "fetch(`/api/metrics/series/${kind}/" in script
 
 
 def test_the_dashboard_shows_lane_and_node_cards(role_clients, lane_and_node):
@@ -133,11 +149,15 @@ def test_request_log_filters_paginates_and_details(role_clients, traffic, monkey
     admin = role_clients["admin"]
     page = admin.get("/monitor/requests/?status=502").content.decode()
     assert "req-2" in page and "req-0" not in page
+    errors = admin.get("/monitor/requests/?status=error").content.decode()  # the gateway page's word
+    assert "req-2" in errors and "req-0" not in errors and "req-1" not in errors
+    ok = admin.get("/monitor/requests/?status=ok").content.decode()
+    assert "req-0" in ok and "req-1" in ok and "req-2" not in ok
     assert "req-1" in admin.get(f"/monitor/requests/?key={traffic.pk}&lane=qwen&route=explicit").content.decode()
     bad = admin.get("/monitor/requests/?status=abc&since=yesterday")
     assert bad.status_code == 400
     text = bad.content.decode()
-    assert "status:" in text and "since:" in text
+    assert "status:" in text and "since:" in text and "must be ok, error or an HTTP status" in text
     row = RequestLog.objects.get(request_id="req-2")
     detail = admin.get(f"/monitor/requests/{row.pk}/").content.decode()
     assert "502" in detail and "agents" in detail
@@ -146,6 +166,19 @@ def test_request_log_filters_paginates_and_details(role_clients, traffic, monkey
     assert "req-2" in first and "req-1" in first and "req-0" not in first and 'id="older"' in first
     second = admin.get(f"/monitor/requests/?before={RequestLog.objects.get(request_id='req-1').pk}").content.decode()
     assert "req-0" in second and "req-1" not in second and 'id="older"' not in second
+
+
+def test_the_request_log_shows_what_the_gateways_page_showed(role_clients, traffic):
+    """The columns of the former /gateway/requests/: stream, replica, route score, the token
+    estimate and the upstream time."""
+    RequestLog.objects.create(request_id="req-streamed", key=traffic, endpoint="chat.completions", lane="qwen",
+                              replica=1, route_reason="router", route_score=0.8765, stream=True, status=200,
+                              prompt_tokens=7, completion_tokens=9, usage_source="estimate", latency_ms=310.0,
+                              upstream_ms=296.0)
+    page = role_clients["admin"].get("/monitor/requests/").content.decode()
+    row = page[page.index("req-streamed"):page.index("</tr>", page.index("req-streamed"))]
+    assert "stream</span>" in row and 'title="replica">#1' in row and "router (0.88)" in row
+    assert "(estimate)" in row and "<td>296 ms</td>" in row
 
 
 def test_only_admins_acknowledge_an_alert_from_the_page(role_clients, admin_user):
@@ -172,11 +205,14 @@ def test_the_sample_grafana_dashboard_uses_only_metrics_the_portal_exports(lane_
 
 def test_the_gateway_tabs_lead_to_its_figures_request_log_and_usage(role_clients):
     """The figures, the searchable request log and the usage pages were reachable only from
-    a link on the dashboard: the Gateway section's tabs did not name them."""
-    for path in ("/gateway/", "/monitor/gateway/", "/monitor/requests/", "/monitor/usage/"):
+    a link on the dashboard: the Gateway section's tabs did not name them. One Requests tab:
+    the gateway's own "Recent requests" page is the request log now."""
+    for path in ("/gateway/", "/gateway/mirror/", "/monitor/gateway/", "/monitor/requests/", "/monitor/usage/"):
         page = role_clients["admin"].get(path).content.decode()
         for link in ('href="/monitor/gateway/"', 'href="/monitor/requests/"', 'href="/monitor/usage/"'):
             assert link in page, (path, link)
+        tabs = page[page.index('id="gateway-tabs"'):page.index("</ul>", page.index('id="gateway-tabs"'))]
+        assert tabs.count("/monitor/requests/") == 1 and ">Requests</a>" in tabs and "/gateway/requests/" not in tabs
 
 
 @override_settings(METRICS_ALERT_TTFT_P95_MS=2500, METRICS_ALERT_KV_PCT=90, METRICS_ALERT_KV_FOR_S=120)

@@ -110,3 +110,15 @@ def test_api_writes_need_the_csrf_token(admin_user):
 def test_the_gateway_link_is_shown_to_those_who_may_open_it(admin_client, viewer_client):
     assert b'href="/gateway/"' in admin_client.get("/").content
     assert b'href="/gateway/"' not in viewer_client.get("/").content
+
+
+def test_the_one_permission_check_is_user_can():
+    """`core.roles.user_can` is the one permission check (an inactive account holds no
+    capability): no other module asks Django's `has_perm` itself, as /api/me once did."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    packages = ("core", "lanes", "jobs", "routing", "gateway", "metrics", "benchmarks", "portal", "perf")
+    callers = sorted(str(path.relative_to(root)) for package in packages for path in (root / package).rglob("*.py")
+                     if "has_perm(" in path.read_text())
+    assert callers == ["core/roles.py"]

@@ -1,7 +1,8 @@
 """Hostile input on every entry point added since the first sweep (issue 11), driven as an
 admin: the benchmarks API and pages, lane replicas and replica actions, the router pages,
-the metrics pages (request-log filters, usage CSV, series, alert acknowledgement), the
-gateway's request log, and the older job and fabric entries these reach.
+the metrics pages (request-log filters, usage CSV, alert acknowledgement), metrics' API
+(chart series), the gateway's request log API and totals, and the older job and fabric
+entries these reach.
 
 Each row is one request: huge, negative and non-finite numbers, NUL and control characters,
 Unicode digits ("²".isdigit() is true, int("²") raises), wrong types, unknown values,
@@ -153,8 +154,17 @@ CASES: list[Case] = [
     api("requests-status-huge", "GET", f"/api/gateway/requests?status={HUGE}", names="status"),
     api("requests-key-huge", "GET", f"/api/gateway/requests?key={HUGE}", names="key"),
     api("requests-limit-0", "GET", "/api/gateway/requests?limit=0", names="limit"),
+    api("requests-route-unknown", "GET", "/api/gateway/requests?route=moon", names="route"),
+    api("requests-since-word", "GET", "/api/gateway/requests?since=yesterday", names="since"),
+    api("requests-until-before-since", "GET", "/api/gateway/requests?since=2026-01-02T00:00Z&until=2026-01-01T00:00Z",
+        names="until"),
+    api("requests-before-2**63", "GET", f"/api/gateway/requests?before={2**63}", names="before"),
     api("totals-hours-neg", "GET", "/api/gateway/totals/key?hours=-1", names="hours"),
     api("totals-by-unknown", "GET", "/api/gateway/totals/moon", status=(404,)),
+    # ---- metrics' API
+    api("series-range", "GET", "/api/metrics/series/lane/qwen?range=1y", names="range"),
+    api("series-kind", "GET", "/api/metrics/series/moon/qwen?range=15m", status=(404,)),
+    api("series-name-long", "GET", "/api/metrics/series/lane/" + "x" * 100, names="name"),
     api("job-log-search-limit-huge", "GET", f"/api/jobs/{{job}}/log/search?q=a&limit={HUGE}", names="limit"),
     api("fabric-results-limit-huge", "GET", f"/api/fabric/results?limit={HUGE}", names="limit"),
     api("fabric-results-kind", "GET", "/api/fabric/results?kind=moon", names="kind"),
@@ -205,8 +215,10 @@ CASES: list[Case] = [
          status=(302,), names="enabled"),
     page("router-evaluate-huge", f"/routing/versions/{2**63}/evaluate?share=nan", method="GET", status=(404,)),
     # ---- gateway and metrics pages
-    page("gateway-requests-superscript", "/gateway/requests/?key=%C2%B2", method="GET", names="key"),
-    page("gateway-requests-status", "/gateway/requests/?status=%C2%B2", method="GET", names="status"),
+    # /gateway/requests/ redirects here: its hostile filters are the request log's.
+    page("monitor-requests-key-superscript", "/monitor/requests/?key=%C2%B2", method="GET", names="key"),
+    page("monitor-requests-status-superscript", "/monitor/requests/?status=%C2%B2", method="GET", names="status"),
+    page("monitor-requests-status-word", "/monitor/requests/?status=teapot", method="GET", names="status"),
     page("monitor-requests-key-huge", f"/monitor/requests/?key={HUGE}", method="GET", names="key"),
     page("monitor-requests-before-huge", f"/monitor/requests/?before={2**63}", method="GET", names="before"),
     page("monitor-requests-status", "/monitor/requests/?status=9999", method="GET", names="status"),
@@ -218,8 +230,6 @@ CASES: list[Case] = [
     page("usage-days-huge", f"/monitor/usage/?days={HUGE}", method="GET", names="days"),
     page("usage-csv-period", "/monitor/usage.csv?period=century", method="GET", names="period"),
     page("usage-csv-by", "/monitor/usage.csv?by=moon&days=0", method="GET", names="by"),
-    page("series-range", "/monitor/series/lane/qwen?range=1y", method="GET", names="range"),
-    page("series-kind", "/monitor/series/moon/qwen?range=15m", method="GET", status=(404,)),
     page("alert-ack-huge", f"/monitor/alerts/{HUGE}/ack", {}, status=(404,)),
     page("key-revoke-huge", f"/gateway/keys/{HUGE}/revoke", {}, status=(404,)),
     page("user-action-huge", f"/users/{HUGE}/role/", {"role": "viewer"}, status=(404,)),

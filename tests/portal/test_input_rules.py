@@ -199,3 +199,16 @@ async def test_a_socket_closes_with_a_code_on_a_message_that_is_not_json(viewer_
     await ws.send_to(bytes_data=b"\x00\x01")
     assert (await ws.receive_output(timeout=30)) == {"type": "websocket.close", "code": CLOSE_UNSUPPORTED_DATA}
     await ws.disconnect(timeout=30)
+
+
+def test_the_request_log_and_metrics_operations_document_their_parameters(admin_client: Client) -> None:
+    """The request log API's filters are the page's (route and a time range included), and
+    metrics' JSON answers with the same documented errors as every operation."""
+    paths = admin_client.get("/api/openapi.json").json()["paths"]
+    params = {p["name"]: p for p in paths["/api/gateway/requests"]["get"]["parameters"]}
+    assert {"key", "lane", "status", "route", "since", "until", "before", "limit"} <= set(params)
+    assert "`error` (400 and above)" in params["status"]["description"]
+    series = paths["/api/metrics/series/{kind}/{name}"]["get"]["responses"]
+    assert {"200", "401", "403", "404", "422"} <= set(series)
+    assert series["422"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorOut"}
+    assert "/api/gateway/totals/{by}" in paths

@@ -46,7 +46,8 @@ def add_keys(admin: Any, start: int, stop: int) -> None:
 LISTS: list[tuple[str, Callable[[Any, int, int], None]]] = [
     ("/api/jobs", add_jobs), ("/jobs/", add_jobs),
     ("/api/gateway/keys", add_keys), ("/gateway/", add_keys),
-    ("/api/gateway/requests", add_keys), ("/gateway/requests/", add_keys),
+    ("/api/gateway/requests", add_keys), ("/monitor/requests/", add_keys),
+    ("/api/gateway/totals/key", add_keys),
 ]
 
 
