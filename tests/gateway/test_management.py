@@ -164,8 +164,9 @@ def test_the_old_requests_page_redirects_to_the_request_log_keeping_its_filters(
     assert followed.redirect_chain == [("/monitor/requests/?status=error", 301)] and followed.status_code == 200
 
 
-def test_the_gateway_page_shows_the_last_24_hours_per_key_and_lane(admin_client: Client) -> None:
-    """The totals beside the keys come from metrics' hourly rollup (the metrics_tags usage_totals tag)."""
+def test_the_usage_page_shows_the_last_24_hours_per_key_and_lane(admin_client: Client) -> None:
+    """The totals come from metrics' hourly rollup (the metrics_tags usage_totals tag); the
+    gateway's page links to them (the gateway does not reach metrics, not even in a template)."""
     from django.utils import timezone
 
     from metrics.storage import usage_rollup
@@ -175,7 +176,8 @@ def test_the_gateway_page_shows_the_last_24_hours_per_key_and_lane(admin_client:
         RequestLog.objects.create(request_id=f"req-{status}", key=key, endpoint="chat.completions", lane="qwen",
                                   status=status, prompt_tokens=10, completion_tokens=20, latency_ms=100)
     usage_rollup(now=timezone.now())
-    page = admin_client.get("/gateway/").content.decode()
+    assert 'href="/monitor/usage/"' in admin_client.get("/gateway/").content.decode()
+    page = admin_client.get("/monitor/usage/").content.decode()
     by_key = page[page.index('id="totals-by-key"'):page.index("</table>", page.index('id="totals-by-key"'))]
     assert "<td>agents</td><td>3</td><td>1</td><td>30 / 60</td>" in by_key.replace(
         '<td class="text-break" style="max-width: 12rem">', "<td>")
