@@ -73,7 +73,7 @@ JOBS_CANCEL_POLL_S = 0.5
 JOBS_LOST_AFTER_S = 60.0
 JOBS_REAPER_INTERVAL_S = 30.0
 # After a cancel or time-out, how long a launch may take to stop what it started (its stop plan;
-# tests/portal/test_periodic_queue.py keeps it inside Celery's limits).
+# the longest job + this + 90 s stays inside the broker's visibility timeout: tests/portal/test_periodic_queue.py).
 JOBS_CANCEL_CLEANUP_S = 150.0
 # A launch's health wait when its lane sets none (wait_timeout_s): a cold start may take 40 minutes.
 JOBS_LAUNCH_WAIT_DEFAULT_S = 2400.0
