@@ -105,9 +105,9 @@ def names_read() -> frozenset[str]:
 def unknown_variables(
     environ: Mapping[str, str], known: Iterable[str], retired: Mapping[str, str], *, prefix: str = "PORTAL_"
 ) -> list[str]:
-    """One message per variable of `environ` named `prefix`... that is not in `known`: a retired
-    one says what replaced it (`retired`: name -> the constant), any other is unknown, with the
-    closest known name when one is close (a typo must not be silently ignored)."""
+    """One message per variable of `environ` whose name starts with `prefix` and is not in
+    `known`: a retired one names what replaced it (`retired`: name -> the constant), any other is
+    unknown, with the closest known name when one is close (a typo must not be silently ignored)."""
     known_names = {name for name in known if name.startswith(prefix)}
     # Compared without the shared prefix: with it, any two names look alike.
     by_tail = {name[len(prefix):]: name for name in known_names}

@@ -136,6 +136,14 @@ def test_loading_the_settings_logs_unknown_and_retired_variables_but_not_known_o
     assert "PORTAL_DEBUG" not in result.stderr
 
 
+def test_the_run_command_reports_them_on_its_own_terminal() -> None:
+    # --help exits before anything starts, after the settings (which give its defaults) loaded.
+    result = run_with_env([sys.executable, "-m", "portal.launcher", "--help"], PORTAL_PROT="8123", PORTAL_HOST="0.0.0.0")
+    assert result.returncode == 0, result.stderr
+    assert "PORTAL_PROT: unknown setting, ignored; did you mean PORTAL_PORT?" in result.stderr
+    assert "PORTAL_HOST" not in result.stderr
+
+
 def test_manage_py_check_reports_them_as_portal_w001() -> None:
     result = run_with_env([sys.executable, "manage.py", "check"], PORTAL_METRICS_TOKN="secret")
     assert result.returncode == 0, result.stderr
