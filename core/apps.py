@@ -10,3 +10,10 @@ class CoreConfig(AppConfig):
     label = "portal"
     verbose_name = "Portal"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.core import checks
+
+        from core.checks import unknown_environment_variables
+
+        checks.register(unknown_environment_variables)

@@ -1,9 +1,13 @@
 """Typed readers for environment variables: every setting comes from here, and a bad
-value stops the process with a message naming the variable and the rule."""
+value stops the process with a message naming the variable and the rule. Every name a
+reader is asked for is recorded, so that `unknown_variables` can tell a typo (or a variable
+that is no longer a setting) from one that is read."""
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterable, Mapping
 from typing import TypeVar
 from urllib.parse import urlparse
 
@@ -14,8 +18,12 @@ N = TypeVar("N", int, float)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
+# Every name the readers were asked for in this process (the settings module asks at import).
+_READ: set[str] = set()
+
 
 def _raw(name: str) -> str | None:
+    _READ.add(name)
     value = os.environ.get(name)
     return None if value is None else value.strip()
 
@@ -87,3 +95,31 @@ def env_url(name: str, default: str | None, *, schemes: tuple[str, ...]) -> str:
     if parsed.scheme not in ("sqlite",) and not parsed.hostname and "unix" not in parsed.scheme:
         raise ImproperlyConfigured(f"{name}: the URL has no host; got {value!r}")
     return value
+
+
+def names_read() -> frozenset[str]:
+    """The names the readers have been asked for so far in this process."""
+    return frozenset(_READ)
+
+
+def unknown_variables(
+    environ: Mapping[str, str], known: Iterable[str], retired: Mapping[str, str], *, prefix: str = "PORTAL_"
+) -> list[str]:
+    """One message per variable of `environ` whose name starts with `prefix` and is not in
+    `known`: a retired one names what replaced it (`retired`: name -> the constant), any other is
+    unknown, with the closest known name when one is close (a typo must not be silently ignored)."""
+    known_names = {name for name in known if name.startswith(prefix)}
+    # Compared without the shared prefix: with it, any two names look alike.
+    by_tail = {name[len(prefix):]: name for name in known_names}
+    messages = []
+    for name in sorted(environ):
+        if not name.startswith(prefix) or name in known_names:
+            continue
+        if name in retired:
+            messages.append(f"{name}: no longer a setting: now a constant ({retired[name]}); "
+                            "remove it from the environment")
+            continue
+        close = difflib.get_close_matches(name[len(prefix):], sorted(by_tail), n=1)
+        hint = f"; did you mean {by_tail[close[0]]}?" if close else ""
+        messages.append(f"{name}: unknown setting, ignored{hint}")
+    return messages

@@ -2,7 +2,7 @@
 
 orjson parses an 8 MB body in ~8 ms and writes it back in ~6 ms, holding the GIL all that
 time even in a worker thread: every other request of the process waits for it. So a body
-above PORTAL_GATEWAY_LARGE_BODY_BYTES is parsed and validated (the same
+above portal.tuning.GATEWAY_LARGE_BODY_BYTES is parsed and validated (the same
 `parse_request`, the same rules) in a small pool of worker processes, which send back
 only what the web process needs: the body's outline (its small top-level members and the
 shape of its messages), counts for the context guard, its digest, and where each
@@ -21,8 +21,8 @@ body came without a length, the bytes are read as before and pickled to the work
 /dev/shm is 503 `server_busy`.
 Large bodies are read at a bounded rate (gateway.pace).
 
-The pool is bounded: PORTAL_GATEWAY_LARGE_BODY_WORKERS bodies are inspected at once and
-PORTAL_GATEWAY_LARGE_BODY_QUEUE more may wait; beyond that a large body is refused with
+The pool is bounded: portal.tuning.GATEWAY_LARGE_BODY_WORKERS bodies are inspected at once and
+portal.tuning.GATEWAY_LARGE_BODY_QUEUE more may wait; beyond that a large body is refused with
 503 and `retry-after`, so a flood of huge bodies cannot take the process's memory or
 starve the small requests.
 

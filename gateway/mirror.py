@@ -6,7 +6,7 @@ task with its own timeout: it can neither delay nor fail the client's request.
 A large body (gateway.large) is mirrored like a small one, with the same changes
 (the mirror model, not streamed, no stream_options) made in its raw bytes and sent in
 slices (LargeBody.mirror) — never parsed in the web process. Its memory is held until the
-replay ends (up to PORTAL_GATEWAY_MIRROR_TIMEOUT_S), so at most LARGE_MIRRORS_MAX large
+replay ends (up to portal.tuning.GATEWAY_MIRROR_TIMEOUT_S), so at most LARGE_MIRRORS_MAX large
 bodies are held for replays at once per process; a large request chosen for mirroring
 beyond that is not mirrored (counted in `large_mirrors_skipped`)."""
 

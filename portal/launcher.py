@@ -128,7 +128,6 @@ class Launcher:
         embedded = "REDIS_URL" not in os.environ
         if embedded:
             self.start_embedded_redis()
-        self.env.setdefault("PORTAL_SIM_ROOT", str(self.var / "sparksim"))
         self.manage("migrate", "--noinput")
         login = self.manage("demo_setup").strip().splitlines()[-1].split()
         python = sys.executable
@@ -175,9 +174,14 @@ class Launcher:
 
 
 def main() -> int:
+    # Loading the settings here reports unknown PORTAL_* variables on the run command's own terminal
+    # (and a bad value stops it before anything starts).
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    from django.conf import settings
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--host", default=os.environ.get("PORTAL_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORTAL_PORT", "8080")))
+    parser.add_argument("--host", default=settings.RUN_HOST)
+    parser.add_argument("--port", type=int, default=settings.RUN_PORT)
     args = parser.parse_args()
     launcher = Launcher(args.host, args.port)
     try:

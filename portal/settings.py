@@ -1,7 +1,11 @@
-"""The one settings module. Everything comes from the environment (see .env.example)."""
+"""The one settings module. What an operator sets comes from the environment (docs/configuration.md,
+.env.example); the internal tuning knobs are constants of portal.tuning, imported here, so code
+reads both as settings.X and tests vary both with pytest-django's `settings` fixture. A variable
+named PORTAL_* that no setting reads is reported at start-up (ENV_WARNINGS, check portal.W001)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -10,7 +14,9 @@ import dj_database_url
 import django_stubs_ext
 from celery.schedules import crontab  # noqa: F401  (apps add crontab entries to BEAT_SCHEDULE)
 
-from core.env import env_bool, env_float, env_int, env_list, env_str, env_url
+from core.env import env_bool, env_float, env_int, env_list, env_str, env_url, names_read, unknown_variables
+from portal.tuning import *  # noqa: F403  (the internal constants are settings too: code reads settings.X)
+from portal.tuning import JOBS_REAPER_INTERVAL_S
 
 django_stubs_ext.monkeypatch()  # lets admin.ModelAdmin[Model] etc. run as written for mypy
 
@@ -161,7 +167,6 @@ CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_PREFIX}-default"
 PERIODIC_QUEUE = f"{REDIS_PREFIX}-periodic"
 PERIODIC_TASKS: list[str] = []
 WORKER_CONCURRENCY = env_int("PORTAL_WORKER_CONCURRENCY", 4, minimum=1, maximum=256)
-PERIODIC_WORKER_CONCURRENCY = env_int("PORTAL_PERIODIC_WORKER_CONCURRENCY", 3, minimum=1, maximum=64)
 # The longest a job may run (its time_limit_s parameter); Celery's hard limit adds 90 s.
 JOBS_MAX_TIME_LIMIT_S = env_float("PORTAL_JOBS_MAX_TIME_LIMIT_S", 86_400.0, minimum=60, maximum=7 * 86_400)
 # Redis redelivers an unacknowledged task after the visibility timeout: below the longest job's
@@ -188,95 +193,45 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
-# Portal-wide knobs.
-HEALTHZ_TIMEOUT_S = env_float("PORTAL_HEALTHZ_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)
+# make run (portal.launcher): address and port of its web process.
+RUN_HOST = env_str("PORTAL_HOST", "127.0.0.1")
+RUN_PORT = env_int("PORTAL_PORT", 8080, minimum=1, maximum=65535)
 
 # --- gateway --- (the gateway app: the OpenAI-compatible /v1/ endpoint)
 # Lane that model="auto" goes to until the semantic router decides (empty = the first serving lane).
 GATEWAY_DEFAULT_LANE = env_str("PORTAL_GATEWAY_DEFAULT_LANE", "")
-# Upstream (vLLM) timeouts, seconds. A timeout is never retried nor failed over: the lane may have the request.
-GATEWAY_CONNECT_TIMEOUT_S = env_float("PORTAL_GATEWAY_CONNECT_TIMEOUT_S", 3.0, minimum=0.1, maximum=60)
+# Upstream (vLLM) read timeout, seconds. A timeout is never retried nor failed over: the lane may have the request.
 GATEWAY_READ_TIMEOUT_S = env_float("PORTAL_GATEWAY_READ_TIMEOUT_S", 600.0, minimum=1, maximum=7200)
-GATEWAY_MAX_CONNECTIONS = env_int("PORTAL_GATEWAY_MAX_CONNECTIONS", 1000, minimum=1)
 # Largest /v1 request body (bytes): 413 above it, from content-length and while reading. A 1M-token
 # prompt is ~4 MB of text; JSON escaping and tool schemas can double it.
 GATEWAY_MAX_BODY_BYTES = env_int("PORTAL_GATEWAY_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=2**31)
-# Bodies above this size are parsed and validated in worker processes (gateway.large) and
-# forwarded as the client's bytes with the gateway's few edits, so they never hold the web process's
-# GIL; at most WORKERS run at once and QUEUE wait, beyond that 503 with retry-after. The workers run
-# at this niceness (0-19): on a busy machine the web process's small requests get the CPU first.
-GATEWAY_LARGE_BODY_BYTES = env_int("PORTAL_GATEWAY_LARGE_BODY_BYTES", 256 * 1024, minimum=1024, maximum=2**31)
-GATEWAY_LARGE_BODY_WORKERS = env_int("PORTAL_GATEWAY_LARGE_BODY_WORKERS", 2, minimum=1, maximum=64)
-GATEWAY_LARGE_BODY_QUEUE = env_int("PORTAL_GATEWAY_LARGE_BODY_QUEUE", 4, minimum=0, maximum=1024)
-GATEWAY_LARGE_BODY_NICENESS = env_int("PORTAL_GATEWAY_LARGE_BODY_NICENESS", 10, minimum=0, maximum=19)
-# Bytes of large bodies one web process reads per second, all clients together (up to one second's
-# worth at once; 0: unpaced). Past it the reader waits and TCP holds the client back
+# Bytes of large bodies (portal.tuning.GATEWAY_LARGE_BODY_BYTES) one web process reads per second, all
+# clients together (up to one second's worth at once; 0: unpaced). Past it the reader waits and TCP holds the client back
 # (gateway.pace), so a flood of huge bodies cannot take the event loop from small requests.
 GATEWAY_LARGE_BODY_BYTES_PER_S = env_int("PORTAL_GATEWAY_LARGE_BODY_BYTES_PER_S", 32 * 1024 * 1024, minimum=0,
                                          maximum=2**40)
-# Longest wait for Redis on a request's path (the admission and release scripts, seconds): past
-# it the connection is given up and reopened, and the request fails closed (500) instead of hanging.
-GATEWAY_REDIS_TIMEOUT_S = env_float("PORTAL_GATEWAY_REDIS_TIMEOUT_S", 5.0, minimum=0.05, maximum=120)
 # Bytes of large bodies one web process holds at once, from the first byte read until the request
 # ends (0: unbounded); past it a large body gets 503 server_busy with retry-after (one is always let in).
 GATEWAY_LARGE_BODY_HELD_MAX_BYTES = env_int("PORTAL_GATEWAY_LARGE_BODY_HELD_MAX_BYTES", 256 * 1024 * 1024,
                                             minimum=0, maximum=2**40)
 # Largest `n` (choices per request) a client may ask for: every choice is a sequence on the lane.
 GATEWAY_MAX_N = env_int("PORTAL_GATEWAY_MAX_N", 8, minimum=1, maximum=128)
-# In-process caches of API keys and lanes (revocation is immediate anyway, through Redis).
-GATEWAY_KEY_CACHE_TTL_S = env_float("PORTAL_GATEWAY_KEY_CACHE_TTL_S", 30.0, minimum=0, maximum=3600)
-GATEWAY_LANE_CACHE_TTL_S = env_float("PORTAL_GATEWAY_LANE_CACHE_TTL_S", 2.0, minimum=0, maximum=600)
-# Circuit breaker per lane and process: open after N consecutive upstream failures, for S seconds.
-GATEWAY_BREAKER_FAILURES = env_int("PORTAL_GATEWAY_BREAKER_FAILURES", 5, minimum=1)
-GATEWAY_BREAKER_COOLDOWN_S = env_float("PORTAL_GATEWAY_BREAKER_COOLDOWN_S", 10.0, minimum=0.1)
-# Replicas (gateway.replicas): a conversation stays on its replica unless that one
-# has more than factor × (all outstanding + 1) / replicas + slack requests in flight; every
-# worker shares breakers and in-flight counts through Redis, read this often.
-GATEWAY_REPLICA_LOAD_FACTOR = env_float("PORTAL_GATEWAY_REPLICA_LOAD_FACTOR", 1.25, minimum=1.0, maximum=100)
-GATEWAY_REPLICA_LOAD_SLACK = env_int("PORTAL_GATEWAY_REPLICA_LOAD_SLACK", 2, minimum=0, maximum=10_000)
-GATEWAY_HEALTH_SYNC_S = env_float("PORTAL_GATEWAY_HEALTH_SYNC_S", 0.25, minimum=0.01, maximum=60)
-# Idempotency-Key: how long a finished answer is kept for replay, and the largest one kept.
-GATEWAY_IDEMPOTENCY_TTL_S = env_int("PORTAL_GATEWAY_IDEMPOTENCY_TTL_S", 600, minimum=1)
-GATEWAY_IDEMPOTENCY_MAX_BYTES = env_int("PORTAL_GATEWAY_IDEMPOTENCY_MAX_BYTES", 1_048_576, minimum=0)
-# Context guard: below this share of the lane's limit the cheap estimate suffices; above, ask /tokenize.
-GATEWAY_TOKENIZE_THRESHOLD = env_float("PORTAL_GATEWAY_TOKENIZE_THRESHOLD", 0.5, minimum=0, maximum=1)
-# Request log: batch size and flush interval of the in-process writer; retention and purge batch.
-GATEWAY_LOG_BATCH = env_int("PORTAL_GATEWAY_LOG_BATCH", 500, minimum=1)
-GATEWAY_LOG_FLUSH_S = env_float("PORTAL_GATEWAY_LOG_FLUSH_S", 1.0, minimum=0.01)
+# Request log retention (days).
 GATEWAY_LOG_RETENTION_DAYS = env_int("PORTAL_GATEWAY_LOG_RETENTION_DAYS", 30, minimum=1)
-GATEWAY_PURGE_BATCH = env_int("PORTAL_GATEWAY_PURGE_BATCH", 10_000, minimum=1)
-GATEWAY_PURGE_MAX_SECONDS = env_float("PORTAL_GATEWAY_PURGE_MAX_SECONDS", 240.0, minimum=1)
 # Mirrored traffic: off unless a base URL is set (an external OpenAI-compatible endpoint).
 GATEWAY_MIRROR_BASE_URL = env_str("PORTAL_GATEWAY_MIRROR_BASE_URL", "")
 GATEWAY_MIRROR_API_KEY = env_str("PORTAL_GATEWAY_MIRROR_API_KEY", "")
 GATEWAY_MIRROR_MODEL = env_str("PORTAL_GATEWAY_MIRROR_MODEL", "")
 GATEWAY_MIRROR_SHARE = env_float("PORTAL_GATEWAY_MIRROR_SHARE", 0.01, minimum=0, maximum=1)
-GATEWAY_MIRROR_TIMEOUT_S = env_float("PORTAL_GATEWAY_MIRROR_TIMEOUT_S", 120.0, minimum=1)
 # httpx logs every request at INFO: on the gateway's hot path that is a log line per call.
 _gateway_loggers: Any = LOGGING["loggers"]
 _gateway_loggers.update({"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}})
 # The request log's retention runs with the metrics' storage step (metrics.tasks.maintain_storage):
-# on PostgreSQL it drops whole day partitions, on SQLite it deletes in batches (routing's purge).
+# on PostgreSQL it drops whole day partitions, on SQLite it deletes in batches (gateway.services).
 
 # --- jobs --- (jobs: runner, transports, live logs)
-# Seconds between a running job's heartbeats, and how often it looks for a cancel request.
-JOBS_HEARTBEAT_S = env_float("PORTAL_JOBS_HEARTBEAT_S", 5.0, minimum=0.1, maximum=300)
-JOBS_CANCEL_POLL_S = env_float("PORTAL_JOBS_CANCEL_POLL_S", 0.5, minimum=0.05, maximum=30)
-# A running job without a heartbeat for this long is marked lost by the reaper (beat).
-JOBS_LOST_AFTER_S = env_float("PORTAL_JOBS_LOST_AFTER_S", 60.0, minimum=1, maximum=86_400)
-JOBS_REAPER_INTERVAL_S = env_float("PORTAL_JOBS_REAPER_INTERVAL_S", 30.0, minimum=1, maximum=3600)
 # Time limit of a job (launch: the health wait plus this); Celery's soft/hard limits sit above it.
 JOBS_DEFAULT_TIME_LIMIT_S = env_float("PORTAL_JOBS_DEFAULT_TIME_LIMIT_S", 900.0, minimum=5, maximum=86_400)
-# After a cancel or time-out, how long a launch may take to stop what it started (stop plan).
-JOBS_CANCEL_CLEANUP_S = env_float("PORTAL_JOBS_CANCEL_CLEANUP_S", 150.0, minimum=5, maximum=480)
-JOBS_LAUNCH_WAIT_DEFAULT_S = env_float("PORTAL_JOBS_LAUNCH_WAIT_DEFAULT_S", 2400.0, minimum=1, maximum=86_400)
-# Live logs: lines are cut at this many characters; batches are flushed this often / this big.
-JOBS_LOG_MAX_LINE_CHARS = env_int("PORTAL_JOBS_LOG_MAX_LINE_CHARS", 8192, minimum=80, maximum=1_000_000)
-JOBS_LOG_FLUSH_S = env_float("PORTAL_JOBS_LOG_FLUSH_S", 0.1, minimum=0.01, maximum=10)
-JOBS_LOG_BATCH_LINES = env_int("PORTAL_JOBS_LOG_BATCH_LINES", 1000, minimum=1, maximum=100_000)
-# SSH: connect timeout and keepalive interval (seconds).
-JOBS_SSH_CONNECT_TIMEOUT_S = env_float("PORTAL_JOBS_SSH_CONNECT_TIMEOUT_S", 10.0, minimum=0.5, maximum=120)
-JOBS_SSH_KEEPALIVE_S = env_float("PORTAL_JOBS_SSH_KEEPALIVE_S", 15.0, minimum=1, maximum=600)
 CELERY_BEAT_SCHEDULE.update(
     {"jobs-reap-lost": {"task": "jobs.tasks.reap_lost_jobs", "schedule": JOBS_REAPER_INTERVAL_S,
                         "options": {"expires": JOBS_REAPER_INTERVAL_S}}}
@@ -292,18 +247,18 @@ CELERY_BEAT_SCHEDULE.update({"fabric-rdma-watchdog": {
 }})
 
 # --- lanes --- (nodes, lanes, launch plans)
-# The demo's simulated cluster (sparksim): where its node directories live, and real
-# seconds per simulated second (1.0 = the seeds' timings; smaller is faster).
-SIM_ROOT = Path(env_str("PORTAL_SIM_ROOT", str(VAR_DIR / "sparksim")))
+# The demo's simulated cluster (sparksim): its node directories live in the var directory (a
+# local node's sim_dir must be under it), and real seconds per simulated second (1.0 = the seeds'
+# timings; smaller is faster).
+SIM_ROOT = VAR_DIR / "sparksim"
 # How the worker reaches the portal's own /v1/ gateway (benchmarks through the gateway).
 GATEWAY_URL = env_str("PORTAL_GATEWAY_URL", "http://127.0.0.1:8080")
 SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
-# The lane health watcher (lanes.watcher, on the periodic queue): probe interval, failed probes in a
-# row before a serving lane is failed / a node unreachable, and the probes' timeouts (seconds).
+# The lane health watcher (lanes.watcher, on the periodic queue): probe interval, and failed probes
+# in a row before a serving lane is failed / a node unreachable.
 LANES_WATCH_INTERVAL_S = env_float("PORTAL_LANES_WATCH_INTERVAL_S", 10.0, minimum=0.2, maximum=3600)
 LANES_WATCH_FAILURES = env_int("PORTAL_LANES_WATCH_FAILURES", 2, minimum=1, maximum=100)
-LANES_WATCH_CONNECT_TIMEOUT_S = env_float("PORTAL_LANES_WATCH_CONNECT_TIMEOUT_S", 1.0, minimum=0.05, maximum=30)
-LANES_WATCH_TIMEOUT_S = env_float("PORTAL_LANES_WATCH_TIMEOUT_S", 2.0, minimum=0.05, maximum=60)
+# The probes' timeouts: portal.tuning.
 CELERY_BEAT_SCHEDULE.update(
     {"lanes-health-watcher": {"task": "lanes.tasks.watch_lane_health", "schedule": LANES_WATCH_INTERVAL_S,
                               # a tick queued behind a slow one is stale by the next: drop it
@@ -318,24 +273,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # The encoder's directory: model.onnx + tokenizer.json (+ encoder.json). `make` installs the
 # demo model here; production puts bge-small-en-v1.5 in its own directory (docs/guide-team-lead.md).
 ROUTER_MODEL_DIR = Path(env_str("PORTAL_ROUTER_MODEL_DIR", str(BASE_DIR / "var" / "models" / "all-minilm-l6-v2-int8")))
-# onnxruntime threads per process (0 = one per core).
-ROUTER_THREADS = env_int("PORTAL_ROUTER_THREADS", 0, minimum=0, maximum=64)
-# Most queries embedded in one forward pass, and identical queries kept in memory.
-ROUTER_MAX_BATCH = env_int("PORTAL_ROUTER_MAX_BATCH", 32, minimum=1, maximum=512)
-ROUTER_CACHE_SIZE = env_int("PORTAL_ROUTER_CACHE_SIZE", 4096, minimum=0, maximum=1_000_000)
-# How long a gateway process trusts its copy of the published version before asking Redis
-# (a publish is seen by every process within this).
-ROUTER_VERSION_CHECK_S = env_float("PORTAL_ROUTER_VERSION_CHECK_S", 0.25, minimum=0, maximum=10)
-# Conversation affinity: a conversation is known by its first N messages and keeps its lane
-# (and the lane's prefix cache) for this long. 0 messages = off.
+# Conversation affinity: a conversation is known by its first N messages (0 = off) and keeps its
+# lane (and the lane's prefix cache) for portal.tuning.ROUTER_AFFINITY_TTL_S.
 ROUTER_AFFINITY_MESSAGES = env_int("PORTAL_ROUTER_AFFINITY_MESSAGES", 2, minimum=0, maximum=20)
-ROUTER_AFFINITY_TTL_S = env_int("PORTAL_ROUTER_AFFINITY_TTL_S", 3600, minimum=1)
-# Shadow evaluation: the share of routed requests on which the shadow draft also decides.
-ROUTER_SHADOW_SHARE = env_float("PORTAL_ROUTER_SHADOW_SHARE", 0.1, minimum=0, maximum=1)
 # --- metrics --- (scrapes, samples, charts, alerts, the portal's own /metrics)
-# Scrape interval of every serving lane's /metrics and every node (s), and each target's time budget.
+# Scrape interval of every serving lane's /metrics and every node (s).
 METRICS_SCRAPE_INTERVAL_S = env_float("PORTAL_METRICS_SCRAPE_INTERVAL_S", 5.0, minimum=0.5, maximum=3600)
-METRICS_SCRAPE_TIMEOUT_S = env_float("PORTAL_METRICS_SCRAPE_TIMEOUT_S", 2.0, minimum=0.1, maximum=60)
 # Window of the latency percentiles (TTFT, inter-token, end-to-end p50/p95): bucket deltas
 # between the reading about this long ago and now, like Prometheus' histogram_quantile over
 # rate(...[1m]). At least one scrape interval; rates stay per interval.
@@ -347,14 +290,10 @@ if METRICS_PERCENTILE_WINDOW_S < METRICS_SCRAPE_INTERVAL_S:
         f"PORTAL_METRICS_PERCENTILE_WINDOW_S: must be at least the scrape interval "
         f"(PORTAL_METRICS_SCRAPE_INTERVAL_S = {METRICS_SCRAPE_INTERVAL_S:g} s); got {METRICS_PERCENTILE_WINDOW_S:g}"
     )
-# Targets scraped at once (HTTP connections, SSH channels); the rest wait for a slot.
-METRICS_SCRAPE_CONCURRENCY = env_int("PORTAL_METRICS_SCRAPE_CONCURRENCY", 64, minimum=1, maximum=1024)
 # Retention: raw samples (days), 1-minute (days) and 1-hour (days) downsamples.
 METRICS_RAW_RETENTION_DAYS = env_int("PORTAL_METRICS_RAW_RETENTION_DAYS", 2, minimum=1, maximum=366)
 METRICS_MINUTE_RETENTION_DAYS = env_int("PORTAL_METRICS_MINUTE_RETENTION_DAYS", 30, minimum=1, maximum=3660)
 METRICS_HOUR_RETENTION_DAYS = env_int("PORTAL_METRICS_HOUR_RETENTION_DAYS", 400, minimum=1, maximum=36600)
-# PostgreSQL: daily partitions created this many days ahead.
-METRICS_PARTITIONS_AHEAD_DAYS = env_int("PORTAL_METRICS_PARTITIONS_AHEAD_DAYS", 3, minimum=1, maximum=60)
 # Bearer token of GET /metrics (Prometheus format); empty = the endpoint answers 404.
 METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN", "")
 # Alert rules (a rule with an empty threshold is off).
@@ -364,11 +303,8 @@ METRICS_ALERT_TTFT_P95_MS = env_float("PORTAL_METRICS_ALERT_TTFT_P95_MS", 5000.0
 METRICS_ALERT_NODE_MEM_GIB = env_float("PORTAL_METRICS_ALERT_NODE_MEM_GIB", 4.0, minimum=0)
 METRICS_ALERT_SWAP_GIB = env_float("PORTAL_METRICS_ALERT_SWAP_GIB", 0.0, minimum=0)
 METRICS_ALERT_SCRAPE_FAILURES = env_int("PORTAL_METRICS_ALERT_SCRAPE_FAILURES", 3, minimum=1)
-# Optional webhook: alert changes POSTed as JSON, retried with exponential backoff.
+# Optional webhook: alert changes POSTed as JSON, retried with exponential backoff (portal.tuning).
 METRICS_ALERT_WEBHOOK_URL = env_str("PORTAL_METRICS_ALERT_WEBHOOK_URL", "")
-METRICS_WEBHOOK_TIMEOUT_S = env_float("PORTAL_METRICS_WEBHOOK_TIMEOUT_S", 5.0, minimum=0.1, maximum=120)
-METRICS_WEBHOOK_MAX_ATTEMPTS = env_int("PORTAL_METRICS_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1, maximum=50)
-METRICS_WEBHOOK_BACKOFF_S = env_float("PORTAL_METRICS_WEBHOOK_BACKOFF_S", 5.0, minimum=0.1, maximum=3600)
 CELERY_BEAT_SCHEDULE.update(
     {
         "metrics-scrape": {"task": "metrics.tasks.scrape_tick", "schedule": METRICS_SCRAPE_INTERVAL_S,
@@ -381,3 +317,30 @@ CELERY_BEAT_SCHEDULE.update(
                                      "options": {"expires": 3600.0}},
     }
 )
+
+# --- the environment check --- (after every read above; core.checks reports it as portal.W001)
+# Variables that were settings until they became constants (docs/configuration.md, "Not settings any
+# more"): set in the environment, each is reported as no longer a setting, naming its constant.
+_RETIRED = [
+    "HEALTHZ_TIMEOUT_S", "PERIODIC_WORKER_CONCURRENCY", "SIM_ROOT", "LANES_WATCH_CONNECT_TIMEOUT_S",
+    "LANES_WATCH_TIMEOUT_S", "GATEWAY_CONNECT_TIMEOUT_S", "GATEWAY_MAX_CONNECTIONS", "GATEWAY_LARGE_BODY_BYTES",
+    "GATEWAY_LARGE_BODY_WORKERS", "GATEWAY_LARGE_BODY_QUEUE", "GATEWAY_LARGE_BODY_NICENESS",
+    "GATEWAY_REDIS_TIMEOUT_S", "GATEWAY_KEY_CACHE_TTL_S", "GATEWAY_LANE_CACHE_TTL_S", "GATEWAY_BREAKER_FAILURES",
+    "GATEWAY_BREAKER_COOLDOWN_S", "GATEWAY_REPLICA_LOAD_FACTOR", "GATEWAY_REPLICA_LOAD_SLACK",
+    "GATEWAY_HEALTH_SYNC_S", "GATEWAY_IDEMPOTENCY_TTL_S", "GATEWAY_IDEMPOTENCY_MAX_BYTES",
+    "GATEWAY_TOKENIZE_THRESHOLD", "GATEWAY_LOG_BATCH", "GATEWAY_LOG_FLUSH_S", "GATEWAY_PURGE_BATCH",
+    "GATEWAY_PURGE_MAX_SECONDS", "GATEWAY_MIRROR_TIMEOUT_S", "JOBS_HEARTBEAT_S", "JOBS_CANCEL_POLL_S",
+    "JOBS_LOST_AFTER_S", "JOBS_REAPER_INTERVAL_S", "JOBS_CANCEL_CLEANUP_S", "JOBS_LAUNCH_WAIT_DEFAULT_S",
+    "JOBS_LOG_MAX_LINE_CHARS", "JOBS_LOG_FLUSH_S", "JOBS_LOG_BATCH_LINES", "JOBS_SSH_CONNECT_TIMEOUT_S",
+    "JOBS_SSH_KEEPALIVE_S", "ROUTER_THREADS", "ROUTER_MAX_BATCH", "ROUTER_CACHE_SIZE", "ROUTER_VERSION_CHECK_S",
+    "ROUTER_AFFINITY_TTL_S", "ROUTER_SHADOW_SHARE", "METRICS_SCRAPE_TIMEOUT_S", "METRICS_SCRAPE_CONCURRENCY",
+    "METRICS_PARTITIONS_AHEAD_DAYS", "METRICS_WEBHOOK_TIMEOUT_S", "METRICS_WEBHOOK_MAX_ATTEMPTS",
+    "METRICS_WEBHOOK_BACKOFF_S"
+]
+RETIRED_VARIABLES = {f"PORTAL_{name}": f"portal.tuning.{name} = {globals()[name]!r}" for name in _RETIRED}
+RETIRED_VARIABLES["PORTAL_SIM_ROOT"] = "portal.settings.SIM_ROOT = PORTAL_VAR_DIR/sparksim"
+ENV_WARNINGS = unknown_variables(os.environ, names_read(), RETIRED_VARIABLES)
+# Logged once per process that loads settings (web, workers, beat, launcher, manage.py): uvicorn
+# and Celery run no system checks.
+for _message in ENV_WARNINGS:
+    logging.getLogger("portal.settings").warning("%s", _message)

@@ -3,7 +3,7 @@
 - `jobs`: every job (launches that may wait 40 minutes for health, stops, checks,
   benchmarks), PORTAL_WORKER_CONCURRENCY slots;
 - `periodic`: beat's tasks (heartbeat, reaper, purge, the lane health watcher, scrapes),
-  PORTAL_PERIODIC_WORKER_CONCURRENCY slots, so periodic work never waits behind a job.
+  portal.tuning.PERIODIC_WORKER_CONCURRENCY slots, so periodic work never waits behind a job.
 
     python -m portal.workers jobs|periodic      (the run command and compose use this)
     python -m portal.workers ping jobs|periodic (healthcheck: exit 0 when it answers)

@@ -17,6 +17,7 @@ from gateway.models import RequestLog
 from sparksim.standalone import EngineHandle
 from tests.conftest import free_port, wait_for
 from tests.gateway.conftest import SIM_SERVED, create_key, engine_received, make_lane
+from tests.subprocess_settings import subprocess_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +35,7 @@ def test_a_stopped_worker_writes_the_request_log_rows_it_still_held(
     secret, _ = create_key(key_owner)
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url(), "PORTAL_GATEWAY_DEFAULT_LANE": "qwen",
-           "PORTAL_GATEWAY_LOG_FLUSH_S": "3600",  # nothing is flushed before the shutdown
+           **subprocess_settings(GATEWAY_LOG_FLUSH_S=3600),  # nothing is flushed before the shutdown
            "PORTAL_REDIS_PREFIX": settings.REDIS_PREFIX.removesuffix(os.environ.get("PYTEST_XDIST_WORKER", ""))}
     log = (tmp_path / "uvicorn.log").open("wb")
     server = subprocess.Popen(

@@ -28,6 +28,7 @@ from lanes.watcher import lanes_watch_tick
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, WorkerProcesses, wait_for
 from tests.gateway.conftest import SIM_SERVED, FreezableProxy, create_key, engine_received, run_async, unused_port
+from tests.subprocess_settings import subprocess_settings
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,7 +131,7 @@ def test_killing_a_replica_moves_its_conversations_to_the_others_and_nothing_is_
     make_replicated_lane("qwen", [engine.port for engine in engines])
     secret, _ = create_key(key_owner)
     # The first refused connection opens the replica's breaker, for longer than the test.
-    workers = worker_processes(2, env={"PORTAL_GATEWAY_BREAKER_FAILURES": "1", "PORTAL_GATEWAY_BREAKER_COOLDOWN_S": "600"})
+    workers = worker_processes(2, env=subprocess_settings(GATEWAY_BREAKER_FAILURES=1, GATEWAY_BREAKER_COOLDOWN_S=600))
     conversations = [Conversation(number) for number in range(8)]
     for conversation in conversations:
         conversation.send(workers.urls[conversation.number % 2], secret)
