@@ -106,7 +106,7 @@ def unknown_variables(
     environ: Mapping[str, str], known: Iterable[str], retired: Mapping[str, str], *, prefix: str = "PORTAL_"
 ) -> list[str]:
     """One message per variable of `environ` whose name starts with `prefix` and is not in
-    `known`: a retired one names what replaced it (`retired`: name -> the constant), any other is
+    `known`: a retired one says what replaced it (`retired`: name -> why it is gone), any other is
     unknown, with the closest known name when one is close (a typo must not be silently ignored)."""
     known_names = {name for name in known if name.startswith(prefix)}
     # Compared without the shared prefix: with it, any two names look alike.
@@ -116,8 +116,7 @@ def unknown_variables(
         if not name.startswith(prefix) or name in known_names:
             continue
         if name in retired:
-            messages.append(f"{name}: no longer a setting: now a constant ({retired[name]}); "
-                            "remove it from the environment")
+            messages.append(f"{name}: {retired[name]}; remove it from the environment")
             continue
         close = difflib.get_close_matches(name[len(prefix):], sorted(by_tail), n=1)
         hint = f"; did you mean {by_tail[close[0]]}?" if close else ""

@@ -337,8 +337,13 @@ _RETIRED = [
     "METRICS_PARTITIONS_AHEAD_DAYS", "METRICS_WEBHOOK_TIMEOUT_S", "METRICS_WEBHOOK_MAX_ATTEMPTS",
     "METRICS_WEBHOOK_BACKOFF_S"
 ]
-RETIRED_VARIABLES = {f"PORTAL_{name}": f"portal.tuning.{name} = {globals()[name]!r}" for name in _RETIRED}
-RETIRED_VARIABLES["PORTAL_SIM_ROOT"] = "portal.settings.SIM_ROOT = PORTAL_VAR_DIR/sparksim"
+RETIRED_VARIABLES = {f"PORTAL_{name}": f"no longer a setting: now a constant (portal.tuning.{name} = {globals()[name]!r})"
+                     for name in _RETIRED}
+RETIRED_VARIABLES["PORTAL_SIM_ROOT"] = "no longer a setting: now PORTAL_VAR_DIR/sparksim (portal.settings.SIM_ROOT)"
+# The external replay is called mirroring now (the draft router's decisions keep "shadow").
+RETIRED_VARIABLES |= {f"PORTAL_GATEWAY_SHADOW_{name}": f"renamed: set PORTAL_GATEWAY_MIRROR_{name} instead"
+                      for name in ("BASE_URL", "API_KEY", "MODEL", "SHARE")}
+RETIRED_VARIABLES["PORTAL_GATEWAY_SHADOW_TIMEOUT_S"] = RETIRED_VARIABLES["PORTAL_GATEWAY_MIRROR_TIMEOUT_S"]
 ENV_WARNINGS = unknown_variables(os.environ, names_read(), RETIRED_VARIABLES)
 # Logged once per process that loads settings (web, workers, beat, launcher, manage.py): uvicorn
 # and Celery run no system checks.

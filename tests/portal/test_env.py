@@ -87,7 +87,8 @@ def test_settings_refuse_production_without_a_secret_key():
 # --- unknown and retired PORTAL_* variables ---------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
-RETIRED = {"PORTAL_GATEWAY_TOKENIZE_THRESHOLD": "portal.tuning.GATEWAY_TOKENIZE_THRESHOLD = 0.5"}
+RETIRED = {"PORTAL_GATEWAY_TOKENIZE_THRESHOLD": "no longer a setting: now a constant "
+                                                 "(portal.tuning.GATEWAY_TOKENIZE_THRESHOLD = 0.5)"}
 
 
 def run_with_env(argv: list[str], **portal_env: str) -> subprocess.CompletedProcess[str]:
@@ -117,6 +118,15 @@ def test_a_retired_variable_says_it_is_a_constant_now() -> None:
     messages = unknown_variables({"PORTAL_GATEWAY_TOKENIZE_THRESHOLD": "0.7"}, ["PORTAL_GATEWAY_MAX_N"], RETIRED)
     assert messages == ["PORTAL_GATEWAY_TOKENIZE_THRESHOLD: no longer a setting: now a constant "
                         "(portal.tuning.GATEWAY_TOKENIZE_THRESHOLD = 0.5); remove it from the environment"]
+
+
+def test_a_shadow_variable_of_before_the_rename_names_its_mirror_variable() -> None:
+    from django.conf import settings
+
+    messages = unknown_variables({"PORTAL_GATEWAY_SHADOW_BASE_URL": "http://x/v1"}, ["PORTAL_GATEWAY_MIRROR_BASE_URL"],
+                                 settings.RETIRED_VARIABLES)
+    assert messages == ["PORTAL_GATEWAY_SHADOW_BASE_URL: renamed: set PORTAL_GATEWAY_MIRROR_BASE_URL instead; "
+                        "remove it from the environment"]
 
 
 def test_the_readers_record_every_name_they_are_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
