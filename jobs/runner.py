@@ -26,8 +26,8 @@ from jobs.models import FINAL_STATES, Job, JobState, JobStep, StepState
 from jobs.states import publish_job_state, publish_step
 from jobs.transports import CommandResult, NodeEndpoint, Transport, TransportError, endpoint_for, transport_for
 from lanes.models import Node, NodeState
+from lanes.node_services import node_set_state
 from lanes.secrets import fill_secret_env
-from lanes.services import node_set_state
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

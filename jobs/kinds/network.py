@@ -24,7 +24,7 @@ from jobs.models import StepState
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Node, NodeState
-from lanes.services import node_record_captured_host_key, node_record_network_report, node_set_state
+from lanes.node_services import node_record_captured_host_key, node_record_network_report, node_set_state
 
 
 def job_nodes(ctx: JobContext) -> list[Node]:
