@@ -15,9 +15,10 @@ from core.api import can_operate
 from lanes import schemas
 from lanes.crypto import host_key_fingerprint
 from lanes.lane_services import lane_create, lane_delete, lane_update
+from lanes.memory import parse_memory_bytes
 from lanes.models import Lane, Node
 from lanes.node_services import node_create, node_delete, node_pin_host_key, node_update
-from lanes.rules import LaneCheck, parse_memory_bytes
+from lanes.rules import LaneCheck
 from lanes.selectors import (
     lane_check,
     lane_checks,

@@ -12,9 +12,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from core.validators import whole_number
+from lanes.memory import parse_memory_bytes
 from lanes.models import Executor, Lane, NodeState, Transport
 from lanes.plan_shell import human_bytes
-from lanes.rules import parse_memory_bytes
 from lanes.selectors import lane_config
 
 TRI_STATE = [("", "vLLM default"), ("true", "on"), ("false", "off")]
