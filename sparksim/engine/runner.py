@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -147,18 +148,7 @@ async def serve_http(
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False,
                            shutdown_timeout=2.0, handler_cancellation=server.cancels_on_disconnect)
     await runner.setup()
-    site: web.TCPSite | None = None
-
-    async def set_listening(listening: bool) -> None:
-        nonlocal site
-        if listening and site is None:
-            site = web.TCPSite(runner, config.host, config.port, reuse_address=True,
-                               backlog=1024)
-            await site.start()
-        elif not listening and site is not None:
-            await site.stop()
-            site = None
-
+    set_listening = _listener(runner, config)
     server.set_listening = set_listening
     if config.faults.refuse_connections_s:
         seconds = config.faults.refuse_connections_s
@@ -170,13 +160,7 @@ async def serve_http(
         log("ERROR", "api_server.py", f"OSError: [Errno {error.errno}] {error.strerror}")
         await runner.cleanup()
         return 1
-    address = f"http://{config.host}:{config.port}"
-    log("INFO", "api_server.py", f"Starting vLLM API server 0 on {address}")
-    log("INFO", "launcher.py", "Available routes are: /health, /v1/models, /v1/chat/completions, "
-        "/v1/completions, /tokenize, /metrics")
-    print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
-    print("INFO:     Waiting for application startup.", flush=True)
-    print("INFO:     Application startup complete.", flush=True)
+    _announce_started(config)
     background = [
         loop.create_task(log_stats(server)),
         loop.create_task(account_traffic(server, fabric_nodes)),
@@ -192,6 +176,33 @@ async def serve_http(
     print("INFO:     Shutting down", flush=True)
     print("INFO:     Application shutdown complete.", flush=True)
     return exit_code or (1 if server.core.dead and server.faults.exit_on_death else 0)
+
+
+def _listener(runner: web.AppRunner, config: EngineConfig) -> Callable[[bool], Awaitable[None]]:
+    """Opens and closes the engine's listening socket (a refuse-connections fault closes it)."""
+    site: web.TCPSite | None = None
+
+    async def set_listening(listening: bool) -> None:
+        nonlocal site
+        if listening and site is None:
+            site = web.TCPSite(runner, config.host, config.port, reuse_address=True,
+                               backlog=1024)
+            await site.start()
+        elif not listening and site is not None:
+            await site.stop()
+            site = None
+
+    return set_listening
+
+
+def _announce_started(config: EngineConfig) -> None:
+    address = f"http://{config.host}:{config.port}"
+    log("INFO", "api_server.py", f"Starting vLLM API server 0 on {address}")
+    log("INFO", "launcher.py", "Available routes are: /health, /v1/models, /v1/chat/completions, "
+        "/v1/completions, /tokenize, /metrics")
+    print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
+    print("INFO:     Waiting for application startup.", flush=True)
+    print("INFO:     Application startup complete.", flush=True)
 
 
 async def watch_peers(config: EngineConfig, members: list[Member], stop: asyncio.Event,
