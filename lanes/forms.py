@@ -58,7 +58,7 @@ class SecretTextarea(forms.Textarea):
     """A textarea that never renders its value: a form shown again after an error (a
     duplicate name, say) must not echo a pasted private key or secret back into the page."""
 
-    def format_value(self, value: Any) -> str | None:
+    def format_value(self, value: Any) -> str | None:  # noqa: ARG002 (Django's widget hook)
         return None
 
 

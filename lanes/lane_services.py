@@ -23,7 +23,7 @@ from lanes.rules import ENV_NAME, LaneCheck, rule_max_model_len_pinned
 from lanes.secrets import SECRET_MARK, is_secret_name
 from lanes.selectors import CONFIG_FIELDS, ReplicaSpec, lane_check, lane_config, lane_replica_specs
 
-MAX_MODEL_LEN_MESSAGE = rule_max_model_len_pinned({"max_model_len": None}, [])[0].message
+MAX_MODEL_LEN_MESSAGE = rule_max_model_len_pinned({"max_model_len": None})[0].message
 
 
 def _resolve_nodes(names: Sequence[str], errors: dict[str, list[str]]) -> list[Node]:

@@ -85,10 +85,10 @@ def check_lane(
     node name to the other lanes placed on it."""
     others = other_lanes_by_node or {}
     check = LaneCheck()
-    for rule in (rule_tp_equals_node_count, rule_max_model_len_pinned, rule_degraded_context_limit,
-                 rule_gpu_memory_utilization, rule_launcher_flags, rule_container_env, rule_image_pinned,
-                 rule_speculative_capture_size):
-        check.results.extend(rule(config, nodes))
+    check.results.extend(rule_tp_equals_node_count(config, nodes))
+    for rule in (rule_max_model_len_pinned, rule_degraded_context_limit, rule_gpu_memory_utilization,
+                 rule_launcher_flags, rule_container_env, rule_image_pinned, rule_speculative_capture_size):
+        check.results.extend(rule(config))
     memory = min((n.memory_gib for n in nodes), default=128.0)
     check.budgets = [
         node_budget(config, node, [(o.name, o.footprint_gib) for o in others.get(node.name, ())]) for node in nodes
@@ -97,7 +97,7 @@ def check_lane(
     check.results.extend(rule_shared_nodes(check.budgets))
     check.results.extend(rule_shared_node_ports(config, others))
     check.kv_pool = kv_pool(config, node_memory_gib=memory)
-    check.results.extend(rule_kv_pool(config, check.kv_pool))
+    check.results.extend(rule_kv_pool(check.kv_pool))
     return check
 
 
@@ -114,7 +114,7 @@ def rule_tp_equals_node_count(config: Mapping[str, Any], nodes: Sequence[NodeFac
     return []
 
 
-def rule_max_model_len_pinned(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_max_model_len_pinned(config: Mapping[str, Any]) -> list[RuleResult]:
     value = config.get("max_model_len")
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return []
@@ -125,7 +125,7 @@ def rule_max_model_len_pinned(config: Mapping[str, Any], nodes: Sequence[NodeFac
     )]
 
 
-def rule_degraded_context_limit(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_degraded_context_limit(config: Mapping[str, Any]) -> list[RuleResult]:
     limit, max_len = config.get("degraded_context_limit"), config.get("max_model_len")
     if limit and isinstance(max_len, int) and int(limit) > max_len:
         return [RuleResult("degraded_context_limit", "degraded_context_limit", "error",
@@ -136,7 +136,7 @@ def rule_degraded_context_limit(config: Mapping[str, Any], nodes: Sequence[NodeF
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def rule_container_env(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_container_env(config: Mapping[str, Any]) -> list[RuleResult]:
     env = config.get("container_env") or {}
     if not isinstance(env, Mapping):
         return [RuleResult("container_env_object", "container_env", "error",
@@ -151,7 +151,7 @@ def rule_container_env(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) ->
     return []
 
 
-def rule_gpu_memory_utilization(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_gpu_memory_utilization(config: Mapping[str, Any]) -> list[RuleResult]:
     util = config.get("gpu_memory_utilization")
     # The range holds even with kv_cache_memory_bytes set: the value is still rendered
     # into the plan, and vLLM refuses anything outside (0, 1] at launch.
@@ -177,7 +177,7 @@ def _flag_name(arg: str) -> str:
     return LAUNCHER_SHORT_FLAGS.get(name, name)
 
 
-def rule_launcher_flags(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_launcher_flags(config: Mapping[str, Any]) -> list[RuleResult]:
     results: list[RuleResult] = []
     args = config.get("extra_args") or []
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -200,7 +200,7 @@ def rule_launcher_flags(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -
     return results
 
 
-def rule_image_pinned(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_image_pinned(config: Mapping[str, Any]) -> list[RuleResult]:
     image = str(config.get("image") or "")
     if not image:
         return [RuleResult("image_required", "image", "error", "The container image is required.")]
@@ -222,7 +222,7 @@ def speculative_tokens(config: Mapping[str, Any]) -> int:
     return 0
 
 
-def rule_speculative_capture_size(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_speculative_capture_size(config: Mapping[str, Any]) -> list[RuleResult]:
     k = speculative_tokens(config)
     spec = config.get("speculative_config")
     if spec not in (None, "", {}) and not isinstance(spec, Mapping):
@@ -304,7 +304,7 @@ def rule_shared_node_ports(
     return results
 
 
-def rule_kv_pool(config: Mapping[str, Any], pool: KvPool) -> list[RuleResult]:
+def rule_kv_pool(pool: KvPool) -> list[RuleResult]:
     if pool.tokens is None:
         return [RuleResult("kv_pool_unknown", "kv_bytes_per_token", "info",
                            "Set KV bytes per token to see how many tokens the KV pool holds.")]

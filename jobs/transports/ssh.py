@@ -37,7 +37,7 @@ class _PinnedHostKeyClient(asyncssh.SSHClient):
         self.pinned = pinned
         self.presented: asyncssh.SSHKey | None = None
 
-    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:  # noqa: ARG002 (asyncssh's hook)
         self.presented = key
         return bool(key.public_data == self.pinned.public_data)
 

@@ -108,7 +108,7 @@ async def serve(config: EngineConfig) -> int:
     try:
         if config.headless:
             log("INFO", "api_server.py", "Launching headless engine; waiting for rank 0.")
-            watcher: asyncio.Task[bool] = loop.create_task(watch_members(config, members, stop))
+            watcher: asyncio.Task[bool] = loop.create_task(watch_members(members, stop))
             await stop.wait()
             lost = watcher.done() and not watcher.cancelled() and watcher.result()
             watcher.cancel()
@@ -166,7 +166,7 @@ async def serve_http(
         loop.create_task(account_traffic(server, fabric_nodes)),
     ]
     if len(members) > 1:
-        background.append(loop.create_task(watch_peers(config, members, stop, server)))
+        background.append(loop.create_task(watch_peers(members, stop, server)))
     await stop.wait()
     log("INFO", "launcher.py", "Shutting down FastAPI HTTP server.")
     for task in background:
@@ -205,9 +205,8 @@ def _announce_started(config: EngineConfig) -> None:
     print("INFO:     Application startup complete.", flush=True)
 
 
-async def watch_peers(config: EngineConfig, members: list[Member], stop: asyncio.Event,
-                      server: EngineServer) -> None:
-    await watch_members(config, members, stop, server)
+async def watch_peers(members: list[Member], stop: asyncio.Event, server: EngineServer) -> None:
+    await watch_members(members, stop, server)
 
 
 async def simulate_loading(config: EngineConfig, stop: asyncio.Event) -> None:
