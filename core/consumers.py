@@ -55,7 +55,7 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
     async def on_accepted(self) -> None:
         """Hook for consumers that send an initial snapshot."""
 
-    async def disconnect(self, code: int) -> None:
+    async def disconnect(self, code: int) -> None:  # noqa: ARG002 (Channels' disconnect hook)
         for group in getattr(self, "joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -74,7 +74,7 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         """Strict JSON: NaN and ±Infinity are not JSON (Python's json reads them)."""
         return json.loads(text_data, parse_constant=_not_json)
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:  # noqa: ARG002 (Channels' receive hook)
         """A bad message closes the socket with a code saying why (never a traceback)."""
         if text_data is None:
             await self.close(code=CLOSE_UNSUPPORTED_DATA)

@@ -40,6 +40,12 @@ _FABRIC_THRESHOLDS = {"min_busbw_gbps": (JobKind.NCCL_TEST,), "min_cable_gbps": 
 
 def _fabric_param(kind: str, name: str, value: Any) -> tuple[Any, str]:
     """(clean value, error) for a fabric check's parameter; the error names the rule."""
+    if name in _FABRIC_INTEGERS or name in _FABRIC_THRESHOLDS:
+        return _fabric_number(kind, name, value)
+    return _fabric_choice(kind, name, value)
+
+
+def _fabric_number(kind: str, name: str, value: Any) -> tuple[Any, str]:
     if name in _FABRIC_INTEGERS:
         kinds, low, high = _FABRIC_INTEGERS[name]
         if kind not in kinds:
@@ -55,6 +61,10 @@ def _fabric_param(kind: str, name: str, value: Any) -> tuple[Any, str]:
         if not finite_number(value) or not 1 <= value <= 800:
             return None, "must be a number of Gb/s between 1 and 800"
         return float(value), ""
+    return None, "unknown parameter"
+
+
+def _fabric_choice(kind: str, name: str, value: Any) -> tuple[Any, str]:
     if name == "device":
         if kind != JobKind.LATENCY_MATRIX:
             return None, f"does not apply to a {kind} job"
@@ -94,32 +104,14 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
     for name, value in params.items():
         if value is None or name in plugged.params:
             continue
-        if name in _NUMBERS:
-            kinds, low, high = _NUMBERS[name]
-            if kind not in kinds:
-                errors[name] = f"does not apply to a {kind} job"
-            elif not finite_number(value):  # NaN, Infinity, 10**400: float() cannot compare or hold them
-                errors[name] = "must be a number of seconds"
-            elif not low <= float(value) <= high:
-                errors[name] = f"must be between {shown_bound(low)} and {shown_bound(high)} seconds"
-            else:
-                clean[name] = float(value)
-        elif name == "replica":
-            if kind not in REPLICA_KINDS:
-                errors[name] = f"does not apply to a {kind} job"
-            elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPLICA_INDEX:
-                errors[name] = f"must be a replica number from 0 to {MAX_REPLICA_INDEX}"
-            else:
-                clean[name] = value
-        elif name in _TEXT:
-            if not isinstance(value, str) or len(value) > _TEXT[name] or has_control_characters(value):
-                errors[name] = f"must be text of at most {_TEXT[name]} characters, without NUL or control characters"
-            else:
-                clean[name] = value
+        if name in _NUMBERS or name == "replica" or name in _TEXT:
+            cleaned, error = _job_param(kind, name, value)
+            if not error:
+                clean[name] = cleaned
         else:
             clean[name], error = _fabric_param(kind, name, value)
-            if error:
-                errors[name] = error
+        if error:
+            errors[name] = error
     if "min_bytes" in clean and "max_bytes" in clean and clean["min_bytes"] > clean["max_bytes"]:
         errors["min_bytes"] = "must not exceed max_bytes"
     if errors:
@@ -128,3 +120,25 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
         pass  # the lane's own wait timeout applies (plan default 2400 s)
     clean.setdefault("time_limit_s", default_time_limit(kind, clean))
     return clean
+
+
+def _job_param(kind: str, name: str, value: Any) -> tuple[Any, str]:
+    """(clean value, error) for the parameters of every kind: time limits and waits, replica, reason."""
+    if name in _NUMBERS:
+        kinds, low, high = _NUMBERS[name]
+        if kind not in kinds:
+            return None, f"does not apply to a {kind} job"
+        if not finite_number(value):  # NaN, Infinity, 10**400: float() cannot compare or hold them
+            return None, "must be a number of seconds"
+        if not low <= float(value) <= high:
+            return None, f"must be between {shown_bound(low)} and {shown_bound(high)} seconds"
+        return float(value), ""
+    if name == "replica":
+        if kind not in REPLICA_KINDS:
+            return None, f"does not apply to a {kind} job"
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPLICA_INDEX:
+            return None, f"must be a replica number from 0 to {MAX_REPLICA_INDEX}"
+        return value, ""
+    if not isinstance(value, str) or len(value) > _TEXT[name] or has_control_characters(value):
+        return None, f"must be text of at most {_TEXT[name]} characters, without NUL or control characters"
+    return value, ""

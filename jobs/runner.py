@@ -4,7 +4,6 @@ traceback, and always a final state."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -13,7 +12,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Coroutine, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -21,13 +19,14 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from jobs.bridge import AsyncBridge
 from jobs.logsink import LogSink
 from jobs.models import FINAL_STATES, Job, JobState, JobStep, StepState
 from jobs.states import publish_job_state, publish_step
 from jobs.transports import CommandResult, NodeEndpoint, Transport, TransportError, endpoint_for, transport_for
 from lanes.models import Node, NodeState
+from lanes.node_services import node_set_state
 from lanes.secrets import fill_secret_env
-from lanes.services import node_set_state
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,38 +42,6 @@ class JobCancelled(Exception):
 
 class JobTimedOut(Exception):
     pass
-
-
-class AsyncBridge:
-    """An event loop in its own thread: transports are asyncio, the runner is a plain
-    Celery task (sync ORM)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="job-transport-loop", daemon=True)
-        self.thread.start()
-
-    def submit(self, coro: Coroutine[Any, Any, T], stop: threading.Event | None = None) -> Future[T]:
-        """Runs `coro` on the loop. Setting `stop` cancels it *inside* the loop, so its
-        cleanup (killing the process on the node) finishes before the future does."""
-        return asyncio.run_coroutine_threadsafe(_stoppable(coro, stop or threading.Event()), self.loop)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
-async def _stoppable(coro: Coroutine[Any, Any, T], stop: threading.Event) -> T:
-    task = asyncio.ensure_future(coro)
-    cancelled = False
-    while not task.done():
-        if stop.is_set() and not cancelled:
-            task.cancel()  # once: a second cancel would interrupt the remote kill it triggers
-            cancelled = True
-        await asyncio.wait({task}, timeout=0.05)
-    return task.result()
 
 
 class JobMonitor(threading.Thread):

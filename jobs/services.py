@@ -21,9 +21,9 @@ from jobs.params import default_time_limit, validate_params
 from jobs.registry import kind_runners
 from jobs.runner import job_execute, job_skip_pending_steps
 from jobs.states import publish_job_state
+from lanes.lane_states import lane_set_desired_state
 from lanes.models import DesiredState, Lane, LaneRevision, Node
 from lanes.selectors import current_revision, lanes_active_on, replica_configs
-from lanes.services import lane_set_desired_state
 
 logger = logging.getLogger(__name__)
 

@@ -57,7 +57,7 @@ def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 @role_required(Capability.VIEW)
-def job_log_download(request: HttpRequest, job_id: int) -> HttpResponse:
+def job_log_download(request: HttpRequest, job_id: int) -> HttpResponse:  # noqa: ARG001 (a Django view)
     job = _job_or_404(job_id)
 
     def lines() -> Iterator[str]:

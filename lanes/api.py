@@ -14,8 +14,11 @@ from ninja import Router, Status
 from core.api import can_operate
 from lanes import schemas
 from lanes.crypto import host_key_fingerprint
+from lanes.lane_services import lane_create, lane_delete, lane_update
+from lanes.memory import parse_memory_bytes
 from lanes.models import Lane, Node
-from lanes.rules import LaneCheck, parse_memory_bytes
+from lanes.node_services import node_create, node_delete, node_pin_host_key, node_update
+from lanes.rules import LaneCheck
 from lanes.selectors import (
     lane_check,
     lane_checks,
@@ -28,15 +31,6 @@ from lanes.selectors import (
     node_lane_names,
     node_list,
     plans_text,
-)
-from lanes.services import (
-    lane_create,
-    lane_delete,
-    lane_update,
-    node_create,
-    node_delete,
-    node_pin_host_key,
-    node_update,
 )
 
 router = Router(tags=["lanes"])

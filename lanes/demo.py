@@ -9,8 +9,9 @@ from io import TextIOBase
 from django.conf import settings
 
 from lanes.demo_cluster import demo_cluster_up
+from lanes.lane_services import lane_create
 from lanes.models import Node, Transport
-from lanes.services import lane_create, node_create
+from lanes.node_services import node_create
 
 GIB = 1024**3
 # sparksim answers `docker image inspect` for any reference; a real cluster pins its own digest.

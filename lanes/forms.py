@@ -12,9 +12,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from core.validators import whole_number
+from lanes.memory import parse_memory_bytes
 from lanes.models import Executor, Lane, NodeState, Transport
 from lanes.plan_shell import human_bytes
-from lanes.rules import parse_memory_bytes
 from lanes.selectors import lane_config
 
 TRI_STATE = [("", "vLLM default"), ("true", "on"), ("false", "off")]
@@ -58,7 +58,7 @@ class SecretTextarea(forms.Textarea):
     """A textarea that never renders its value: a form shown again after an error (a
     duplicate name, say) must not echo a pasted private key or secret back into the page."""
 
-    def format_value(self, value: Any) -> str | None:
+    def format_value(self, value: Any) -> str | None:  # noqa: ARG002 (Django's widget hook)
         return None
 
 

@@ -43,7 +43,7 @@ class Node(models.Model):
     ssh_private_key_encrypted = models.TextField(blank=True, default="")
     # Pinned host key, one OpenSSH public-key line ("ssh-ed25519 AAAA..."); a mismatch fails loudly.
     ssh_host_key = models.TextField(blank=True, default="", validators=TEXT)
-    # A host key seen by a capture job, waiting for an admin to confirm it (lanes.services).
+    # A host key seen by a capture job, waiting for an admin to confirm it (lanes.node_services).
     ssh_host_key_pending = models.TextField(blank=True, default="")
     runtime_command = models.CharField(max_length=200, default="docker", validators=TEXT)
     # Directory of a sparksim node; empty on a real Spark (docs/runtime-contract.md).
@@ -197,7 +197,7 @@ class Lane(models.Model):
 class LaneReplica(models.Model):
     """One engine of a lane (seed 002's dual replicas, seed 003's fleet): its own ranked
     nodes (LaneNode.replica), launch plan, observed state and health. The lane's own
-    observed state is the summary of its replicas' (lanes.services)."""
+    observed state is the summary of its replicas' (lanes.lane_states)."""
 
     lane = models.ForeignKey(Lane, on_delete=models.CASCADE, related_name="replicas")
     index = models.PositiveIntegerField()

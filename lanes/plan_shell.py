@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lanes.rules import lane_footprint_gib
+from lanes.memory import lane_footprint_gib
 
 GIB = 1024**3
 RAY_OBJECT_STORE_BYTES = GIB  # dashaun's RAY_OBJECT_STORE_BYTES

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-GIB = 1024**3
+from lanes.memory import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, KvPool, NodeBudget, NodeFacts, kv_pool, node_budget
+
 SAFE_GPU_MEMORY_UTILIZATION = 0.85  # 0.87 froze both Sparks (GPU memory is OS memory on a Spark)
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 # Flags the launcher sets itself; a lane passing them would fight the plan.
 LAUNCHER_FLAGS = (
     "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--tensor-parallel-size",
@@ -42,13 +42,6 @@ class RuleResult:
 
 
 @dataclass(frozen=True)
-class NodeFacts:
-    name: str
-    memory_gib: float = 128.0
-    os_reserve_gib: float = 8.0
-
-
-@dataclass(frozen=True)
 class OtherLane:
     """Another lane placed on one of this lane's nodes."""
 
@@ -57,41 +50,6 @@ class OtherLane:
     api_port: int
     master_port: int
     container_name: str
-
-
-@dataclass(frozen=True)
-class NodeBudget:
-    """One node's memory for the budget bar (GiB)."""
-
-    node: str
-    memory_gib: float
-    weights_gib: float
-    kv_gib: float
-    overhead_gib: float
-    reserve_gib: float
-    other_lanes: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def lane_gib(self) -> float:
-        return self.weights_gib + self.kv_gib + self.overhead_gib
-
-    @property
-    def used_gib(self) -> float:
-        return self.lane_gib + self.reserve_gib + sum(gib for _, gib in self.other_lanes)
-
-    @property
-    def free_gib(self) -> float:
-        return self.memory_gib - self.used_gib
-
-    def percent(self, gib: float) -> float:
-        return round(100 * gib / self.memory_gib, 1) if self.memory_gib else 0.0
-
-
-@dataclass(frozen=True)
-class KvPool:
-    kv_gib: float
-    tokens: int | None  # per replica (one pool across the TP ranks)
-    sessions: float | None  # concurrent full-context (max_model_len) sessions
 
 
 @dataclass
@@ -115,60 +73,6 @@ class LaneCheck:
         return found
 
 
-# ---------------------------------------------------------------- memory arithmetic
-
-
-def _num(config: Mapping[str, Any], key: str) -> float:
-    value = config.get(key)
-    return float(value) if value not in (None, "") else 0.0
-
-
-def kv_cache_gib(config: Mapping[str, Any], *, node_memory_gib: float) -> float:
-    """KV cache per node: fixed by kv_cache_memory_bytes (vLLM then ignores the utilization),
-    else what gpu_memory_utilization × memory leaves after weights and overhead."""
-    if config.get("kv_cache_memory_bytes"):
-        return _num(config, "kv_cache_memory_bytes") / GIB
-    util = config.get("gpu_memory_utilization")
-    util = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if util is None else float(util)
-    return max(util * node_memory_gib - weights_per_node_gib(config) - _num(config, "runtime_overhead_gib"), 0.0)
-
-
-def weights_per_node_gib(config: Mapping[str, Any]) -> float:
-    tp = max(int(config.get("tensor_parallel_size") or 1), 1)
-    return _num(config, "weights_gib") / tp
-
-
-def lane_footprint_gib(config: Mapping[str, Any], *, node_memory_gib: float) -> float:
-    """What the lane takes on each of its nodes: weights/TP + KV + runtime overhead."""
-    return (
-        weights_per_node_gib(config) + kv_cache_gib(config, node_memory_gib=node_memory_gib)
-        + _num(config, "runtime_overhead_gib")
-    )
-
-
-def node_budget(
-    config: Mapping[str, Any], node: NodeFacts, other_lanes: Sequence[tuple[str, float]] = ()
-) -> NodeBudget:
-    return NodeBudget(
-        node=node.name, memory_gib=node.memory_gib, weights_gib=weights_per_node_gib(config),
-        kv_gib=kv_cache_gib(config, node_memory_gib=node.memory_gib),
-        overhead_gib=_num(config, "runtime_overhead_gib"), reserve_gib=node.os_reserve_gib,
-        other_lanes=tuple(other_lanes),
-    )
-
-
-def kv_pool(config: Mapping[str, Any], *, node_memory_gib: float) -> KvPool:
-    kv_gib = kv_cache_gib(config, node_memory_gib=node_memory_gib)
-    per_token = config.get("kv_bytes_per_token")
-    if not per_token:
-        return KvPool(kv_gib, None, None)
-    # Each TP rank holds its share of every token, so one node's pool / per-node bytes per
-    # token is the lane's capacity (seed 004: 11 GiB per node held 1,146,448 tokens).
-    tokens = int(kv_gib * GIB // int(per_token))
-    max_len = int(config.get("max_model_len") or 0)
-    return KvPool(kv_gib, tokens, round(tokens / max_len, 2) if max_len > 0 else None)
-
-
 # ---------------------------------------------------------------- the rules
 
 
@@ -181,10 +85,10 @@ def check_lane(
     node name to the other lanes placed on it."""
     others = other_lanes_by_node or {}
     check = LaneCheck()
-    for rule in (rule_tp_equals_node_count, rule_max_model_len_pinned, rule_degraded_context_limit,
-                 rule_gpu_memory_utilization, rule_launcher_flags, rule_container_env, rule_image_pinned,
-                 rule_speculative_capture_size):
-        check.results.extend(rule(config, nodes))
+    check.results.extend(rule_tp_equals_node_count(config, nodes))
+    for rule in (rule_max_model_len_pinned, rule_degraded_context_limit, rule_gpu_memory_utilization,
+                 rule_launcher_flags, rule_container_env, rule_image_pinned, rule_speculative_capture_size):
+        check.results.extend(rule(config))
     memory = min((n.memory_gib for n in nodes), default=128.0)
     check.budgets = [
         node_budget(config, node, [(o.name, o.footprint_gib) for o in others.get(node.name, ())]) for node in nodes
@@ -193,7 +97,7 @@ def check_lane(
     check.results.extend(rule_shared_nodes(check.budgets))
     check.results.extend(rule_shared_node_ports(config, others))
     check.kv_pool = kv_pool(config, node_memory_gib=memory)
-    check.results.extend(rule_kv_pool(config, check.kv_pool))
+    check.results.extend(rule_kv_pool(check.kv_pool))
     return check
 
 
@@ -210,7 +114,7 @@ def rule_tp_equals_node_count(config: Mapping[str, Any], nodes: Sequence[NodeFac
     return []
 
 
-def rule_max_model_len_pinned(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_max_model_len_pinned(config: Mapping[str, Any]) -> list[RuleResult]:
     value = config.get("max_model_len")
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return []
@@ -221,7 +125,7 @@ def rule_max_model_len_pinned(config: Mapping[str, Any], nodes: Sequence[NodeFac
     )]
 
 
-def rule_degraded_context_limit(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_degraded_context_limit(config: Mapping[str, Any]) -> list[RuleResult]:
     limit, max_len = config.get("degraded_context_limit"), config.get("max_model_len")
     if limit and isinstance(max_len, int) and int(limit) > max_len:
         return [RuleResult("degraded_context_limit", "degraded_context_limit", "error",
@@ -232,7 +136,7 @@ def rule_degraded_context_limit(config: Mapping[str, Any], nodes: Sequence[NodeF
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def rule_container_env(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_container_env(config: Mapping[str, Any]) -> list[RuleResult]:
     env = config.get("container_env") or {}
     if not isinstance(env, Mapping):
         return [RuleResult("container_env_object", "container_env", "error",
@@ -247,7 +151,7 @@ def rule_container_env(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) ->
     return []
 
 
-def rule_gpu_memory_utilization(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_gpu_memory_utilization(config: Mapping[str, Any]) -> list[RuleResult]:
     util = config.get("gpu_memory_utilization")
     # The range holds even with kv_cache_memory_bytes set: the value is still rendered
     # into the plan, and vLLM refuses anything outside (0, 1] at launch.
@@ -273,7 +177,7 @@ def _flag_name(arg: str) -> str:
     return LAUNCHER_SHORT_FLAGS.get(name, name)
 
 
-def rule_launcher_flags(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_launcher_flags(config: Mapping[str, Any]) -> list[RuleResult]:
     results: list[RuleResult] = []
     args = config.get("extra_args") or []
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -296,7 +200,7 @@ def rule_launcher_flags(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -
     return results
 
 
-def rule_image_pinned(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_image_pinned(config: Mapping[str, Any]) -> list[RuleResult]:
     image = str(config.get("image") or "")
     if not image:
         return [RuleResult("image_required", "image", "error", "The container image is required.")]
@@ -318,7 +222,7 @@ def speculative_tokens(config: Mapping[str, Any]) -> int:
     return 0
 
 
-def rule_speculative_capture_size(config: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> list[RuleResult]:
+def rule_speculative_capture_size(config: Mapping[str, Any]) -> list[RuleResult]:
     k = speculative_tokens(config)
     spec = config.get("speculative_config")
     if spec not in (None, "", {}) and not isinstance(spec, Mapping):
@@ -400,7 +304,7 @@ def rule_shared_node_ports(
     return results
 
 
-def rule_kv_pool(config: Mapping[str, Any], pool: KvPool) -> list[RuleResult]:
+def rule_kv_pool(pool: KvPool) -> list[RuleResult]:
     if pool.tokens is None:
         return [RuleResult("kv_pool_unknown", "kv_bytes_per_token", "info",
                            "Set KV bytes per token to see how many tokens the KV pool holds.")]
@@ -413,22 +317,3 @@ def rule_kv_pool(config: Mapping[str, Any], pool: KvPool) -> list[RuleResult]:
             "(\"KV cache needed 10.06 GiB, had 10.03\").",
         )]
     return [RuleResult("kv_pool", "kv_bytes_per_token", "info", message)]
-
-
-MEMORY_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
-
-
-def parse_memory_bytes(value: object) -> int | None:
-    """Bytes from an int or "11G" / "11 GiB" (binary units, as vLLM reads "11G")."""
-    if value in (None, ""):
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    match = MEMORY_SIZE.match(str(value))
-    if not match:  # the message never echoes the value: it may be 300 digits
-        raise ValueError("Enter a size such as 11G or 11811160064 (bytes).")
-    number, unit = match.groups()
-    size = float(number) * 1024 ** "_KMGT".index(unit.upper() or "_")
-    if not size < 2**63:  # also inf: "9" * 400 is a float too large to hold
-        raise ValueError("Enter a size such as 11G or 11811160064 (bytes), below 8 EiB.")
-    return int(size)

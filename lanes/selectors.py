@@ -14,11 +14,12 @@ from redis.exceptions import RedisError
 
 from core.audit import audit_diff
 from core.validators import has_control_characters
+from lanes.memory import NodeFacts, lane_footprint_gib
 from lanes.models import Lane, LaneReplica, LaneRevision, LaneState, Node
 from lanes.plan_shell import Fabric, fabric_env, fabric_of
 from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
 from lanes.replica_health import replica_in_flight, replica_skipped_until
-from lanes.rules import LaneCheck, NodeFacts, OtherLane, check_lane, lane_footprint_gib
+from lanes.rules import LaneCheck, OtherLane, check_lane
 from lanes.secrets import env_with_marks
 
 # The lane's configuration as a revision stores it (and as rules and plans read it).

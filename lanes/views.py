@@ -15,10 +15,13 @@ from core.models import AuditEvent
 from core.roles import Capability, role_required
 from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
+from lanes.lane_services import lane_create, lane_delete, lane_update
+from lanes.memory import NodeBudget
 from lanes.models import Lane, LaneState, NodeState
 from lanes.node_picker import node_candidates
+from lanes.node_services import node_confirm_host_key, node_create, node_delete, node_pin_host_key, node_update
 from lanes.plan_shell import human_bytes
-from lanes.rules import LaneCheck, NodeBudget
+from lanes.rules import LaneCheck
 from lanes.selectors import (
     lane_check,
     lane_checks,
@@ -32,16 +35,6 @@ from lanes.selectors import (
     node_list,
     node_memory_use,
     plans_text,
-)
-from lanes.services import (
-    lane_create,
-    lane_delete,
-    lane_update,
-    node_confirm_host_key,
-    node_create,
-    node_delete,
-    node_pin_host_key,
-    node_update,
 )
 
 PLAN_ACTIONS = ("launch", "stop", "status")

@@ -10,9 +10,9 @@ from the periodic worker, it probes concurrently, with tight timeouts:
   just started) takes the first probe's verdict.
 
 Starting and stopping lanes belong to the job moving them (the reaper reconciles a lost one).
-State changes go through lanes.services (saved, audited, broadcast). Each verdict also
-reaches every gateway worker at once (lanes.replica_health): a replica found down is
-skipped, one answering again is taken back."""
+State changes go through lanes.lane_states and lanes.node_services (saved, audited,
+broadcast). Each verdict also reaches every gateway worker at once (lanes.replica_health):
+a replica found down is skipped, one answering again is taken back."""
 
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from core.http import async_http_client
+from lanes.lane_states import lane_set_observed_state
 from lanes.models import DesiredState, Lane, LaneReplica, LaneState, Node, NodeState, Transport
+from lanes.node_services import node_set_state
 from lanes.replica_health import replica_verdict
-from lanes.services import lane_set_observed_state, node_set_state
 
 log = logging.getLogger(__name__)
 TICK_LOCK = "lanes:watcher:tick"

@@ -23,8 +23,8 @@ from jobs.fabric.output import ToolOutputError, parse_latency
 from jobs.fabric.pair import run_pair
 from jobs.models import LaneWatchdog
 from jobs.transports import TransportError, endpoint_for, transport_for
+from lanes.lane_states import lane_set_observed_state
 from lanes.models import DEFAULT_DEGRADED_CONTEXT_LIMIT, Lane, LaneState, Node
-from lanes.services import lane_set_observed_state
 
 logger = logging.getLogger(__name__)
 

@@ -116,18 +116,11 @@ def run_latency_matrix(ctx: JobContext) -> dict[str, Any]:
     nodes = _nodes(ctx)
     params = ctx.job.params
     reports = {node.name: report_of(node) for node in nodes}
-    device = str(params.get("device") or (reports[nodes[0].name].get("ib_hca") or [""])[0])
-    if not device:
-        raise JobFailed(f"{nodes[0].name}'s network report lists no usable RoCE device: give a device")
-    addresses = {node.name: device_ipv4(reports[node.name], device) for node in nodes}
-    without = [name for name, address in addresses.items() if not address]
-    if without:
-        raise JobFailed(f"{device} has no IPv4 address on {', '.join(without)} (network report)")
+    device, addresses = _matrix_device(nodes, params, reports)
     gid = params.get("gid_index")
     size, iterations = int(params.get("size", 2)), int(params.get("iterations", 10000))
     tests = [MATRIX_TOOL[name] for name in params.get("tests") or list(MATRIX_TOOL)]
     preflight(ctx, nodes, tests, {node.name: [device] for node in nodes}, required=True)
-    names = [node.name for node in nodes]
     pairs = [(source, target) for source in nodes for target in nodes if source != target]
     steps = ctx.declare_steps([(f"matrix.{tool}", "measure", "", f"{tool}: {len(pairs)} ordered pairs on {device}")
                                for tool in tests])
@@ -165,6 +158,30 @@ def run_latency_matrix(ctx: JobContext) -> dict[str, Any]:
                         f"({state})")
             if any(cell["state"] != "ok" for cell in cells[tool].values()):
                 ctx.step_warned(step, f"{sum(c['state'] != 'ok' for c in cells[tool].values())} cell(s) not ok")
+    return _matrix_outcome(ctx, nodes, reports, matrices, cells, failures, device=device, gid=gid, size=size,
+                           iterations=iterations, tests=tests)
+
+
+def _matrix_device(nodes: Sequence[Node], params: dict[str, Any],
+                   reports: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The RoCE device the matrix measures on (the head's first by default) and its IPv4 on each node."""
+    device = str(params.get("device") or (reports[nodes[0].name].get("ib_hca") or [""])[0])
+    if not device:
+        raise JobFailed(f"{nodes[0].name}'s network report lists no usable RoCE device: give a device")
+    addresses = {node.name: device_ipv4(reports[node.name], device) for node in nodes}
+    without = [name for name, address in addresses.items() if not address]
+    if without:
+        raise JobFailed(f"{device} has no IPv4 address on {', '.join(without)} (network report)")
+    return device, addresses
+
+
+def _matrix_outcome(
+    ctx: JobContext, nodes: Sequence[Node], reports: dict[str, dict[str, Any]],
+    matrices: dict[str, dict[tuple[str, str], Cell]], cells: dict[str, dict[str, dict[str, Any]]],
+    failures: list[str], *, device: str, gid: Any, size: int, iterations: int, tests: list[str],
+) -> dict[str, Any]:
+    """The matrix text, the verdict and the kept result; fails the job on a failed or slow cell."""
+    names = [node.name for node in nodes]
     shown_gid = gid if gid is not None else reports[names[0]].get("gid_index")
     text = render_matrix(matrices, names, device=device, gid=int(shown_gid or 0), size=size, iterations=iterations)
     ctx.log(text, stream="stdout")
@@ -189,16 +206,7 @@ def run_link_bandwidth(ctx: JobContext) -> dict[str, Any]:
     params = ctx.job.params
     reports = {node.name: report_of(node) for node in nodes}
     minimum = float(params.get("min_cable_gbps", MIN_CABLE_GBPS))
-    # (client, server, client device, server device, server ip) for each cabled device pair.
-    runs: list[tuple[Node, Node, str, str, str]] = []
-    for index, client in enumerate(nodes):
-        for server in nodes[index + 1:]:
-            for device, peer_ip in linked_devices(reports[client.name], server.name):
-                peer_device = device_by_ipv4(reports[server.name], peer_ip)
-                if peer_device:
-                    runs.append((client, server, device, peer_device, peer_ip))
-    if not runs:
-        raise JobFailed("the network reports show no passing link between these nodes: run a network check")
+    runs = _cabled_runs(nodes, reports)
     devices = {node.name: sorted({r[2] for r in runs if r[0] == node} | {r[3] for r in runs if r[1] == node})
                for node in nodes}
     preflight(ctx, nodes, ["ib_write_bw"], devices, required=True)
@@ -235,13 +243,7 @@ def run_link_bandwidth(ctx: JobContext) -> dict[str, Any]:
                                      "average_gbps": bandwidth.average_gbps, "peak_gbps": bandwidth.peak_gbps})
             entry["sum_gbps"] = round(entry["sum_gbps"] + bandwidth.average_gbps, 2)
             ctx.log(f"{device} → {server.name}:{peer_device}: {bandwidth.average_gbps:.2f} Gb/s average")
-    low: list[str] = []
-    for cable, entry in cables.items():
-        entry["state"] = "ok" if entry["sum_gbps"] >= minimum else "fail"
-        halves = " + ".join(f"{half.get('average_gbps', 0.0):.2f}" for half in entry["devices"])
-        ctx.log(f"{cable}: {halves} = {entry['sum_gbps']:.2f} Gb/s ({entry['state']})", stream="stdout")
-        if entry["state"] == "fail":
-            low.append(f"{cable}: {entry['sum_gbps']:.2f} Gb/s is below {minimum:g} Gb/s")
+    low = _cable_states(ctx, cables, minimum)
     weakest = min((entry["sum_gbps"] for entry in cables.values()), default=None)
     verdict = "fail" if failures or low else "ok"
     fabric_result_record(job=ctx.job, kind=JobKind.LINK_BANDWIDTH, nodes=nodes, verdict=verdict, headline=weakest,
@@ -250,6 +252,32 @@ def run_link_bandwidth(ctx: JobContext) -> dict[str, Any]:
     if failures or low:
         raise JobFailed("; ".join(failures + low))
     return {"verdict": verdict, "weakest_cable_gbps": weakest}
+
+
+def _cabled_runs(nodes: Sequence[Node], reports: dict[str, dict[str, Any]]) -> list[tuple[Node, Node, str, str, str]]:
+    """(client, server, client device, server device, server ip) for each cabled device pair."""
+    runs: list[tuple[Node, Node, str, str, str]] = []
+    for index, client in enumerate(nodes):
+        for server in nodes[index + 1:]:
+            for device, peer_ip in linked_devices(reports[client.name], server.name):
+                peer_device = device_by_ipv4(reports[server.name], peer_ip)
+                if peer_device:
+                    runs.append((client, server, device, peer_device, peer_ip))
+    if not runs:
+        raise JobFailed("the network reports show no passing link between these nodes: run a network check")
+    return runs
+
+
+def _cable_states(ctx: JobContext, cables: dict[str, dict[str, Any]], minimum: float) -> list[str]:
+    """Each cable's state from its devices' summed bandwidth, logged; returns the cables below `minimum`."""
+    low: list[str] = []
+    for cable, entry in cables.items():
+        entry["state"] = "ok" if entry["sum_gbps"] >= minimum else "fail"
+        halves = " + ".join(f"{half.get('average_gbps', 0.0):.2f}" for half in entry["devices"])
+        ctx.log(f"{cable}: {halves} = {entry['sum_gbps']:.2f} Gb/s ({entry['state']})", stream="stdout")
+        if entry["state"] == "fail":
+            low.append(f"{cable}: {entry['sum_gbps']:.2f} Gb/s is below {minimum:g} Gb/s")
+    return low
 
 
 # --- NCCL bus bandwidth -------------------------------------------------------------------

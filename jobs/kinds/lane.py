@@ -15,12 +15,12 @@ from jobs.models import Job, JobKind
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
 from jobs.transports import TransportError
 from lanes.crypto import CredentialError, decrypt_secret
+from lanes.lane_states import lane_set_desired_state, lane_set_observed_state
 from lanes.models import Lane, LaneReplica, LaneState, Node
 from lanes.plans import Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
 from lanes.replica_health import replica_in_flight
 from lanes.secrets import SECRET_MARK, marked_names
 from lanes.selectors import plan_targets, replica_configs
-from lanes.services import lane_set_desired_state, lane_set_observed_state
 
 # Job parameters that may tune a launch (validated in jobs.params).
 CONFIG_OVERRIDES = ("wait_timeout_s", "wait_poll_s")

@@ -20,11 +20,11 @@ from jobs.kinds.netprobe import (
     ping_command,
     version_mismatches,
 )
-from jobs.models import StepState
+from jobs.models import JobStep, StepState
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Node, NodeState
-from lanes.services import node_record_captured_host_key, node_record_network_report, node_set_state
+from lanes.node_services import node_record_captured_host_key, node_record_network_report, node_set_state
 
 
 def job_nodes(ctx: JobContext) -> list[Node]:
@@ -66,6 +66,20 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
     nodes = job_nodes(ctx)
     if not nodes:
         raise JobFailed("no nodes to check")
+    probe_steps, probes, failures = _probe_nodes(ctx, nodes)
+    links = _ping_links(ctx, nodes, probes)
+    warnings = version_mismatches(list(probes.values()))
+    for problem in warnings:
+        ctx.log(f"warning: {problem}")
+    reports = _save_reports(ctx, nodes, probe_steps, probes, links, warnings)
+    if failures:
+        raise JobFailed("; ".join(failures))
+    # The job still succeeds on a "warn" verdict; the page shows these in amber.
+    return {"verdicts": {name: r["verdict"] for name, r in reports.items()}, "warnings": warnings}
+
+
+def _probe_nodes(ctx: JobContext, nodes: list[Node]) -> tuple[list[JobStep], dict[str, NodeProbe], list[str]]:
+    """One probe step per node; a node that cannot be reached (or whose host key is new) is a failure, not the end."""
     probe_steps = ctx.declare_steps([(f"probe.{n.name}", "preflight", n.name, f"Probe RoCE devices on {n.name}")
                                      for n in nodes])
     probes: dict[str, NodeProbe] = {}
@@ -89,6 +103,11 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
                         node=node.name)
             elif isinstance(exc, TransportError):
                 node_set_state(node=node, state=NodeState.UNREACHABLE)
+    return probe_steps, probes, failures
+
+
+def _ping_links(ctx: JobContext, nodes: list[Node], probes: dict[str, NodeProbe]) -> dict[str, list[dict[str, Any]]]:
+    """Jumbo pings over every paired link (two probed nodes or more): each node's links with their verdicts."""
     pairs = pair_links(list(probes.values()))
     links: dict[str, list[dict[str, Any]]] = {name: [] for name in probes}
     if len(probes) > 1:
@@ -114,9 +133,12 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
                 if link_warnings(links[step.node]):
                     step.state = StepState.WARNED
                     step.detail = "; ".join(link_warnings(links[step.node]))[:2000]
-    warnings = version_mismatches(list(probes.values()))
-    for problem in warnings:
-        ctx.log(f"warning: {problem}")
+    return links
+
+
+def _save_reports(ctx: JobContext, nodes: list[Node], probe_steps: list[JobStep], probes: dict[str, NodeProbe],
+                  links: dict[str, list[dict[str, Any]]], warnings: list[str]) -> dict[str, Any]:
+    """Each probed node's report saved (the node is online), broadcast and logged; adds its findings to `warnings`."""
     checked_at = timezone.now()
     reports: dict[str, Any] = {}
     for name, probe in probes.items():
@@ -125,7 +147,7 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
         reports[name] = report
         if report["notes"]:  # the node's own findings (compaction, GID disagreement) belong to its probe
             ctx.step_warned(probe_steps[[n.name for n in nodes].index(name)], "; ".join(report["notes"]))
-        warnings += [f"{name}: {reason}" for reason in link_warnings(links[name]) + report["notes"]]
+        warnings.extend(f"{name}: {reason}" for reason in link_warnings(links[name]) + report["notes"])
         node = next(n for n in nodes if n.name == name)
         node_record_network_report(node=node, report=report)
         node_set_state(node=node, state=NodeState.ONLINE, last_seen=checked_at)
@@ -134,8 +156,5 @@ def run_network_check(ctx: JobContext) -> dict[str, Any]:
         ctx.log(f"report saved: verdict {report['verdict']}, eth_if {report['eth_if'] or '-'}, "
                 f"fabric_ip {report['fabric_ip'] or '-'}, ib_hca {','.join(report['ib_hca']) or '-'}, "
                 f"GID index {report['gid_index']}", node=name)
-    if failures:
-        raise JobFailed("; ".join(failures))
-    # The job still succeeds on a "warn" verdict; the page shows these in amber.
-    return {"verdicts": {name: r["verdict"] for name, r in reports.items()}, "warnings": warnings}
+    return reports
 

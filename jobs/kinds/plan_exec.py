@@ -91,7 +91,7 @@ class PlanRunner:
                         self.outcomes[step.key] = row.state
                         return
                 if step.kind == "wait_health":
-                    self.wait_health(step, endpoint, row)
+                    self.wait_health(step, endpoint)
                 else:
                     result = ctx.run(endpoint, step.command, timeout_s=step.timeout_s, capture=bool(step.collect))
                     row.exit_code = result.exit_code
@@ -120,7 +120,7 @@ class PlanRunner:
         except TransportError as exc:
             self.ctx.log(f"could not read the engine's log: {exc}", node=step.node, stream="stderr")
 
-    def wait_health(self, step: PlanStep, endpoint: NodeEndpoint, row: JobStep) -> None:
+    def wait_health(self, step: PlanStep, endpoint: NodeEndpoint) -> None:
         with http_client(timeout=HEALTH_POLL_TIMEOUT_S) as client:
             self._poll_health(client, step, endpoint)
 

@@ -37,7 +37,7 @@ class _PinnedHostKeyClient(asyncssh.SSHClient):
         self.pinned = pinned
         self.presented: asyncssh.SSHKey | None = None
 
-    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:  # noqa: ARG002 (asyncssh's hook)
         self.presented = key
         return bool(key.public_data == self.pinned.public_data)
 
@@ -60,22 +60,7 @@ class SSHTransport:
     async def _connect(self) -> asyncssh.SSHClientConnection:
         node = self.node
         where = f"{node.address}:{node.ssh_port}"
-        if not node.ssh_host_key.strip():
-            presented = await self._presented_host_key()
-            hint = (f"; the server presents {fingerprint(asyncssh.import_public_key(presented))}: "
-                    "confirm it on the node page" if presented else "")
-            raise TransportError(node.name, f"no pinned SSH host key: refusing to trust any{hint}",
-                                 presented_host_key=presented)
-        try:
-            pinned = asyncssh.import_public_key(node.ssh_host_key.strip())
-        except (asyncssh.KeyImportError, ValueError) as exc:
-            raise TransportError(node.name, f"the pinned host key is not an OpenSSH public key ({exc})") from None
-        if not node.ssh_private_key:
-            raise TransportError(node.name, "no SSH private key stored for this node")
-        try:
-            client_key = asyncssh.import_private_key(node.ssh_private_key)
-        except (asyncssh.KeyImportError, ValueError):
-            raise TransportError(node.name, "the stored SSH private key cannot be read") from None
+        pinned, client_key = await self._keys()
         client = _PinnedHostKeyClient(pinned)
         try:
             conn, _ = await asyncio.wait_for(
@@ -118,6 +103,27 @@ class SSHTransport:
         except asyncssh.Error as exc:
             raise TransportError(node.name, f"SSH failed at {where}: {exc.reason}") from None
         return conn
+
+    async def _keys(self) -> tuple[asyncssh.SSHKey, asyncssh.SSHKey]:
+        """The pinned host key and the node's private key, both checked before any connection."""
+        node = self.node
+        if not node.ssh_host_key.strip():
+            presented = await self._presented_host_key()
+            hint = (f"; the server presents {fingerprint(asyncssh.import_public_key(presented))}: "
+                    "confirm it on the node page" if presented else "")
+            raise TransportError(node.name, f"no pinned SSH host key: refusing to trust any{hint}",
+                                 presented_host_key=presented)
+        try:
+            pinned = asyncssh.import_public_key(node.ssh_host_key.strip())
+        except (asyncssh.KeyImportError, ValueError) as exc:
+            raise TransportError(node.name, f"the pinned host key is not an OpenSSH public key ({exc})") from None
+        if not node.ssh_private_key:
+            raise TransportError(node.name, "no SSH private key stored for this node")
+        try:
+            client_key = asyncssh.import_private_key(node.ssh_private_key)
+        except (asyncssh.KeyImportError, ValueError):
+            raise TransportError(node.name, "the stored SSH private key cannot be read") from None
+        return pinned, client_key
 
     async def _presented_host_key(self) -> str:
         """Read (never trust) the server's host key, for an admin to confirm."""

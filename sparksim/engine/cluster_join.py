@@ -147,7 +147,6 @@ async def _wait(
 
 
 async def watch_members(
-    config: EngineConfig,
     watched: list[Member],
     stop: asyncio.Event,
     server: "EngineServer | None" = None,

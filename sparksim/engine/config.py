@@ -89,18 +89,7 @@ class EngineConfig:
 
 def build_engine_config(args: argparse.Namespace) -> EngineConfig:
     node = load_node(args.sim_node_dir) if args.sim_node_dir else None
-    profile = (PROFILES[args.sim_profile] if args.sim_profile
-               else profile_for_model(args.model, args.tensor_parallel_size))
-    profile = with_overrides(
-        profile,
-        prefill_tok_s=args.sim_prefill_tok_s,
-        cached_prefill_tok_s=args.sim_cached_prefill_tok_s,
-        base_ttft_s=args.sim_base_ttft_s,
-        decode_tok_s=args.sim_decode_tok_s,
-        decode_falloff=args.sim_decode_falloff,
-        startup_s=args.sim_startup_s,
-        batch_tokens=args.max_num_batched_tokens,
-    )
+    profile = _profile(args)
     time_scale = args.time_scale if args.time_scale is not None else _node_time_scale(node)
     if time_scale <= 0:
         raise ConfigError(f"sparksim: --time-scale must be positive, got {time_scale}")
@@ -108,32 +97,12 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
     world = args.tensor_parallel_size * args.pipeline_parallel_size
     memory_gib = args.sim_memory_gib or (node.memory_gib if node else DEFAULT_MEMORY_GIB)
     weights_per_gpu = profile.weights_gib / world
-    if not 0.0 < args.gpu_memory_utilization <= 1.0:
-        raise ConfigError(
-            "GPU memory utilization must be within (0, 1]. "
-            f"Got {args.gpu_memory_utilization}."
-        )
-    if args.kv_cache_memory_bytes is not None:
-        kv_gib = args.kv_cache_memory_bytes / GIB
-    else:
-        kv_gib = args.gpu_memory_utilization * memory_gib - weights_per_gpu
-        kv_gib -= ACTIVATION_OVERHEAD_GIB
-    if kv_gib <= 0:
-        raise ConfigError(
-            "No available memory for the cache blocks. Try increasing "
-            "`gpu_memory_utilization` when initializing the engine."
-        )
+    kv_gib = _kv_cache_gib(args, memory_gib, weights_per_gpu)
     tokens_per_gib = profile.kv_tokens_per_gib * KV_DTYPE_TOKEN_FACTOR.get(args.kv_cache_dtype, 1.0)
     kv_pool_tokens = int(kv_gib * tokens_per_gib)
     max_model_len = _max_model_len(args, profile, kv_pool_tokens, tokens_per_gib, kv_gib)
     spec_method, spec_tokens = _speculative(args.speculative_config)
-    graph_tokens: int | None = None
-    if not args.enforce_eager:
-        graph_tokens = args.max_cudagraph_capture_size
-        if graph_tokens is None and args.cuda_graph_sizes:
-            graph_tokens = max(args.cuda_graph_sizes)
-        if graph_tokens is None:
-            graph_tokens = DEFAULT_GRAPH_CAPTURE_SIZE
+    graph_tokens = _graph_capture_tokens(args)
     executor = args.distributed_executor_backend or ("mp" if world > 1 else "uni")
     return EngineConfig(
         model=args.model,
@@ -167,17 +136,68 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
         placement_min_real_s=0.0 if args.sim_placement_timeout_s is not None else 5.0,
         node_dir=Path(args.sim_node_dir) if args.sim_node_dir else None,
         state_dir=Path(args.sim_state_dir) if args.sim_state_dir else None,
-        faults=FaultSwitches(
-            refuse_connections_s=args.sim_refuse_connections_s,
-            unavailable=args.sim_unavailable,
-            die_after_requests=args.sim_die_after_requests,
-            die_mid_stream_after_tokens=args.sim_die_mid_stream_after_tokens,
-            latency_s=args.sim_latency_s,
-            exit_on_death=args.sim_exit_on_death,
-        ),
+        faults=_faults(args),
         fail_start=args.sim_fail_start,
         reasoning_parser=args.reasoning_parser,
         abort_on_disconnect=args.sim_abort_on_disconnect,
+    )
+
+
+def _profile(args: argparse.Namespace) -> TimingProfile:
+    profile = (PROFILES[args.sim_profile] if args.sim_profile
+               else profile_for_model(args.model, args.tensor_parallel_size))
+    return with_overrides(
+        profile,
+        prefill_tok_s=args.sim_prefill_tok_s,
+        cached_prefill_tok_s=args.sim_cached_prefill_tok_s,
+        base_ttft_s=args.sim_base_ttft_s,
+        decode_tok_s=args.sim_decode_tok_s,
+        decode_falloff=args.sim_decode_falloff,
+        startup_s=args.sim_startup_s,
+        batch_tokens=args.max_num_batched_tokens,
+    )
+
+
+def _kv_cache_gib(args: argparse.Namespace, memory_gib: float, weights_per_gpu: float) -> float:
+    """The KV cache per GPU, refused as vLLM refuses it (its messages)."""
+    if not 0.0 < args.gpu_memory_utilization <= 1.0:
+        raise ConfigError(
+            "GPU memory utilization must be within (0, 1]. "
+            f"Got {args.gpu_memory_utilization}."
+        )
+    if args.kv_cache_memory_bytes is not None:
+        kv_gib = args.kv_cache_memory_bytes / GIB
+    else:
+        kv_gib = args.gpu_memory_utilization * memory_gib - weights_per_gpu
+        kv_gib -= ACTIVATION_OVERHEAD_GIB
+    if kv_gib <= 0:
+        raise ConfigError(
+            "No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
+    return kv_gib
+
+
+def _graph_capture_tokens(args: argparse.Namespace) -> int | None:
+    """Tokens the captured CUDA graphs cover; None when the engine runs eager."""
+    if args.enforce_eager:
+        return None
+    graph_tokens: int | None = args.max_cudagraph_capture_size
+    if graph_tokens is None and args.cuda_graph_sizes:
+        graph_tokens = max(args.cuda_graph_sizes)
+    if graph_tokens is None:
+        graph_tokens = DEFAULT_GRAPH_CAPTURE_SIZE
+    return graph_tokens
+
+
+def _faults(args: argparse.Namespace) -> FaultSwitches:
+    return FaultSwitches(
+        refuse_connections_s=args.sim_refuse_connections_s,
+        unavailable=args.sim_unavailable,
+        die_after_requests=args.sim_die_after_requests,
+        die_mid_stream_after_tokens=args.sim_die_mid_stream_after_tokens,
+        latency_s=args.sim_latency_s,
+        exit_on_death=args.sim_exit_on_death,
     )
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -107,7 +108,7 @@ async def serve(config: EngineConfig) -> int:
     try:
         if config.headless:
             log("INFO", "api_server.py", "Launching headless engine; waiting for rank 0.")
-            watcher: asyncio.Task[bool] = loop.create_task(watch_members(config, members, stop))
+            watcher: asyncio.Task[bool] = loop.create_task(watch_members(members, stop))
             await stop.wait()
             lost = watcher.done() and not watcher.cancelled() and watcher.result()
             watcher.cancel()
@@ -147,6 +148,38 @@ async def serve_http(
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False,
                            shutdown_timeout=2.0, handler_cancellation=server.cancels_on_disconnect)
     await runner.setup()
+    set_listening = _listener(runner, config)
+    server.set_listening = set_listening
+    if config.faults.refuse_connections_s:
+        seconds = config.faults.refuse_connections_s
+        log("WARNING", "sparksim", f"refusing connections for {seconds}s")
+        await asyncio.sleep(config.faults.refuse_connections_s)
+    try:
+        await set_listening(True)
+    except OSError as error:
+        log("ERROR", "api_server.py", f"OSError: [Errno {error.errno}] {error.strerror}")
+        await runner.cleanup()
+        return 1
+    _announce_started(config)
+    background = [
+        loop.create_task(log_stats(server)),
+        loop.create_task(account_traffic(server, fabric_nodes)),
+    ]
+    if len(members) > 1:
+        background.append(loop.create_task(watch_peers(members, stop, server)))
+    await stop.wait()
+    log("INFO", "launcher.py", "Shutting down FastAPI HTTP server.")
+    for task in background:
+        task.cancel()
+    await server.core.stop()
+    await runner.cleanup()
+    print("INFO:     Shutting down", flush=True)
+    print("INFO:     Application shutdown complete.", flush=True)
+    return exit_code or (1 if server.core.dead and server.faults.exit_on_death else 0)
+
+
+def _listener(runner: web.AppRunner, config: EngineConfig) -> Callable[[bool], Awaitable[None]]:
+    """Opens and closes the engine's listening socket (a refuse-connections fault closes it)."""
     site: web.TCPSite | None = None
 
     async def set_listening(listening: bool) -> None:
@@ -159,17 +192,10 @@ async def serve_http(
             await site.stop()
             site = None
 
-    server.set_listening = set_listening
-    if config.faults.refuse_connections_s:
-        seconds = config.faults.refuse_connections_s
-        log("WARNING", "sparksim", f"refusing connections for {seconds}s")
-        await asyncio.sleep(config.faults.refuse_connections_s)
-    try:
-        await set_listening(True)
-    except OSError as error:
-        log("ERROR", "api_server.py", f"OSError: [Errno {error.errno}] {error.strerror}")
-        await runner.cleanup()
-        return 1
+    return set_listening
+
+
+def _announce_started(config: EngineConfig) -> None:
     address = f"http://{config.host}:{config.port}"
     log("INFO", "api_server.py", f"Starting vLLM API server 0 on {address}")
     log("INFO", "launcher.py", "Available routes are: /health, /v1/models, /v1/chat/completions, "
@@ -177,26 +203,10 @@ async def serve_http(
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
     print("INFO:     Waiting for application startup.", flush=True)
     print("INFO:     Application startup complete.", flush=True)
-    background = [
-        loop.create_task(log_stats(server)),
-        loop.create_task(account_traffic(server, fabric_nodes)),
-    ]
-    if len(members) > 1:
-        background.append(loop.create_task(watch_peers(config, members, stop, server)))
-    await stop.wait()
-    log("INFO", "launcher.py", "Shutting down FastAPI HTTP server.")
-    for task in background:
-        task.cancel()
-    await server.core.stop()
-    await runner.cleanup()
-    print("INFO:     Shutting down", flush=True)
-    print("INFO:     Application shutdown complete.", flush=True)
-    return exit_code or (1 if server.core.dead and server.faults.exit_on_death else 0)
 
 
-async def watch_peers(config: EngineConfig, members: list[Member], stop: asyncio.Event,
-                      server: EngineServer) -> None:
-    await watch_members(config, members, stop, server)
+async def watch_peers(members: list[Member], stop: asyncio.Event, server: EngineServer) -> None:
+    await watch_members(members, stop, server)
 
 
 async def simulate_loading(config: EngineConfig, stop: asyncio.Event) -> None:

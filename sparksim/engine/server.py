@@ -127,15 +127,15 @@ class EngineServer:
 
     # --- plain routes ---------------------------------------------------------------------
 
-    async def health(self, request: web.Request) -> web.Response:
+    async def health(self, request: web.Request) -> web.Response:  # noqa: ARG002 (an aiohttp handler)
         if self.core.dead or self.faults.unavailable:
             return web.Response(status=503)
         return web.Response(status=200)
 
-    async def version(self, request: web.Request) -> web.Response:
+    async def version(self, request: web.Request) -> web.Response:  # noqa: ARG002 (an aiohttp handler)
         return web.json_response({"version": VLLM_VERSION})
 
-    async def models(self, request: web.Request) -> web.Response:
+    async def models(self, request: web.Request) -> web.Response:  # noqa: ARG002 (an aiohttp handler)
         created = int(time.time())
         data: list[dict[str, object]] = [
             {
@@ -152,7 +152,7 @@ class EngineServer:
         ]
         return web.json_response({"object": "list", "data": data})
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.Response:  # noqa: ARG002 (an aiohttp handler)
         # Prometheus' text exposition format, as vLLM (prometheus_client) labels it.
         return web.Response(body=self.core.metrics.render().encode(),
                             headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -274,7 +274,7 @@ class EngineServer:
 
     # --- control --------------------------------------------------------------------------
 
-    async def get_faults(self, request: web.Request) -> web.Response:
+    async def get_faults(self, request: web.Request) -> web.Response:  # noqa: ARG002 (an aiohttp handler)
         return web.json_response({**asdict(self.faults), "dead": self.core.dead})
 
     async def set_faults(self, request: web.Request) -> web.Response:
@@ -316,10 +316,10 @@ class EngineServer:
         await self.set_listening(True)
         log("WARNING", "sparksim", "accepting connections again")
 
-    async def requests(self, request: web.Request) -> web.Response:
+    async def requests(self, request: web.Request) -> web.Response:  # noqa: ARG002 (an aiohttp handler)
         return web.json_response(list(self.received))
 
-    async def state(self, request: web.Request) -> web.Response:
+    async def state(self, request: web.Request) -> web.Response:  # noqa: ARG002 (an aiohttp handler)
         core = self.core
         return web.json_response({
             "running": core.active_sequences,

@@ -51,6 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("model_tag", nargs="?", default=None)
+    add_engine_arguments(parser)
+    add_cluster_arguments(parser)
+    add_runtime_arguments(parser)
+    add_sim_arguments(parser)
+    return parser
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, its context and batch sizes, memory, speculative decoding and CUDA graphs."""
     add = parser.add_argument
     add("--model", default=None)
     add("--host", default=None)
@@ -73,12 +82,22 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-cudagraph-capture-size", type=int, default=None)
     add("--cuda-graph-sizes", nargs="+", type=int, default=None)
     add("--enforce-eager", action="store_true")
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The executor and a multi-node launch's ranks and rendezvous."""
+    add = parser.add_argument
     add("--distributed-executor-backend", choices=EXECUTOR_BACKENDS, default=None)
     add("--nnodes", "-n", type=int, default=1)
     add("--node-rank", "-r", type=int, default=0)
     add("--master-addr", default="127.0.0.1")
     add("--master-port", type=int, default=29501)
     add("--headless", action="store_true")
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    """Loading, kernels, parsers, the API server and logging (most accepted and ignored)."""
+    add = parser.add_argument
     add("--trust-remote-code", action="store_true")
     add("--attention-backend", default=None)
     add("--moe-backend", default=None)
@@ -111,8 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
     add("--uvicorn-log-level", default="info")
     add("--max-log-len", type=int, default=None)
     add("--disable-fastapi-docs", action="store_true")
-    add_sim_arguments(parser)
-    return parser
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:

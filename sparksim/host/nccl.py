@@ -119,7 +119,6 @@ def collective(program: str, ranks: list[Rank], env: dict[str, str], argv: list[
         if item in options:
             options[item] = argv[position + 1]
     low, high, factor = parse_size(options["-b"]), parse_size(options["-e"]), max(2, int(options["-f"]))
-    redop, _ = PROGRAMS[program]
     print(f"# nThread 1 nGpus 1 minBytes {low} maxBytes {high} step: {factor}(factor) warmup iters: "
           f"{options['-w']} iters: {options['-n']} agg iters: 1 validation: 1 graph: 0\n#\n# Using devices")
     for number, rank in enumerate(ranks):
@@ -134,6 +133,19 @@ def collective(program: str, ranks: list[Rank], env: dict[str, str], argv: list[
     per_rank = [usable_devices(rank.node, env) for rank in ranks]
     paths = min((len(found) for found in per_rank), default=0)
     socket = env.get("NCCL_IB_DISABLE", "0") == "1" or paths == 0
+    if not _open_network(prefix, oob, ranks, env, devices, socket=socket):
+        return 1
+    if len(ranks) > 1:
+        for channel in range(max(1, paths) * 2 if not socket else 2):
+            via = "NET/Socket/0" if socket else f"NET/IB/{channel % paths}"
+            print(f"{prefix} NCCL INFO Channel {channel:02d}/0 : 0[0] -> 1[0] [send] via {via}")
+    _print_results(program, ranks, _buffer_sizes(low, high, factor), socket=socket, paths=paths)
+    return 0
+
+
+def _open_network(prefix: str, oob: str, ranks: list[Rank], env: dict[str, str], devices: list[str],
+                  *, socket: bool) -> bool:
+    """NCCL's network lines; False (after NCCL's failure lines) when the queue pairs never connect."""
     if socket:
         print(f"{prefix} NCCL INFO NET/IB : No device found.")
         print(f"{prefix} NCCL INFO NET/Socket : Using [0]{oob}")
@@ -152,22 +164,29 @@ def collective(program: str, ranks: list[Rank], env: dict[str, str], argv: list[
                           f"opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:{rank.host} hca {device}")
                     print(f"{rank.node.name}: Test NCCL failure common.cu:1279 'remote process exited or there "
                           "was a network error'")
-                    return 1
-    if len(ranks) > 1:
-        for channel in range(max(1, paths) * 2 if not socket else 2):
-            via = "NET/Socket/0" if socket else f"NET/IB/{channel % paths}"
-            print(f"{prefix} NCCL INFO Channel {channel:02d}/0 : 0[0] -> 1[0] [send] via {via}")
+                    return False
+    return True
+
+
+def _buffer_sizes(low: int, high: int, factor: int) -> list[int]:
+    """-b low -e high -f factor: the buffer sizes nccl-tests runs."""
+    sizes = []
+    size = low
+    while size <= high:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def _print_results(program: str, ranks: list[Rank], sizes: list[int], *, socket: bool, paths: int) -> None:
+    """nccl-tests' table, one line per size, and its average; each size's traffic lands on the ranks' ports."""
+    redop, _ = PROGRAMS[program]
     print("#\n#                                                              out-of-place                       "
           "in-place          \n#       size         count      type   redop    root     time   algbw   busbw "
           "#wrong     time   algbw   busbw #wrong\n#        (B)    (elements)                               (us)  "
           "(GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ")
     count = len(ranks)
     bus_factor = (2 * (count - 1) / count) if program == "all_reduce_perf" else ((count - 1) / count)
-    sizes = []
-    size = low
-    while size <= high:
-        sizes.append(size)
-        size *= factor
     busbws: list[float] = []
     for size in sizes:
         jitter = (zlib.crc32(f"{program}{size}{count}".encode()) % 20) / 100.0 - 0.1
@@ -186,4 +205,3 @@ def collective(program: str, ranks: list[Rank], env: dict[str, str], argv: list[
             add_traffic(rank.node, int(size * bus_factor) * 25)
     print("# Out of bounds values : 0 OK")
     print(f"# Avg bus bandwidth    : {sum(busbws) / max(len(busbws), 1):.4f} \n#")
-    return 0

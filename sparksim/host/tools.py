@@ -90,7 +90,7 @@ def compute_apps(node: NodeInfo, query: str, output_format: str) -> int:
     return 0
 
 
-def ibdev2netdev(node: NodeInfo, argv: list[str]) -> int:
+def ibdev2netdev(node: NodeInfo, argv: list[str]) -> int:  # noqa: ARG001 (every tool takes its argv)
     for device, netdev in ROCE_DEVICES.items():
         state = "Up" if port_active(node, device) and netdev_up(node, netdev) else "Down"
         print(f"{device} port 1 ==> {netdev} ({state})")

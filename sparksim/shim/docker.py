@@ -148,7 +148,7 @@ def ps(node: NodeInfo, argv: list[str]) -> int:
     for container in all_containers(node):
         if "all" not in options.flags and not is_running(container):
             continue
-        if not matches_filters(node, container, options.all("filter")):
+        if not matches_filters(container, options.all("filter")):
             continue
         rows.append(ps_row(node, container))
     template = options.last("format")
@@ -175,7 +175,7 @@ def ps_row(node: NodeInfo, container: Container) -> dict[str, str]:
     }
 
 
-def matches_filters(node: NodeInfo, container: Container, filters: list[str]) -> bool:
+def matches_filters(container: Container, filters: list[str]) -> bool:
     for item in filters:
         key, _, value = item.partition("=")
         if key == "name" and not re.search(value, container.name):
@@ -242,7 +242,7 @@ def image(node: NodeInfo, argv: list[str]) -> int:
     return code
 
 
-def images(node: NodeInfo, argv: list[str]) -> int:
+def images(node: NodeInfo, argv: list[str]) -> int:  # noqa: ARG001 (every docker command takes its argv)
     print(f"{'REPOSITORY':<40}{'TAG':<20}IMAGE ID")
     seen = {container.image for container in all_containers(node)}
     for name in sorted(seen):
@@ -251,7 +251,7 @@ def images(node: NodeInfo, argv: list[str]) -> int:
     return 0
 
 
-def version(node: NodeInfo, argv: list[str]) -> int:
+def version(node: NodeInfo, argv: list[str]) -> int:  # noqa: ARG001 (every docker command takes its node)
     data = {"Client": {"Version": "27.3.1"}, "Server": {"Version": "27.3.1"}}
     options = parse_options(argv, {"--format": "format", "-f": "format"}, {}, "version")
     template = options.last("format")

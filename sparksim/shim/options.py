@@ -1,6 +1,5 @@
 """docker-style option parsing: `--name X`, `--name=X`, `-e K=V`, clustered `-dit`."""
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 
 
@@ -28,7 +27,6 @@ def parse_options(
     boolean: dict[str, str],
     command: str,
     stop_at_positional: bool = True,
-    repeatable_positionals: Collection[str] = (),
 ) -> ParsedOptions:
     """Parse options until the first positional (the image or the container name).
 

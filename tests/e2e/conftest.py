@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 
 from jobs.services import job_run
+from lanes.lane_services import lane_create
 from lanes.models import Lane
-from lanes.services import lane_create
 from sparksim.cluster import cluster_down
 from tests.conftest import free_port
 from tests.jobs.conftest import IMAGE, SimCluster, call_in_thread, make_sim_cluster

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from lanes.models import Node
-from lanes.services import node_set_state
+from lanes.node_services import node_set_state
 from tests.conftest import browser_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -9,8 +9,8 @@ import pytest
 
 from jobs.models import Job, JobKind, JobState
 from jobs.services import lane_job_create
+from lanes.lane_services import lane_update
 from lanes.models import Lane
-from lanes.services import lane_update
 from tests.conftest import browser_login, wait_for
 from tests.jobs.conftest import call_in_thread
 

@@ -8,8 +8,8 @@ import pytest
 
 from jobs.models import JobKind, JobLogLine, JobState
 from jobs.services import job_run, lane_job_create, node_network_check_create
+from lanes.lane_services import lane_create
 from lanes.models import Lane, LaneState
-from lanes.services import lane_create
 from tests.conftest import free_port
 from tests.jobs.conftest import IMAGE, call_in_thread, run_in_thread
 

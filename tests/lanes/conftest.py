@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
+from lanes.lane_services import lane_create
 from lanes.models import Lane, Node
-from lanes.services import lane_create
 from tests.lanes.rule_cases import lane_data
 
 

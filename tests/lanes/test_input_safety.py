@@ -11,8 +11,10 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from core.models import AuditEvent
+from lanes.lane_services import lane_update
+from lanes.lane_states import lane_set_observed_state
 from lanes.models import Lane, LaneRevision, Node
-from lanes.services import lane_set_observed_state, lane_update, node_create, node_update
+from lanes.node_services import node_create, node_update
 
 
 def node_body(**overrides: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ import threading
 import pytest
 from django.db import connection
 
-from lanes.services import lane_set_observed_state
+from lanes.lane_states import lane_set_observed_state
 from tests.conftest import browser_login
 from tests.jobs.conftest import call_in_thread
 

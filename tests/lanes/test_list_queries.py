@@ -10,8 +10,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from lanes.lane_services import lane_create
 from lanes.models import Node
-from lanes.services import lane_create
 from tests.lanes.rule_cases import APART, SMALL, lane_data
 
 pytestmark = pytest.mark.django_db

@@ -11,9 +11,10 @@ import pytest
 from django.apps import apps
 from django.core.exceptions import ValidationError
 
+from lanes.lane_services import lane_create, lane_update
+from lanes.lane_states import lane_set_observed_state
 from lanes.models import Lane, LaneNode, LaneReplica, LaneState
 from lanes.selectors import lane_plans, replica_configs
-from lanes.services import lane_create, lane_set_observed_state, lane_update
 from tests.lanes.rule_cases import lane_data
 from tests.lanes.test_pages import form_data
 
@@ -183,7 +184,7 @@ def test_a_replica_job_from_the_page_and_the_api_names_its_replica(
 
 
 def test_after_a_portal_start_a_stopped_replica_stays_stopped(nodes: Any, admin_user: Any) -> None:
-    from lanes.services import lanes_mark_checking
+    from lanes.lane_states import lanes_mark_checking
 
     lane = two_replicas(admin_user)
     lane_set_observed_state(lane=lane, state=LaneState.SERVING, replica=0)

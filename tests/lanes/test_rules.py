@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lanes.rules import (
-    GIB,
-    NodeFacts,
-    OtherLane,
-    check_lane,
-    kv_pool,
-    lane_footprint_gib,
-)
+from lanes.memory import GIB, NodeFacts, kv_pool, lane_footprint_gib
+from lanes.rules import OtherLane, check_lane
 from tests.lanes import seed_configs as seeds
 
 ONE = [NodeFacts("spark1")]

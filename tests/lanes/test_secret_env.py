@@ -145,7 +145,7 @@ def test_no_socket_message_carries_a_secret(nodes, admin_client, monkeypatch):
     import json
 
     from core import broadcast
-    from lanes.services import lane_set_observed_state
+    from lanes.lane_states import lane_set_observed_state
 
     sent: list[dict[str, Any]] = []
     real = broadcast.group_message

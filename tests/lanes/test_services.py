@@ -15,13 +15,10 @@ from django.core.exceptions import ValidationError
 from core.broadcast import DASHBOARD_GROUP
 from core.models import AuditEvent
 from lanes.crypto import decrypt_private_key
+from lanes.lane_services import lane_create, lane_delete, lane_update
+from lanes.lane_states import lane_set_observed_state
 from lanes.models import Lane, LaneRevision, Node
-from lanes.selectors import lane_check, lane_plan, lane_revisions, node_memory_use
-from lanes.services import (
-    lane_create,
-    lane_delete,
-    lane_set_observed_state,
-    lane_update,
+from lanes.node_services import (
     node_confirm_host_key,
     node_create,
     node_delete,
@@ -30,6 +27,7 @@ from lanes.services import (
     node_set_state,
     node_update,
 )
+from lanes.selectors import lane_check, lane_plan, lane_revisions, node_memory_use
 from tests.lanes.rule_cases import CASES, GIB, RuleCase, lane_data
 
 pytestmark = pytest.mark.django_db
@@ -140,7 +138,7 @@ def test_warnings_do_not_block_saving_and_are_reported(make_lane):
 
 def test_observed_state_is_saved_then_broadcast_to_the_dashboard_and_lane_groups(make_lane, monkeypatch):
     sent = []
-    monkeypatch.setattr("lanes.services.broadcast", lambda group, event, data: sent.append((group, event, data)))
+    monkeypatch.setattr("lanes.lane_states.broadcast", lambda group, event, data: sent.append((group, event, data)))
     lane = make_lane("qwen")
     lane_set_observed_state(lane=lane, state="starting", reason="launch job 7")
     assert Lane.objects.get(pk=lane.pk).observed_state == "starting"
@@ -177,7 +175,7 @@ def test_node_state_is_saved_then_broadcast_to_a_dashboard_listener(nodes):
 
 def test_node_set_state_leaves_maintenance_alone_when_asked_and_refuses_unknown_states(nodes, monkeypatch):
     sent = []
-    monkeypatch.setattr("lanes.services.broadcast", lambda group, event, data: sent.append((group, event, data)))
+    monkeypatch.setattr("lanes.node_services.broadcast", lambda group, event, data: sent.append((group, event, data)))
     Node.objects.filter(name="spark1").update(state="maintenance")
     assert node_set_state(node=nodes["spark1"], state="online", last_seen=datetime.now(UTC),
                           unless_maintenance=True) is False
@@ -192,7 +190,7 @@ def test_an_admin_putting_a_node_in_maintenance_is_broadcast_after_commit(
     nodes, admin_user, monkeypatch, django_capture_on_commit_callbacks
 ):
     sent = []
-    monkeypatch.setattr("lanes.services.broadcast", lambda group, event, data: sent.append((group, event, data)))
+    monkeypatch.setattr("lanes.node_services.broadcast", lambda group, event, data: sent.append((group, event, data)))
     with django_capture_on_commit_callbacks(execute=True):
         node_update(node=nodes["spark1"], actor=admin_user, data={"state": "maintenance"})
         assert sent == []

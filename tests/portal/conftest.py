@@ -13,7 +13,8 @@ from benchmarks.models import BenchmarkLevel, BenchmarkRun
 from benchmarks.services import benchmark_start
 from benchmarks.stats import RequestRecord, level_stats
 from gateway.models import ApiKey, RequestLog
-from lanes.services import lane_create, node_create
+from lanes.lane_services import lane_create
+from lanes.node_services import node_create
 from metrics.models import Alert
 from routing.models import Prototype, RouterVersion
 from tests.lanes.rule_cases import lane_data

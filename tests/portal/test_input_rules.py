@@ -20,8 +20,9 @@ from django.test import Client
 from core.consumers import CLOSE_INVALID_PAYLOAD, CLOSE_NOT_FOUND, CLOSE_UNSUPPORTED_DATA
 from gateway.models import ApiKey
 from gateway.services import api_key_create
+from lanes.lane_services import lane_create
 from lanes.models import Lane, Node
-from lanes.services import lane_create, node_create
+from lanes.node_services import node_create
 from portal.asgi import application
 from tests.lanes.rule_cases import GIB, lane_data
 

@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from gateway.models import RequestLog
 from gateway.services import api_key_create
 from jobs.models import Job
+from lanes.lane_services import lane_create
 from lanes.models import Lane, Node
-from lanes.services import lane_create
 from tests.lanes.rule_cases import lane_data
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from lanes.services import lanes_mark_checking
+from lanes.lane_states import lanes_mark_checking
 from lanes.tasks import watch_lane_health
 
 
