@@ -10,8 +10,9 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Warning
 
 
-def unknown_environment_variables(
-    *, app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
+def unknown_environment_variables(  # Django's check signature: it reads no app or database
+    *, app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None,  # noqa: ARG001
+    **kwargs: Any,
 ) -> list[CheckMessage]:
     """portal.W001: a PORTAL_* environment variable that no setting reads (a typo, or a variable
     that is now a constant), as the settings module found them at load (settings.ENV_WARNINGS)."""
