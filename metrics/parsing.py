@@ -245,6 +245,21 @@ def lane_figures(
     """The lane series stored and charted. Gauges need one reading; rates two (the previous
     one); percentiles the window's start (window_advance), by default the previous reading.
     A histogram with no observation in the window gives no percentile (not 0)."""
+    figures = _gauge_figures(current)
+    if previous is None:
+        return figures
+    seconds = current.at - previous.at
+    if seconds <= 0:
+        return figures
+    figures |= _rate_figures(previous, current, seconds)
+    if window_start is None:
+        window_start, _ = window_advance([], previous, current, window_s=math.inf, step_s=math.inf)
+    if window_start is None:
+        return figures
+    return figures | _percentile_figures(window_start, current)
+
+
+def _gauge_figures(current: EngineReading) -> dict[str, float]:
     figures: dict[str, float] = {}
     gauges = current.gauges
     if "vllm:num_requests_running" in gauges:
@@ -254,11 +269,11 @@ def lane_figures(
     kv = gauges.get("vllm:kv_cache_usage_perc", gauges.get("vllm:gpu_cache_usage_perc"))
     if kv is not None:
         figures["kv_pct"] = kv * 100.0
-    if previous is None:
-        return figures
-    seconds = current.at - previous.at
-    if seconds <= 0:
-        return figures
+    return figures
+
+
+def _rate_figures(previous: EngineReading, current: EngineReading, seconds: float) -> dict[str, float]:
+    figures: dict[str, float] = {}
     for key, name in (
         ("prompt_tps", "vllm:prompt_tokens_total"),
         ("gen_tps", "vllm:generation_tokens_total"),
@@ -279,12 +294,13 @@ def lane_figures(
         figures["spec_accept_pct"] = 100.0 * accepted / draft_tokens
     if drafts and accepted is not None:
         figures["spec_accept_len"] = 1.0 + accepted / drafts  # +1: the bonus token
-    if window_start is None:
-        window_start, _ = window_advance([], previous, current, window_s=math.inf, step_s=math.inf)
-    if window_start is None:
-        return figures
+    return figures
+
+
+def _percentile_figures(window_start: HistogramSnapshot, current: EngineReading) -> dict[str, float]:
     # An empty start is a window begun at a restart: every count is new. A start that lacks
     # one histogram (its buckets changed) gives no figure for it rather than a lifetime's.
+    figures: dict[str, float] = {}
     starts = window_start.histograms
     itl_name = next((name for name in ITL_NAMES if name in current.histograms), None)
     histogram_names: tuple[tuple[str, str | None], ...] = (("ttft", TTFT), ("itl", itl_name), ("e2e", E2E))

@@ -18,7 +18,7 @@ def periodic_task_names() -> set[str]:
     return {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} | set(settings.PERIODIC_TASKS)
 
 
-def route_periodic_tasks(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> Any:
+def route_periodic_tasks(name: str, *args: Any, **kwargs: Any) -> Any:
     """Celery router: periodic work on its own queue (settings.PERIODIC_QUEUE), served by its
     own worker process; everything else (jobs) on the default queue."""
     if name in periodic_task_names():

@@ -153,7 +153,7 @@ class Launcher:
         )
         stopping = False
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
+        def on_signal(_signum: int, _frame: FrameType | None) -> None:
             nonlocal stopping
             stopping = True
 

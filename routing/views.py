@@ -156,7 +156,7 @@ def playground(request: HttpRequest) -> HttpResponse:
         encoder = router_encoder()
         snapshot = version_snapshot(version, encoder)
         query = encoder.embed([form.cleaned_data["prompt"]])[0]
-        result = {"version": version, "decision": decide(query, snapshot.prototypes, snapshot.config, usable=lambda lane: True),
+        result = {"version": version, "decision": decide(query, snapshot.prototypes, snapshot.config, usable=lambda _lane: True),
                   "tokens": encoder.token_count(form.cleaned_data["prompt"]), "threshold": snapshot.config.threshold}
     return render(request, "routing/playground.html", {
         "tab": "playground", "form": form, "result": result, "unavailable": unavailable,
