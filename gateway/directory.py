@@ -9,7 +9,6 @@ the background when older than a couple of seconds."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import time
 from collections import OrderedDict
@@ -78,10 +77,6 @@ class LaneInfo:
     @property
     def serving(self) -> bool:
         return self.observed_state in SERVING_STATES and any(replica.serving for replica in self.replicas)
-
-
-def hash_secret(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def _load_key(secret_hash: str) -> KeyInfo | None:

@@ -37,6 +37,7 @@ from gateway.http import (
     send_bytes,
     send_error,
 )
+from gateway.keys import key_names, key_namespace
 from gateway.large import HELD, POOL, Holding, SharedBody, busy_error, read_shared_body, request_of
 from gateway.mirror import LARGE_MIRRORS, mirror_enabled, mirror_replay, text_of_stream
 from gateway.models import RouteReason
@@ -174,7 +175,7 @@ async def admit_and_send(
     raw: bytes, decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
 ) -> None:
     idem_key, idem_mode, fingerprint = idempotency_of(scope, raw, request)
-    names = limits.key_names(settings.REDIS_PREFIX, limits.key_namespace(key.secret_hash), idem_key)
+    names = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), idem_key)
     # While in flight, the idempotency record and the in-flight slot outlive the longest
     # possible upstream call, so a crashed process cannot hold them forever.
     lease_s = int(settings.GATEWAY_READ_TIMEOUT_S + 60)

@@ -8,7 +8,8 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from gateway.directory import KeyInfo, hash_secret
+from gateway.directory import KeyInfo
+from gateway.keys import hash_secret
 from gateway.pace import PACE
 from gateway.runtime import GatewayRuntime
 from gateway.wire import GatewayError

@@ -151,21 +151,3 @@ def stored_record(kind_and_rest: bytes, fingerprint: str) -> bytes:
 def record_content(stored: bytes) -> bytes:
     """A stored record without its fingerprint."""
     return stored[:1] + stored[1 + FINGERPRINT_CHARS:]
-
-
-def key_namespace(secret_hash: str) -> str:
-    """Redis state is namespaced by a slice of the key's hash, not its database id: ids are
-    reused when a database is restored or recreated while Redis keeps its keys."""
-    return secret_hash[:16]
-
-
-def key_names(prefix: str, namespace: str, idempotency_key: str) -> list[str]:
-    base = f"{prefix}:gw:key:{namespace}"
-    # The idempotency key is the client's string: namespaced by API key, length-capped.
-    return [
-        f"{prefix}:gw:revoked:{namespace}",
-        f"{base}:idem:{idempotency_key[:200]}",
-        f"{base}:rpm",
-        f"{base}:tpm",
-        f"{base}:inflight",
-    ]

@@ -17,8 +17,7 @@ from django.utils import timezone
 from core.audit import audit_record
 from core.roles import UserLike
 from core.validators import has_control_characters
-from gateway.directory import hash_secret
-from gateway.limits import key_names, key_namespace
+from gateway.keys import hash_secret, key_names, key_namespace
 from gateway.models import ApiKey, RequestLog
 from lanes.models import Lane
 from lanes.replica_health import invalidation_channel
