@@ -319,11 +319,11 @@ async def warm_connections(client: httpx.AsyncClient, target: Target, count: int
 
 
 async def run_wave(client: httpx.AsyncClient, target: Target, prompts: Sequence[str], output_tokens: int,
-                   *, timeout_s: float = 600.0) -> LevelResult:
+                   *, timeout_s: float = 600.0, idle_timeout_s: float | None = None) -> LevelResult:
     """A wave: one stream per prompt, all sent at once on connections opened beforehand;
     the records in the prompts' order. Each keeps the stream's send time, TTFT, decode speed
     and the server's token counts, for comparing stream by stream with what a timing model
-    expects (perf/sparksim_load.py, perf/sparksim_timing.py). Not a level of that
+    expects (perf/sparksim_load.py, perf/sparksim_timing.py, perf/sparksim_fit.py). Not a level of that
     concurrency: a level starts its requests one loop turn apart, which spreads a wave of
     hundreds over a large part of a second, across the engine's batches."""
     await warm_connections(client, target, len(prompts))
@@ -331,7 +331,7 @@ async def run_wave(client: httpx.AsyncClient, target: Target, prompts: Sequence[
     load = ClientLoad()
     async with _measuring(load):
         started = loop.time()
-        results = await asyncio.gather(*(stream_one(client, target, prompt, output_tokens, timeout_s, load)
-                                         for prompt in prompts))
+        results = await asyncio.gather(*(stream_one(client, target, prompt, output_tokens, timeout_s, load,
+                                                    idle_timeout_s=idle_timeout_s) for prompt in prompts))
     ends = [ended for _, ended in results]
     return LevelResult([record for record, _ in results], started, max(ends, default=started), ends, load)
