@@ -3,11 +3,14 @@
 Each figure keeps one rule, the same wherever it is shown or measured:
 - nearest rank (`percentile_nearest_rank`): the smallest sample with at least a share q of
   the samples at or below it, so always an observed value; numpy's
-  `quantile(..., method="inverted_cdf")`. The gateway's live latency and TTFT figures, and
-  the portal's own timings in perf/.
+  `quantile(..., method="inverted_cdf")`. The gateway's live latency and TTFT figures (from
+  its request log), and the portal's own timings in perf/ (ticks, queries, pages, encoder
+  passes, event-loop lag, delays).
 - linear (`percentile_linear`): linear interpolation between the two closest ranks at
   (n - 1) q; numpy's default `quantile(..., method="linear")`, which `vllm bench serve`
-  uses. Every benchmark figure (TTFT, TPOT, ITL, E2EL, decode speed, the client's loop lag).
+  uses. Requests timed by their client, as a benchmark times them: every figure of the
+  benchmarks app (TTFT, TPOT, ITL, E2EL, decode speed, the client's loop lag) and the same
+  figures in perf/ (what the gateway adds, sparksim against its timing model).
 q is a share from 0 to 1 (0.95 for p95). No values give None: no percentile, not 0.
 A histogram's quantile is another thing (metrics.parsing.histogram_quantile).
 """
