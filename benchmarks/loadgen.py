@@ -323,9 +323,9 @@ async def run_wave(client: httpx.AsyncClient, target: Target, prompts: Sequence[
     """A wave: one stream per prompt, all sent at once on connections opened beforehand;
     the records in the prompts' order. Each keeps the stream's send time, TTFT, decode speed
     and the server's token counts, for comparing stream by stream with what a timing model
-    expects (perf/sparksim_load.py, perf/sparksim_timing.py, perf/sparksim_fit.py). Not a level of that
-    concurrency: a level starts its requests one loop turn apart, which spreads a wave of
-    hundreds over a large part of a second, across the engine's batches."""
+    expects (perf/sparksim_load.py, perf/sparksim_timing.py, perf/sparksim_fit.py). Not a
+    level of that concurrency: a level starts its requests one loop turn apart, which
+    spreads a wave of hundreds over a large part of a second, across the engine's batches."""
     await warm_connections(client, target, len(prompts))
     loop = asyncio.get_running_loop()
     load = ClientLoad()
