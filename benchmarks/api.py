@@ -9,14 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.models import BenchmarkRun
-from benchmarks.selectors import compare_runs, export_csv, export_json, run_get, run_list, run_payload
+from benchmarks.selectors import compare_runs, export_json, export_rows, run_list, run_or_404, run_payload
 from benchmarks.services import benchmark_start_named
 from core.api import can_operate
+from core.responses import csv_response
 from core.validators import INT64_MAX
 from jobs.schemas import JobOut
 
@@ -113,15 +113,6 @@ class RunFilters(Schema):
     offset: int = Field(0, ge=0, le=10**9)
 
 
-def _run(job_id: int) -> BenchmarkRun:
-    if job_id > INT64_MAX:  # the path converter takes any digits; the column does not
-        raise Http404(f"No benchmark run #{job_id}.")
-    try:
-        return run_get(job_id=job_id)
-    except BenchmarkRun.DoesNotExist:
-        raise Http404(f"No benchmark run #{job_id}.") from None
-
-
 def _summary(run: Any) -> dict[str, Any]:
     return {
         "job": run.job_id, "state": run.job.state, "lane": run.lane_name, "revision": run.revision_number,
@@ -154,14 +145,14 @@ def compare_benchmarks(request: HttpRequest, a: int = Query(..., ge=1, le=INT64_
                        b: int = Query(..., ge=1, le=INT64_MAX)) -> Any:
     """Two runs side by side: per (target, level) each summary figure of a and b, b − a and
     (b − a)/a."""
-    first, second = _run(a), _run(b)
+    first, second = run_or_404(a), run_or_404(b)
     return {"a": run_payload(first), "b": run_payload(second), "rows": compare_runs(first, second)}
 
 
 @router.get("/benchmarks/{int:job_id}", response=BenchmarkRunDetailOut)
 def get_benchmark(request: HttpRequest, job_id: int) -> Any:
     """One run with the levels finished so far (a running sweep grows level by level)."""
-    return run_payload(_run(job_id))
+    return run_payload(run_or_404(job_id))
 
 
 # The 200 answer is JSON or, with format=csv, CSV: the schema names both.
@@ -173,10 +164,8 @@ CSV_EXPORT = {"responses": {200: {"description": "JSON (format=json) or CSV (for
 def export_benchmark(request: HttpRequest, job_id: int, format: Literal["json", "csv"] = "json") -> Any:
     """`vllm bench serve`-style JSON (mean_ttft_ms, p99_itl_ms, output_throughput, ...) or
     CSV (one row per level)."""
-    run = _run(job_id)
+    run = run_or_404(job_id)
     if format == "csv":
-        response = HttpResponse(export_csv(run), content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="benchmark-{job_id}.csv"'
-        return response
+        return csv_response(export_rows(run), filename=f"benchmark-{job_id}.csv")
     return export_json(run)
 

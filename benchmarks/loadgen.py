@@ -1,7 +1,7 @@
 """The load generator: async streaming chat requests at a fixed concurrency or at Poisson
-arrivals, each recorded chunk by chunk (benchmarks.stats turns the records into figures),
-and the client measured too, so a saturated client is reported instead of showing up as a
-slow lane.
+arrivals, or a wave of streams sent at once, each recorded chunk by chunk (benchmarks.stats
+turns the records into figures), and the client measured too, so a saturated client is
+reported instead of showing up as a slow lane.
 
 It reads time only through its event loop (loop.time()), so on sparksim's simulated clock a
 sweep runs in moments and its figures are exact. No Django here: perf/ scripts use it too.
@@ -10,16 +10,20 @@ sweep runs in moments and its figures are exact. No Django here: perf/ scripts u
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from httpx_aiohttp import AiohttpTransport
 
-from benchmarks.stats import RequestRecord, level_stats, percentile
+from benchmarks.stats import RequestRecord, level_stats
+from core.http import async_http_client
+from core.stats import percentile_linear
 
 # The client is saturated when its process keeps one core this busy, or when its event loop
 # wakes this late: either way the figures measure the client, not the lane.
@@ -229,6 +233,22 @@ async def _watch_lag(lags: list[float]) -> None:
         lags.append(max(0.0, loop.time() - before - LAG_TICK_S))
 
 
+@contextlib.asynccontextmanager
+async def _measuring(load: ClientLoad) -> AsyncIterator[None]:
+    """The client's CPU, wall time and event-loop lag over the block, into `load`."""
+    lags: list[float] = []
+    watcher = asyncio.get_running_loop().create_task(_watch_lag(lags))
+    cpu_before, wall_before = time.process_time(), time.perf_counter()
+    try:
+        yield
+    finally:
+        watcher.cancel()
+    load.cpu_s = time.process_time() - cpu_before
+    load.wall_s = time.perf_counter() - wall_before
+    load.lag_p99_s = percentile_linear(lags, 0.99) or 0.0
+    load.lag_max_s = max(lags, default=0.0)
+
+
 async def run_level(client: httpx.AsyncClient, target: Target, plan: LevelPlan,
                     prompt_for: Callable[[int], Awaitable[str]],
                     hook: ChunkHook | None = None,
@@ -240,11 +260,8 @@ async def run_level(client: httpx.AsyncClient, target: Target, plan: LevelPlan,
     for index in range(plan.warmup):
         await stream_one(client, target, await prompt_for(-1 - index), plan.output_tokens, plan.timeout_s, scratch)
     load = ClientLoad()
-    lags: list[float] = []
-    watcher = loop.create_task(_watch_lag(lags))
     records: list[RequestRecord] = []
     ends: list[float] = []
-    cpu_before, wall_before = time.process_time(), time.perf_counter()
     started = loop.time()
     rng = random.Random(plan.seed)
     limit = asyncio.Semaphore(plan.concurrency or 1_000_000)
@@ -259,28 +276,62 @@ async def run_level(client: httpx.AsyncClient, target: Target, plan: LevelPlan,
         if on_request is not None:
             on_request(len(records))
 
-    try:
-        async with asyncio.TaskGroup() as group:
-            index = 0
-            while True:
-                if plan.requests is not None and index >= plan.requests:
-                    break
-                if plan.duration_s is not None and loop.time() - started >= plan.duration_s:
-                    break
-                if plan.concurrency is not None and plan.request_rate is None:
-                    await limit.acquire()  # the next request starts when a slot frees
-                    limit.release()
-                group.create_task(one(index))
-                index += 1
-                if plan.request_rate:
-                    await asyncio.sleep(rng.expovariate(plan.request_rate))
-                else:
-                    await asyncio.sleep(0)
-    finally:
-        watcher.cancel()
+    async with _measuring(load), asyncio.TaskGroup() as group:
+        index = 0
+        while True:
+            if plan.requests is not None and index >= plan.requests:
+                break
+            if plan.duration_s is not None and loop.time() - started >= plan.duration_s:
+                break
+            if plan.concurrency is not None and plan.request_rate is None:
+                await limit.acquire()  # the next request starts when a slot frees
+                limit.release()
+            group.create_task(one(index))
+            index += 1
+            if plan.request_rate:
+                await asyncio.sleep(rng.expovariate(plan.request_rate))
+            else:
+                await asyncio.sleep(0)
     ended_at = max(ends) if ends else loop.time()
-    load.cpu_s = time.process_time() - cpu_before
-    load.wall_s = time.perf_counter() - wall_before
-    load.lag_p99_s = percentile(lags, 99)
-    load.lag_max_s = max(lags, default=0.0)
     return LevelResult(records, started, ended_at, ends, load)
+
+
+def wave_client(streams: int, timeout_s: float) -> httpx.AsyncClient:
+    """A client that holds `streams` connections open at once and keeps them between
+    requests (httpx's own pool stops at 100 and keeps 20 idle by default), on aiohttp's
+    transport: httpx's own pool spends milliseconds of CPU on each request, so a wave's
+    requests would leave over a large part of a second, not at once."""
+    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+    return async_http_client(timeout=httpx.Timeout(timeout_s, connect=10.0),
+                             transport=AiohttpTransport(limits=limits, trust_env=False))
+
+
+async def warm_connections(client: httpx.AsyncClient, target: Target, count: int) -> None:
+    """Opens `count` connections first (as many GET /health at once), so a wave's TTFT
+    measures the engine, not TCP set-up. What they answer does not matter."""
+
+    async def probe() -> None:
+        # A connection that fails now is set up again by its stream, and timed there.
+        with contextlib.suppress(httpx.HTTPError):
+            await client.get(f"{target.base_url}/health", headers=target.headers)
+
+    await asyncio.gather(*(probe() for _ in range(count)))
+
+
+async def run_wave(client: httpx.AsyncClient, target: Target, prompts: Sequence[str], output_tokens: int,
+                   *, timeout_s: float = 600.0, idle_timeout_s: float | None = None) -> LevelResult:
+    """A wave: one stream per prompt, all sent at once on connections opened beforehand;
+    the records in the prompts' order. Each keeps the stream's send time, TTFT, decode speed
+    and the server's token counts, for comparing stream by stream with what a timing model
+    expects (perf/sparksim_load.py, perf/sparksim_timing.py, perf/sparksim_fit.py). Not a
+    level of that concurrency: a level starts its requests one loop turn apart, which
+    spreads a wave of hundreds over a large part of a second, across the engine's batches."""
+    await warm_connections(client, target, len(prompts))
+    loop = asyncio.get_running_loop()
+    load = ClientLoad()
+    async with _measuring(load):
+        started = loop.time()
+        results = await asyncio.gather(*(stream_one(client, target, prompt, output_tokens, timeout_s, load,
+                                                    idle_timeout_s=idle_timeout_s) for prompt in prompts))
+    ends = [ended for _, ended in results]
+    return LevelResult([record for record, _ in results], started, max(ends, default=started), ends, load)

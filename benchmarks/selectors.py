@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Any
 
 from django.db.models import Count, QuerySet
+from django.http import Http404
 
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
 from benchmarks.stats import SUMMARY_COLUMNS
+from core.validators import INT64_MAX
 
 
 def run_list() -> QuerySet[BenchmarkRun]:
@@ -17,8 +17,16 @@ def run_list() -> QuerySet[BenchmarkRun]:
             .annotate(levels_done=Count("levels")).order_by("-created_at", "-id"))
 
 
-def run_get(*, job_id: int) -> BenchmarkRun:
-    return BenchmarkRun.objects.select_related("job", "lane", "lane_revision").get(job_id=job_id)
+def run_or_404(job_id: int) -> BenchmarkRun:
+    """The run of job `job_id`, for every page and API operation alike (the API answers
+    Http404 in its error shape). A run's number is its job's; the path converters take any
+    digits and the compare page any integer, the column a bigint: past it is no run."""
+    if not 1 <= job_id <= INT64_MAX:
+        raise Http404(f"No benchmark run #{job_id}.")
+    try:
+        return BenchmarkRun.objects.select_related("job", "lane", "lane_revision").get(job_id=job_id)
+    except BenchmarkRun.DoesNotExist:
+        raise Http404(f"No benchmark run #{job_id}.") from None
 
 
 def level_payload(level: BenchmarkLevel) -> dict[str, Any]:
@@ -123,10 +131,7 @@ CSV_COLUMNS = ("target", "max_concurrency", "request_rate", "completed", "failed
                "median_e2el_ms", "p99_e2el_ms", "median_decode_tok_s", "mean_prefill_tok_s")
 
 
-def export_csv(run: BenchmarkRun) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(CSV_COLUMNS)
-    for result in export_json(run)["results"]:
-        writer.writerow([result.get(column, "") for column in CSV_COLUMNS])
-    return out.getvalue()
+def export_rows(run: BenchmarkRun) -> list[list[Any]]:
+    """The CSV export: CSV_COLUMNS, then one row per level."""
+    return [list(CSV_COLUMNS), *([result.get(column, "") for column in CSV_COLUMNS]
+                                 for result in export_json(run)["results"])]

@@ -11,8 +11,10 @@ Definitions follow `vllm bench serve` (vllm/benchmarks/serve.py, calculate_metri
 - peak concurrent requests: the most requests in flight at once.
 Beside them, the seeds' columns: per-request decode tok/s as loadtest.py and llama-benchy
 measure it, (tokens - 1) / (last - first chunk), and prefill tok/s, prompt tokens / TTFT.
-Failed requests count in `failed` and `total` and are never dropped; their times do not
-enter the latency statistics (vLLM does the same).
+Percentiles interpolate linearly between ranks, numpy's default rule, as vLLM's do
+(core.stats.percentile_linear); a figure of no values is 0. Failed requests count in
+`failed` and `total` and are never dropped; their times do not enter the latency statistics
+(vLLM does the same).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from core.stats import percentile_linear
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -64,17 +68,6 @@ class RequestRecord:
         return (self.output_tokens - 1) / span
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default, which vLLM uses)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
@@ -90,10 +83,10 @@ def _describe(prefix: str, seconds: Sequence[float], out: dict[str, Any]) -> Non
     """mean/median/std/pNN of a list of seconds, in milliseconds, with vLLM's key names."""
     millis = [value * 1000.0 for value in seconds]
     out[f"mean_{prefix}_ms"] = _mean(millis)
-    out[f"median_{prefix}_ms"] = percentile(millis, 50)
+    out[f"median_{prefix}_ms"] = percentile_linear(millis, 0.5) or 0.0
     out[f"std_{prefix}_ms"] = _std(millis)
     for q in PERCENTILES:
-        out[f"p{q}_{prefix}_ms"] = percentile(millis, q)
+        out[f"p{q}_{prefix}_ms"] = percentile_linear(millis, q / 100) or 0.0
 
 
 def peak_output_tok_s(records: Sequence[RequestRecord], start: float) -> float:
@@ -146,7 +139,7 @@ def level_stats(records: Sequence[RequestRecord], *, started_at: float, ended_at
     _describe("itl", [gap for record in done for gap in record.itls], stats)
     _describe("e2el", [record.latency for record in done], stats)
     decode = [rate for record in done if (rate := record.decode_tok_s) is not None]
-    stats["median_decode_tok_s"] = percentile(decode, 50)
+    stats["median_decode_tok_s"] = percentile_linear(decode, 0.5) or 0.0
     stats["mean_decode_tok_s"] = _mean(decode)
     prefill = [record.prompt_tokens / record.ttft for record in done if record.ttft > 0]
     stats["mean_prefill_tok_s"] = _mean(prefill)

@@ -6,29 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from benchmarks.models import BenchmarkRun
 from benchmarks.params import CACHE_MODES, TARGETS
-from benchmarks.selectors import compare_runs, export_csv, export_json, run_get, run_list, run_payload
+from benchmarks.selectors import compare_runs, export_json, export_rows, run_list, run_or_404, run_payload
 from benchmarks.services import benchmark_start_named
 from benchmarks.stats import SUMMARY_COLUMNS
+from core.responses import csv_response
 from core.roles import Capability, role_required, user_can
 from lanes.models import Lane, LaneState
 
 NUMBER_FIELDS = ("prompt_tokens", "output_tokens", "warmup", "requests_per_level", "duration_s", "timeout_s",
                  "idle_timeout_s")
 LIST_FIELDS = {"concurrency": int, "request_rates": float}
-
-
-def _run_or_404(job_id: int) -> BenchmarkRun:
-    try:
-        return run_get(job_id=job_id)
-    except BenchmarkRun.DoesNotExist:
-        raise Http404(f"No benchmark run #{job_id}.") from None
 
 
 def _form_params(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -90,7 +83,7 @@ def run_start(request: HttpRequest) -> HttpResponse:
 @never_cache  # the back button must not show a stale run that no event will ever update
 @role_required(Capability.VIEW)
 def run_page(request: HttpRequest, job_id: int) -> HttpResponse:
-    run = _run_or_404(job_id)
+    run = run_or_404(job_id)
     return render(request, "benchmarks/run.html", {
         "run": run, "job": run.job, "payload": run_payload(run), "columns": SUMMARY_COLUMNS,
         "can_operate": user_can(request.user, Capability.OPERATE),
@@ -103,7 +96,7 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         first, second = int(request.GET.get("a", "")), int(request.GET.get("b", ""))
     except ValueError:
         return render(request, "benchmarks/compare.html", {"error": "Pick two runs to compare (a and b)."}, status=400)
-    a, b = _run_or_404(first), _run_or_404(second)
+    a, b = run_or_404(first), run_or_404(second)
     return render(request, "benchmarks/compare.html", {
         "a": a, "b": b, "rows": compare_runs(a, b),
         "charts": {"a": run_payload(a), "b": run_payload(b)},
@@ -112,13 +105,11 @@ def compare_page(request: HttpRequest) -> HttpResponse:
 
 @role_required(Capability.VIEW)
 def export_json_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    response = JsonResponse(export_json(_run_or_404(job_id)), json_dumps_params={"indent": 2})
+    response = JsonResponse(export_json(run_or_404(job_id)), json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="benchmark-{job_id}.json"'
     return response
 
 
 @role_required(Capability.VIEW)
 def export_csv_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    response = HttpResponse(export_csv(_run_or_404(job_id)), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="benchmark-{job_id}.csv"'
-    return response
+    return csv_response(export_rows(run_or_404(job_id)), filename=f"benchmark-{job_id}.csv")

@@ -67,7 +67,7 @@ class LaneTarget:
 
 
 @dataclass(frozen=True)
-class NodeTarget:
+class WatchedNode:
     pk: int
     name: str
     state: str
@@ -124,7 +124,7 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
-async def probe_node(target: NodeTarget) -> Probe:
+async def probe_node(target: WatchedNode) -> Probe:
     if target.transport == Transport.LOCAL:
         # A simulated Spark lives in its sparksim directory on this machine.
         present = bool(target.sim_dir) and (Path(target.sim_dir) / "node.json").is_file()
@@ -140,7 +140,7 @@ async def probe_node(target: NodeTarget) -> Probe:
     return Probe(True, "SSH port answers")
 
 
-async def probe_all(lanes: list[LaneTarget], nodes: list[NodeTarget]) -> tuple[list[Probe], list[Probe]]:
+async def probe_all(lanes: list[LaneTarget], nodes: list[WatchedNode]) -> tuple[list[Probe], list[Probe]]:
     limits = httpx.Limits(max_connections=max(10, len(lanes) * 2))
     deadline = settings.LANES_WATCH_TIMEOUT_S * 2 + settings.LANES_WATCH_CONNECT_TIMEOUT_S
 
@@ -158,7 +158,7 @@ async def probe_all(lanes: list[LaneTarget], nodes: list[NodeTarget]) -> tuple[l
 REPLICA_WATCHED = (LaneState.SERVING, LaneState.DEGRADED, LaneState.CHECKING)
 
 
-def watch_targets() -> tuple[list[LaneTarget], list[NodeTarget]]:
+def watch_targets() -> tuple[list[LaneTarget], list[WatchedNode]]:
     lanes = []
     for lane in Lane.objects.filter(WATCHED).prefetch_related("members__node", "replicas"):
         rows = lane.replica_rows()
@@ -178,12 +178,12 @@ def watch_targets() -> tuple[list[LaneTarget], list[NodeTarget]]:
             continue
         lanes.append(LaneTarget(lane.pk, lane.name, lane.observed_state, lane.health_failures, ranked[0].name,
                                 lane.base_url(), lane.public_model_name))
-    nodes = [NodeTarget(n.pk, n.name, n.state, n.health_failures, n.transport, n.address, n.ssh_port, n.sim_dir)
+    nodes = [WatchedNode(n.pk, n.name, n.state, n.health_failures, n.transport, n.address, n.ssh_port, n.sim_dir)
              for n in Node.objects.exclude(state=NodeState.MAINTENANCE)]
     return lanes, nodes
 
 
-def apply_node_probes(nodes: list[NodeTarget], probes: list[Probe]) -> tuple[set[str], int]:
+def apply_node_probes(nodes: list[WatchedNode], probes: list[Probe]) -> tuple[set[str], int]:
     """Returns the names of nodes that do not answer, and the number of state changes."""
     now = timezone.now()
     ok = [t.pk for t, p in zip(nodes, probes, strict=True) if p.ok]

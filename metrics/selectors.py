@@ -14,6 +14,7 @@ from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMinute, TruncMonth, TruncWeek
 from django.utils import timezone
 
+from core.stats import percentile_nearest_rank
 from gateway.models import RequestLog
 from lanes.models import Lane, Node
 from metrics.alerts import alert_payload
@@ -138,13 +139,6 @@ GATEWAY_RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": time
 GATEWAY_DAY_RANGES = {"7d": 7, "30d": 30}  # read from the daily rollup, in whole UTC days
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
 def gateway_live(*, minutes: int = 5, now: datetime | None = None) -> dict[str, Any]:
     """The last few minutes from the request log itself (one indexed range on created_at):
     what the dashboard and the gateway page show live."""
@@ -164,8 +158,9 @@ def gateway_live(*, minutes: int = 5, now: datetime | None = None) -> dict[str, 
     return {
         "minutes": minutes, "rpm": total / minutes, "requests": total,
         "error_pct": 100.0 * errors / total if total else 0.0,
-        "latency_p50_ms": _percentile(latencies, 0.5), "latency_p95_ms": _percentile(latencies, 0.95),
-        "ttft_p50_ms": _percentile(ttfts, 0.5), "ttft_p95_ms": _percentile(ttfts, 0.95),
+        "latency_p50_ms": percentile_nearest_rank(latencies, 0.5),
+        "latency_p95_ms": percentile_nearest_rank(latencies, 0.95),
+        "ttft_p50_ms": percentile_nearest_rank(ttfts, 0.5), "ttft_p95_ms": percentile_nearest_rank(ttfts, 0.95),
         "share": {lane: 100.0 * n / total for lane, n in sorted(share.items())} if total else {},
         # The last two minutes per minute: the gateway page's traffic chart follows each tick.
         "traffic": gateway_traffic(minutes=2, now=now),

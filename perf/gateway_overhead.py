@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -38,140 +37,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CHUNKS = 32  # streamed chunks per answer
-# Chunks are paced like a fast decoder (1 ms apart), so each one reaches the gateway on its
-# own and the time added per chunk is visible (back-to-back chunks would be coalesced).
-CHUNK_INTERVAL_S = 0.001
-BODY = {"model": "bench", "messages": [{"role": "user", "content": "Say something short."}], "max_tokens": 32}
 
-
-# --- the fast upstream -------------------------------------------------------------------
-
-def serve_upstream(port: int) -> None:
-    from aiohttp import web
-
-    created = int(time.time())
-    whole = json.dumps({
-        "id": "cmpl-b", "object": "chat.completion", "created": created, "model": "bench",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok " * 16}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 16, "total_tokens": 28}}).encode()
-    chunk = b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": created, "model": "bench",
-                                    "choices": [{"index": 0, "delta": {"content": "ok "}, "finish_reason": None}],
-                                    "usage": None}).encode() + b"\n\n"
-    usage = b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": created, "model": "bench",
-                                    "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": CHUNKS,
-                                                             "total_tokens": 12 + CHUNKS}}).encode() + b"\n\n"
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        # A lane runs on a Spark, not on this machine: the 8 MB bodies (never streamed) are not
-        # parsed here, so their parsing does not take this machine's CPU from the gateway.
-        body = json.loads(raw) if len(raw) < 1024 * 1024 else {}
-        if not body.get("stream"):
-            return web.Response(body=whole, content_type="application/json")
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await response.prepare(request)
-        for _ in range(CHUNKS):
-            await response.write(chunk)
-            await asyncio.sleep(CHUNK_INTERVAL_S)
-        if (body.get("stream_options") or {}).get("include_usage"):
-            await response.write(usage)
-        await response.write(b"data: [DONE]\n\n")
-        return response
-
-    app = web.Application(client_max_size=64 * 1024 * 1024)  # the gateway sends 8 MB bodies on
-    app.router.add_post("/v1/chat/completions", chat)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
-
-
-# --- the load generator ------------------------------------------------------------------
-
-@dataclass
-class Result:
-    latencies: list[float] = field(default_factory=list)
-    ttfts: list[float] = field(default_factory=list)
-    per_chunk: list[float] = field(default_factory=list)
-    errors: int = 0
-    elapsed: float = 0.0
-
-    def pct(self, values: list[float], q: float) -> float:
-        if not values:
-            return float("nan")
-        ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    @property
-    def rps(self) -> float:
-        return len(self.latencies) / self.elapsed if self.elapsed else 0.0
-
-
-async def drive(url: str, headers: dict[str, str], *, stream: bool, concurrency: int, requests: int) -> Result:
-    import aiohttp
-
-    result = Result()
-    body = json.dumps({**BODY, "stream": stream}).encode()
-    remaining = requests
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def one() -> None:
-            started = time.perf_counter()
-            first = last = None
-            chunks = 0
-            async with session.post(url, data=body, headers={**headers, "content-type": "application/json"}) as resp:
-                if resp.status != 200:
-                    await resp.read()
-                    result.errors += 1
-                    return
-                if stream:
-                    async for _ in resp.content.iter_any():
-                        now = time.perf_counter()
-                        first = first or now
-                        last = now
-                        chunks += 1
-                else:
-                    await resp.read()
-            done = time.perf_counter()
-            result.latencies.append(done - started)
-            if stream and first is not None and last is not None:
-                result.ttfts.append(first - started)
-                result.per_chunk.append((last - first) / (CHUNKS - 1))
-
-        async def worker() -> None:
-            nonlocal remaining
-            while remaining > 0:
-                remaining -= 1
-                try:
-                    await one()
-                except Exception:
-                    result.errors += 1
-
-        begin = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        result.elapsed = time.perf_counter() - begin
-    return result
-
-
-# --- setup -------------------------------------------------------------------------------
-
-def wait_port(port: int, timeout: float = 30) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise SystemExit(f"nothing listening on {port} after {timeout}s")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from perf.gateway_drive import Result, drive, free_port, serve_upstream, wait_port  # noqa: E402
+from perf.gateway_large_bodies import pin, post_large, small_under_large  # noqa: E402
 
 
 def prepare_database(upstream_port: int, long_port: int | None = None) -> str:
@@ -207,14 +75,13 @@ def row(label: str, direct: Result, gateway: Result) -> dict[str, Any]:
     return {
         "case": label,
         "direct_rps": round(direct.rps, 1), "gateway_rps": round(gateway.rps, 1),
-        "direct_p50_ms": round(direct.pct(direct.latencies, 0.5), 2),
-        "gateway_p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
-        "added_p50_ms": round(gateway.pct(gateway.latencies, 0.5) - direct.pct(direct.latencies, 0.5), 2),
-        "added_p99_ms": round(gateway.pct(gateway.latencies, 0.99) - direct.pct(direct.latencies, 0.99), 2),
-        "added_ttft_p50_ms": round(gateway.pct(gateway.ttfts, 0.5) - direct.pct(direct.ttfts, 0.5), 2)
+        "direct_p50_ms": round(Result.ms(direct.latencies, 0.5), 2),
+        "gateway_p50_ms": round(Result.ms(gateway.latencies, 0.5), 2),
+        "added_p50_ms": round(Result.ms(gateway.latencies, 0.5) - Result.ms(direct.latencies, 0.5), 2),
+        "added_p99_ms": round(Result.ms(gateway.latencies, 0.99) - Result.ms(direct.latencies, 0.99), 2),
+        "added_ttft_p50_ms": round(Result.ms(gateway.ttfts, 0.5) - Result.ms(direct.ttfts, 0.5), 2)
         if gateway.ttfts else None,
-        "added_per_chunk_ms": round(
-            statistics.median(gateway.per_chunk) * 1000 - statistics.median(direct.per_chunk) * 1000, 4)
+        "added_per_chunk_ms": round(Result.ms(gateway.per_chunk, 0.5) - Result.ms(direct.per_chunk, 0.5), 4)
         if gateway.per_chunk and direct.per_chunk else None,
         "errors": direct.errors + gateway.errors,
     }
@@ -242,162 +109,6 @@ async def run(args: argparse.Namespace, upstream_port: int, gateway_port: int, s
     gateway = await drive(gateway_url, auth, stream=True, concurrency=200, requests=int(2000 * scale))
     rows.append(row("stream c=200", direct, gateway))
     print(json.dumps(rows[-1]), flush=True)
-    return rows
-
-
-LARGE_BODY_BYTES = 8 * 1024 * 1024
-
-
-def large_body() -> bytes:
-    text = ("lorem ipsum dolor sit amet " * (LARGE_BODY_BYTES // 27 + 1))[:LARGE_BODY_BYTES]
-    return json.dumps({"model": "bench-long", "max_tokens": 16,
-                       "messages": [{"role": "user", "content": text}]}).encode()
-
-
-async def post_large_until(url: str, headers: dict[str, str], stop: asyncio.Event, counts: dict[str, int]) -> None:
-    import aiohttp
-
-    body = large_body()
-    async with aiohttp.ClientSession() as session:
-        while not stop.is_set():
-            async with session.post(url, data=body, headers={**headers, "content-type": "application/json"}) as resp:
-                await resp.read()
-                counts[str(resp.status)] = counts.get(str(resp.status), 0) + 1
-
-
-def post_large(url: str, secret: str, clients: int) -> None:
-    """The large-body clients, in their own process (so the client measuring the small
-    requests is not busy sending 8 MB bodies): post until SIGINT, then print the answers'
-    statuses as JSON."""
-    async def main() -> dict[str, int]:
-        stop, counts = asyncio.Event(), {}  # type: ignore[var-annotated]
-        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
-        auth = {"authorization": f"Bearer {secret}", "x-stainless-retry-count": "0"}
-        await asyncio.gather(*(post_large_until(url, auth, stop, counts) for _ in range(clients)))
-        return counts
-
-    print(json.dumps(asyncio.run(main())), flush=True)
-
-
-async def alternate(direct_url: str, gateway_url: str, auth: dict[str, str], seconds: float) -> tuple[Result, Result]:
-    """One client, one small request directly to the upstream then one through the gateway,
-    for `seconds`: both see the same moment of a shared machine, so the difference is what
-    the gateway adds, whatever else the machine is doing."""
-    import aiohttp
-
-    body = json.dumps({**BODY, "stream": False}).encode()
-    direct, gateway = Result(), Result()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        begin = time.perf_counter()
-        while time.perf_counter() - begin < seconds:
-            for url, headers, result in ((direct_url, {}, direct), (gateway_url, auth, gateway)):
-                started = time.perf_counter()
-                try:
-                    async with session.post(url, data=body,
-                                            headers={**headers, "content-type": "application/json"}) as resp:
-                        await resp.read()
-                        ok = resp.status == 200
-                except aiohttp.ClientError:
-                    ok = False
-                if ok:
-                    result.latencies.append(time.perf_counter() - started)
-                else:
-                    result.errors += 1
-        direct.elapsed = gateway.elapsed = time.perf_counter() - begin
-    return direct, gateway
-
-
-async def probe(url: str) -> dict[str, Any]:
-    """The gateway process's loop lag and CPU since the previous call (perf/loop_probe.py)."""
-    import aiohttp
-
-    async with aiohttp.ClientSession() as session, session.get(url) as resp:
-        return dict(await resp.json())
-
-
-def pin(pid: int, cpus: set[int], *, with_children: bool = False) -> None:
-    """Every thread of `pid` (and of its child processes) onto `cpus` (--pin)."""
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        for task in os.listdir(f"/proc/{current}/task"):
-            os.sched_setaffinity(int(task), cpus)
-            if with_children:
-                with open(f"/proc/{current}/task/{task}/children") as children:
-                    pending.extend(int(child) for child in children.read().split())
-
-
-def upstream_cpu_s(pids: list[int]) -> float:
-    return sum(cpu_s(pid) for pid in pids)
-
-
-def cpu_s(pid: int) -> float:
-    from perf.loop_probe import proc_cpu_s
-
-    return proc_cpu_s(pid)
-
-
-async def small_under_large(direct_url: str, gateway_url: str, auth: dict[str, str], secret: str, *,
-                            large_clients: int, seconds: float, probe_url: str, upstream_pids: list[int],
-                            large_nice: int, posters_cpus: set[int] | None = None) -> list[dict[str, Any]]:
-    """Small requests' latency at one client (through the gateway, and directly to the
-    upstream in alternation), alone, then while `large_clients` (another process, at
-    niceness `large_nice`) post 8 MB bodies to the gateway back to back. With each phase:
-    the gateway's event-loop lag and where the machine's CPU went (gateway loop thread,
-    its other threads, its worker processes, the fake upstream, the 8 MB posters, this
-    client)."""
-    await alternate(direct_url, gateway_url, auth, 1.0)  # warm-up
-    await probe(probe_url)
-    marks = (upstream_cpu_s(upstream_pids), time.process_time(), 0.0)
-    alone = await alternate(direct_url, gateway_url, auth, seconds)
-    phases = [(await probe(probe_url), upstream_cpu_s(upstream_pids) - marks[0], 0.0, time.process_time() - marks[1])]
-    posters = subprocess.Popen([sys.executable, __file__, "--post-large", gateway_url, "--secret", secret,
-                                "--large-clients", str(large_clients)], stdout=subprocess.PIPE, text=True,
-                               preexec_fn=(lambda: os.nice(large_nice)) if large_nice else None)
-    if posters_cpus is not None:
-        pin(posters.pid, posters_cpus)
-    await asyncio.sleep(2.0)  # the large posts are under way
-    began = time.perf_counter()
-    await probe(probe_url)
-    marks = (upstream_cpu_s(upstream_pids), time.process_time(), cpu_s(posters.pid))
-    loaded = await alternate(direct_url, gateway_url, auth, seconds)
-    phases.append((await probe(probe_url), upstream_cpu_s(upstream_pids) - marks[0], cpu_s(posters.pid) - marks[2],
-                   time.process_time() - marks[1]))
-    posters.send_signal(signal.SIGINT)
-    await probe(probe_url + "?stop")  # the probe's tick costs CPU: off for what follows
-    counts = json.loads(posters.communicate(timeout=120)[0] or "{}")
-    counts["per_s"] = round(sum(counts.values()) / (time.perf_counter() - began + 2.0), 1)
-    rows = []
-    loaded_label = f"small requests, {large_clients} clients posting 8 MB bodies" + (
-        f" (nice {large_nice})" if large_nice else "")
-    for (label, (direct, gateway)), (lag, upstream_cpu, posters_cpu, client_cpu) in zip(
-            (("small requests alone", alone), (loaded_label, loaded)), phases, strict=True):
-        wall = lag["wall_s"] or 1.0
-        rows.append({"case": label, "p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
-                     "p99_ms": round(gateway.pct(gateway.latencies, 0.99), 2),
-                     "direct_p50_ms": round(direct.pct(direct.latencies, 0.5), 2),
-                     "direct_p99_ms": round(direct.pct(direct.latencies, 0.99), 2),
-                     "added_p50_ms": round(gateway.pct(gateway.latencies, 0.5) - direct.pct(direct.latencies, 0.5), 2),
-                     "added_p99_ms": round(gateway.pct(gateway.latencies, 0.99) - direct.pct(direct.latencies, 0.99),
-                                           2),
-                     "requests": len(gateway.latencies), "errors": gateway.errors + direct.errors,
-                     "large_bodies_answered": counts if gateway is loaded[1] else None,
-                     "loop_lag_p50_ms": lag["lag_p50_ms"], "loop_lag_p99_ms": lag["lag_p99_ms"],
-                     "loop_lag_max_ms": lag["lag_max_ms"], "loop_stalled_ms_per_s": round(lag["stalled_ms"] / wall, 1),
-                     # the loop's own CPU between two 1 ms ticks: what the portal held it for
-                     "loop_busy_p999_ms": lag["busy_p999_ms"], "loop_busy_max_ms": lag["busy_max_ms"],
-                     "loop_busy_over_2ms_per_s": round(lag["busy_over_2ms"] / wall, 1),
-                     # CPU share of one core, per process, over the phase (2 cores = 200 %)
-                     "cpu_pct": {"gateway_loop": round(100 * lag["loop_thread_cpu_s"] / wall),
-                                 "gateway_threads": round(100 * lag["other_threads_cpu_s"] / wall),
-                                 "gateway_workers": round(100 * lag["workers_cpu_s"] / wall),
-                                 "upstream": round(100 * upstream_cpu / wall),
-                                 "posters": round(100 * posters_cpu / wall),
-                                 "client": round(100 * client_cpu / wall)},
-                     "load_avg_1m": os.getloadavg()[0]})
-        print(json.dumps(rows[-1]), flush=True)
-        for count, stack in lag["stall_stacks"]:
-            print(f"    stalled {count}× in {stack}", flush=True)
     return rows
 
 
@@ -501,8 +212,8 @@ async def versus_litellm(gateway_url: str, auth: dict[str, str], litellm_url: st
                      "gateway_cpu_ms_per_req": round(gateway_cpu_ms, 2),
                      "litellm_cpu_ms_per_req": round(litellm_cpu_ms, 2),
                      "cpu_ratio": round(litellm_cpu_ms / gateway_cpu_ms, 1) if gateway_cpu_ms else None,
-                     "gateway_p50_ms": round(gateway.pct(gateway.latencies, 0.5), 2),
-                     "litellm_p50_ms": round(litellm.pct(litellm.latencies, 0.5), 2),
+                     "gateway_p50_ms": round(Result.ms(gateway.latencies, 0.5), 2),
+                     "litellm_p50_ms": round(Result.ms(litellm.latencies, 0.5), 2),
                      "errors": gateway.errors + litellm.errors, "load_avg_1m": os.getloadavg()[0]})
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -531,7 +242,7 @@ def print_table(rows: list[dict[str, Any]], cols: list[str] | None = None) -> No
         print("| " + " | ".join("—" if r[c] is None else str(r[c]) for c in cols) + " |")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve-upstream", type=int)
     parser.add_argument("--serve-gateway", type=int, help=argparse.SUPPRESS)  # the probed gateway's process
@@ -553,6 +264,98 @@ def main() -> None:
     args = parser.parse_args()
     if args.pin and (not args.large_bodies or not args.skip_overhead or args.litellm_python):
         parser.error("--pin measures the large bodies only: use it with --large-bodies --skip-overhead")
+    return args
+
+
+@dataclass
+class Servers:
+    upstream_port: int = field(default_factory=free_port)
+    gateway_port: int = field(default_factory=free_port)
+    long_port: int = field(default_factory=free_port)
+    litellm_port: int = field(default_factory=free_port)
+    secret: str = ""
+    gateway_pid: int = 0
+    upstream_pids: list[int] = field(default_factory=list)
+    litellm_pid: int = 0
+
+
+def start_servers(args: argparse.Namespace, children: list[subprocess.Popen[bytes]]) -> Servers:
+    """The upstream (two with --pin), the lane and key, the gateway and, with
+    --litellm-python, a LiteLLM proxy; each started process is added to `children`."""
+    servers = Servers()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING", "PORTAL_GATEWAY_DEFAULT_LANE": "bench"}
+    ports = [servers.upstream_port, servers.long_port] if args.pin else [servers.upstream_port]
+    children += [subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(port)], env=env) for port in ports]
+    servers.upstream_pids = [child.pid for child in children]
+    for port in ports:
+        wait_port(port)
+    if args.pin:
+        pin(children[0].pid, {0})
+        pin(children[1].pid, {1})
+        pin(os.getpid(), {0})
+    servers.secret = prepare_database(servers.upstream_port, servers.long_port if args.pin else None)
+    # uvicorn as production runs it (1 worker, uvloop, httptools, no access log), with a
+    # probe of its event loop's lag and CPU (perf/loop_probe.py).
+    gateway = subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(servers.gateway_port),
+                                *(["--loop-stacks"] if args.loop_stacks else [])], cwd=ROOT, env=env)
+    children.append(gateway)
+    if args.litellm_python:
+        config = Path(os.environ.get("TMPDIR", "/tmp")) / f"litellm-bench-{servers.litellm_port}.yaml"
+        config.write_text(LITELLM_CONFIG.format(port=servers.upstream_port))
+        children.append(subprocess.Popen(
+            [args.litellm_python, "-m", "litellm.proxy.proxy_cli", "--config", str(config), "--host", "127.0.0.1",
+             "--port", str(servers.litellm_port), "--num_workers", "1"],
+            # Its own model cost map, not the one it would fetch from the internet at start.
+            env={**{key: value for key, value in env.items() if not key.startswith(("DATABASE_URL", "REDIS"))},
+                 "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        servers.litellm_pid = children[-1].pid
+    wait_port(servers.gateway_port)
+    servers.gateway_pid = gateway.pid
+    if args.pin:
+        pin(gateway.pid, {1}, with_children=True)  # its large-body workers...
+        pin(gateway.pid, {0})  # ...but not its own threads
+    return servers
+
+
+LARGE_BODY_COLUMNS = ["case", "p50_ms", "p99_ms", "direct_p50_ms", "direct_p99_ms", "added_p50_ms", "added_p99_ms",
+                      "loop_lag_p99_ms", "loop_lag_max_ms", "loop_stalled_ms_per_s", "loop_busy_p999_ms",
+                      "loop_busy_max_ms", "loop_busy_over_2ms_per_s", "cpu_pct", "requests", "errors",
+                      "large_bodies_answered"]
+LITELLM_COLUMNS = ["case", "gateway_rps", "litellm_rps", "ratio", "gateway_cpu_ms_per_req", "litellm_cpu_ms_per_req",
+                   "cpu_ratio", "gateway_p50_ms", "litellm_p50_ms", "errors", "load_avg_1m"]
+
+
+def measure(args: argparse.Namespace, servers: Servers) -> dict[str, Any]:
+    report: dict[str, Any] = {"validation": validation_cost_us()}
+    print(json.dumps(report["validation"]), flush=True)
+    gateway_url = f"http://127.0.0.1:{servers.gateway_port}/v1/chat/completions"
+    auth = {"authorization": f"Bearer {servers.secret}", "x-stainless-retry-count": "0"}
+    if not args.skip_overhead:
+        report["overhead"] = asyncio.run(run(args, servers.upstream_port, servers.gateway_port, servers.secret))
+        print_table(report["overhead"])
+        print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
+    if args.large_bodies:
+        report["large_bodies"] = asyncio.run(small_under_large(
+            f"http://127.0.0.1:{servers.upstream_port}/v1/chat/completions", gateway_url, auth, servers.secret,
+            large_clients=args.large_clients, seconds=10 if args.quick else 30,
+            probe_url=f"http://127.0.0.1:{servers.gateway_port}/__bench/probe", upstream_pids=servers.upstream_pids,
+            large_nice=args.large_nice, posters_cpus={1} if args.pin else None))
+        print_table(report["large_bodies"], LARGE_BODY_COLUMNS)
+    if args.litellm_python:
+        wait_port(servers.litellm_port, timeout=120)
+        report["litellm"] = asyncio.run(versus_litellm(
+            gateway_url, auth, f"http://127.0.0.1:{servers.litellm_port}/chat/completions", 0.2 if args.quick else 1.0,
+            gateway_pid=servers.gateway_pid, litellm_pid=servers.litellm_pid))
+        print_table(report["litellm"], LITELLM_COLUMNS)
+    print(f"\nValidation of a typical chat body ({report['validation']['body_bytes']} bytes): "
+          f"{report['validation']['validate_us']} µs; with JSON parsing "
+          f"{report['validation']['parse_and_validate_us']} µs")
+    return report
+
+
+def main() -> None:
+    args = parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
@@ -564,70 +367,9 @@ def main() -> None:
     if args.post_large:
         post_large(args.post_large, args.secret, args.large_clients)
         return
-    upstream_port, gateway_port, long_port = free_port(), free_port(), free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING", "PORTAL_GATEWAY_DEFAULT_LANE": "bench"}
-    children = [subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(upstream_port)], env=env)]
-    if args.pin:
-        children.append(subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(long_port)], env=env))
+    children: list[subprocess.Popen[bytes]] = []
     try:
-        wait_port(upstream_port)
-        if args.pin:
-            wait_port(long_port)
-            pin(children[0].pid, {0})
-            pin(children[1].pid, {1})
-            pin(os.getpid(), {0})
-        secret = prepare_database(upstream_port, long_port if args.pin else None)
-        # uvicorn as production runs it (1 worker, uvloop, httptools, no access log), with a
-        # probe of its event loop's lag and CPU (perf/loop_probe.py).
-        children.append(subprocess.Popen(
-            [sys.executable, __file__, "--serve-gateway", str(gateway_port),
-             *(["--loop-stacks"] if args.loop_stacks else [])], cwd=ROOT, env=env))
-        litellm_port = free_port()
-        if args.litellm_python:
-            config = Path(os.environ.get("TMPDIR", "/tmp")) / f"litellm-bench-{litellm_port}.yaml"
-            config.write_text(LITELLM_CONFIG.format(port=upstream_port))
-            children.append(subprocess.Popen(
-                [args.litellm_python, "-m", "litellm.proxy.proxy_cli", "--config", str(config), "--host", "127.0.0.1",
-                 "--port", str(litellm_port), "--num_workers", "1"],
-                # Its own model cost map, not the one it would fetch from the internet at start.
-                env={**{key: value for key, value in env.items() if not key.startswith(("DATABASE_URL", "REDIS"))},
-                     "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY},
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(gateway_port)
-        gateway_pid = children[2 if args.pin else 1].pid
-        if args.pin:
-            pin(gateway_pid, {1}, with_children=True)  # its large-body workers...
-            pin(gateway_pid, {0})  # ...but not its own threads
-        report: dict[str, Any] = {"validation": validation_cost_us()}
-        print(json.dumps(report["validation"]), flush=True)
-        gateway_url = f"http://127.0.0.1:{gateway_port}/v1/chat/completions"
-        auth = {"authorization": f"Bearer {secret}", "x-stainless-retry-count": "0"}
-        if not args.skip_overhead:
-            report["overhead"] = asyncio.run(run(args, upstream_port, gateway_port, secret))
-            print_table(report["overhead"])
-            print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
-        if args.large_bodies:
-            report["large_bodies"] = asyncio.run(small_under_large(
-                f"http://127.0.0.1:{upstream_port}/v1/chat/completions", gateway_url, auth, secret,
-                large_clients=args.large_clients, seconds=10 if args.quick else 30,
-                probe_url=f"http://127.0.0.1:{gateway_port}/__bench/probe", upstream_pids=[child.pid for child in children[:2 if args.pin else 1]],
-                large_nice=args.large_nice, posters_cpus={1} if args.pin else None))
-            print_table(report["large_bodies"], ["case", "p50_ms", "p99_ms", "direct_p50_ms", "direct_p99_ms",
-                                                 "added_p50_ms", "added_p99_ms", "loop_lag_p99_ms",
-                                                 "loop_lag_max_ms", "loop_stalled_ms_per_s", "loop_busy_p999_ms",
-                                                 "loop_busy_max_ms", "loop_busy_over_2ms_per_s", "cpu_pct", "requests",
-                                                 "errors", "large_bodies_answered"])
-        if args.litellm_python:
-            wait_port(litellm_port, timeout=120)
-            report["litellm"] = asyncio.run(versus_litellm(
-                gateway_url, auth, f"http://127.0.0.1:{litellm_port}/chat/completions", 0.2 if args.quick else 1.0,
-                gateway_pid=gateway_pid, litellm_pid=children[-1].pid))
-            print_table(report["litellm"], ["case", "gateway_rps", "litellm_rps", "ratio", "gateway_cpu_ms_per_req",
-                                            "litellm_cpu_ms_per_req", "cpu_ratio", "gateway_p50_ms",
-                                            "litellm_p50_ms", "errors", "load_avg_1m"])
-        print(f"\nValidation of a typical chat body ({report['validation']['body_bytes']} bytes): "
-              f"{report['validation']['validate_us']} µs; with JSON parsing "
-              f"{report['validation']['parse_and_validate_us']} µs")
+        report = measure(args, start_servers(args, children))
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
     finally:
@@ -638,7 +380,6 @@ def main() -> None:
                 child.wait(10)
             except subprocess.TimeoutExpired:
                 child.kill()
-
 
 if __name__ == "__main__":
     main()

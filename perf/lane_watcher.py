@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ django.setup()
 from django.contrib.auth.models import User  # noqa: E402
 
 from core.http import http_client  # noqa: E402
+from core.stats import percentile_nearest_rank  # noqa: E402
 from lanes.models import Lane, LaneNode, Node  # noqa: E402
 from lanes.watcher import lanes_watch_tick  # noqa: E402
 from sparksim.standalone import EngineHandle, free_port, start_engine  # noqa: E402
@@ -43,11 +43,6 @@ from sparksim.standalone import EngineHandle, free_port, start_engine  # noqa: E
 MODEL = "Qwen/Qwen3.8-27B-FP8"
 IMAGE = "img@sha256:" + "b" * 64
 PASSWORD = "bench-password-1234"
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def reset_database(sim_dir: Path) -> Node:
@@ -88,11 +83,25 @@ def bench_ticks(work: Path, ticks: int) -> None:
                 assert report.lanes == 50, report
                 probe.append(report.probe_s * 1000)
                 total.append(report.total_s * 1000)
-            print(f"tick, {label}: probes p50 {percentile(probe, .5):.1f} ms p95 {percentile(probe, .95):.1f} ms; "
-                  f"whole tick (probes + database) p50 {percentile(total, .5):.1f} ms p95 {percentile(total, .95):.1f} ms")
+            print(f"tick, {label}: probes p50 {percentile_nearest_rank(probe, .5):.1f} ms "
+                  f"p95 {percentile_nearest_rank(probe, .95):.1f} ms; whole tick (probes + database) "
+                  f"p50 {percentile_nearest_rank(total, .5):.1f} ms p95 {percentile_nearest_rank(total, .95):.1f} ms")
     finally:
         for engine in engines:
             engine.stop()
+
+
+def wait_healthy(base: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with http_client(timeout=2) as client:
+                if client.get(f"{base}/healthz").status_code == 200:
+                    return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.3)
 
 
 class Processes:
@@ -134,16 +143,7 @@ def bench_death_to_page(work: Path, kills: int, interval: float, failures: int) 
     delays: list[float] = []
     try:
         base = f"http://127.0.0.1:{web_port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with http_client(timeout=2) as client:
-                    if client.get(f"{base}/healthz").status_code == 200:
-                        break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(0.3)
+        wait_healthy(base)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"], headless=True)
             page = browser.new_page()
@@ -175,7 +175,7 @@ def bench_death_to_page(work: Path, kills: int, interval: float, failures: int) 
         engine.stop()
         procs.stop()
     print(f"death → page ({kills} kills, interval {interval:g} s, {failures} failed probes): "
-          f"p50 {statistics.median(delays):.2f} s, p95 {percentile(delays, .95):.2f} s, "
+          f"p50 {percentile_nearest_rank(delays, .5):.2f} s, p95 {percentile_nearest_rank(delays, .95):.2f} s, "
           f"min {min(delays):.2f} s, max {max(delays):.2f} s")
 
 

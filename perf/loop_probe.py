@@ -33,6 +33,8 @@ from typing import Any
 
 import orjson
 
+from core.stats import percentile_nearest_rank
+
 TICK_S = 0.001
 STALL_S = 0.005
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -104,16 +106,18 @@ class LoopProbe:
         (wall0, loop0, proc0, work0), self._mark = self._mark, now
         wall, loop_cpu, proc, work = now[0] - wall0, now[1] - loop0, now[2] - proc0, now[3] - work0
 
-        def pct(q: float, values: list[float] = lags) -> float:
-            return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 2) if values else float("nan")
+        def ms(q: float, values: list[float] = lags) -> float:
+            # Nearest rank, as every timing of the portal's own here: an observed lag.
+            value = percentile_nearest_rank(values, q)
+            return round(value * 1000, 2) if value is not None else float("nan")
 
         stacks, self.stacks, samples, self.stack_samples = self.stacks, Counter(), self.stack_samples, 0
         return {
             "wall_s": round(wall, 2), "ticks": len(lags),
-            "lag_p50_ms": pct(0.5), "lag_p99_ms": pct(0.99), "lag_p999_ms": pct(0.999),
+            "lag_p50_ms": ms(0.5), "lag_p99_ms": ms(0.99), "lag_p999_ms": ms(0.999),
             "lag_max_ms": round(lags[-1] * 1000, 2) if lags else None,
             # the loop thread's own CPU between two wake-ups of the 1 ms tick
-            "busy_p99_ms": pct(0.99, busy), "busy_p999_ms": pct(0.999, busy),
+            "busy_p99_ms": ms(0.99, busy), "busy_p999_ms": ms(0.999, busy),
             "busy_max_ms": round(busy[-1] * 1000, 2) if busy else None,
             "busy_over_2ms": sum(1 for value in busy if value > 0.002),
             # time the loop spent more than 5 ms late, in all

@@ -43,11 +43,11 @@ import numpy as np  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import AnonymousUser  # noqa: E402
 
-import perf.gateway_overhead as overhead  # noqa: E402
+from core.stats import percentile_nearest_rank  # noqa: E402
 from gateway.models import ApiKey  # noqa: E402
 from gateway.services import api_key_create  # noqa: E402
 from lanes.models import Lane, LaneNode, Node  # noqa: E402
-from perf.gateway_overhead import drive, free_port, serve_upstream, wait_port  # noqa: E402
+from perf.gateway_drive import BODY, Result, drive, free_port, serve_upstream, wait_port  # noqa: E402
 from routing.batcher import EmbeddingBatcher  # noqa: E402
 from routing.decision import (  # noqa: E402
     PrototypeSet,
@@ -87,13 +87,14 @@ def long_prompt(i: int) -> str:
     return f"Here is the log of run {i}: {lines} Which component reported the highest latency?"
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-
 def summary(values: list[float]) -> dict[str, float]:
-    return {"p50_ms": round(pct(values, 0.5), 3), "p99_ms": round(pct(values, 0.99), 3)}
+    """p50 and p99 of the router's own timings (seconds), in ms: nearest rank, an observed time."""
+    return {f"p{round(q * 100)}_ms": round((percentile_nearest_rank(values, q) or 0.0) * 1000, 3) for q in (0.5, 0.99)}
+
+
+def request_summary(values: list[float]) -> dict[str, float]:
+    """p50 and p99 of requests timed by their client, in ms: the benchmarks' rule (linear)."""
+    return {f"p{round(q * 100)}_ms": round(Result.ms(values, q), 3) for q in (0.5, 0.99)}
 
 
 def starter_set(encoder: Encoder) -> tuple[PrototypeSet, RouterConfig]:
@@ -203,7 +204,7 @@ def bench_gateway(quick: bool) -> dict[str, Any]:
     """model="auto" against model="bench-fast" through one uvicorn worker, a fast upstream."""
     upstream_port, gateway_port = free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING"}
-    children = [subprocess.Popen([sys.executable, str(ROOT / "bench" / "gateway_overhead.py"), "--serve-upstream",
+    children = [subprocess.Popen([sys.executable, str(ROOT / "perf" / "gateway_overhead.py"), "--serve-upstream",
                                   str(upstream_port)], env=env)]
     try:
         wait_port(upstream_port)
@@ -245,13 +246,13 @@ async def _gateway_runs(port: int, secret: str, quick: bool) -> dict[str, Any]:
     errors = 0
     for round_number in range(rounds + 1):
         for model in ("qwen", "auto"):
-            overhead.BODY = {**overhead.BODY, "model": model,
-                             "messages": [{"role": "user", "content": "What port does PostgreSQL use by default?"}]}
-            result = await drive(url, auth, stream=False, concurrency=1, requests=per_round)
+            body = {**BODY, "model": model,
+                    "messages": [{"role": "user", "content": "What port does PostgreSQL use by default?"}]}
+            result = await drive(url, auth, stream=False, concurrency=1, requests=per_round, template=body)
             if round_number:  # the first round warms caches and the encoder
                 latencies[model].extend(result.latencies)
                 errors += result.errors
-    out: dict[str, Any] = {model: summary(values) for model, values in latencies.items()}
+    out: dict[str, Any] = {model: request_summary(values) for model, values in latencies.items()}
     out["auto_added_p50_ms"] = round(out["auto"]["p50_ms"] - out["qwen"]["p50_ms"], 3)
     out["errors"] = errors
     out["note"] = "same prompt every time: the router's cached path; cold decisions cost the forward pass (above)"

@@ -14,13 +14,14 @@ same list).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import httpx
 
-from benchmarks.loadgen import ClientLoad, LevelPlan, Target, run_level, sized_prompt, stream_one
-from benchmarks.stats import RequestRecord, percentile
+from benchmarks.loadgen import ClientLoad, Target, run_wave, sized_prompt, stream_one
+from benchmarks.stats import RequestRecord
+from core.stats import percentile_linear
 from sparksim.inprocess import engine_config, serving
 from sparksim.timing import DEEPSEEK, GB, GIB, QWEN, QWEN_NEXT, per_stream_decode_rate, prefill_seconds
 from sparksim.virtual_clock import run_on_virtual_clock
@@ -113,116 +114,134 @@ class Wave:
     def done(self) -> list[RequestRecord]:
         return [record for record in self.records if record.ok]
 
+    # The benchmarks' rule (linear), as the seeds' vllm bench serve figures are.
     def ttft(self, q: float) -> float:
-        return percentile([record.ttft for record in self.done], q)
+        return percentile_linear([record.ttft for record in self.done], q) or 0.0
 
-    def decode(self, q: float = 50) -> float:
-        return percentile([rate for record in self.done if (rate := record.decode_tok_s) is not None], q)
-
-
-async def _wave(client: httpx.AsyncClient, target: Target, concurrency: int, prompt_for: Callable[[int], str],
-                idle_timeout_s: float | None = None) -> Wave:
-    async def prompt(index: int) -> str:
-        return prompt_for(index)
-
-    plan = LevelPlan(concurrency=concurrency, request_rate=None, requests=concurrency, duration_s=None,
-                     output_tokens=OUTPUT_TOKENS, timeout_s=7200.0, idle_timeout_s=idle_timeout_s)
-    result = await run_level(client, target, plan, prompt)
-    return Wave(result.records, result.stats()["output_throughput"])
+    def decode(self, q: float = 0.5) -> float:
+        return percentile_linear([rate for record in self.done if (rate := record.decode_tok_s) is not None], q) or 0.0
 
 
-async def _one(client: httpx.AsyncClient, target: Target, prompt: str) -> RequestRecord:
-    record, _ = await stream_one(client, target, prompt, OUTPUT_TOKENS, 7200.0, ClientLoad())
-    return record
+@dataclass
+class Seed003Run:
+    """Seed 003's lane benchmarked over HTTP, point by point."""
+
+    client: httpx.AsyncClient
+    target: Target
+    points: list[Point] = field(default_factory=list)
+
+    def add(self, where: str, metric: str, measured: float, model: float, follows: str = "",
+            unmodelled: str = "") -> None:
+        self.points.append(Point("003", where, metric, measured, model, follows, unmodelled))
+
+    async def fresh(self, tokens: int, tag: str) -> str:
+        # Exactly `tokens` prompt tokens: a cache hit's uncached tail depends on it.
+        return await sized_prompt(self.client, self.target, tokens, tag)
+
+    async def one(self, prompt: str) -> RequestRecord:
+        record, _ = await stream_one(self.client, self.target, prompt, OUTPUT_TOKENS, 7200.0, ClientLoad())
+        return record
+
+    async def wave(self, prompts: list[str], idle_timeout_s: float | None = None) -> Wave:
+        """The seeds ran their waves as one batch of concurrent streams."""
+        result = await run_wave(self.client, self.target, prompts, OUTPUT_TOKENS, timeout_s=7200.0,
+                                idle_timeout_s=idle_timeout_s)
+        return Wave(result.records, result.stats()["output_throughput"])
 
 
 def _decode(record: RequestRecord) -> float:
     return record.decode_tok_s or 0.0
 
 
+async def _section_6(run: Seed003Run) -> None:
+    """§6, C=1: a fresh prompt primes the cache, then the same prompt again."""
+    for tokens, cold_ttft, cold_decode, hit_ttft, hit_decode in (
+        (50_000, 19.622, 93.15, 0.413, 84.80), (100_000, 41.510, 85.34, 0.578, 81.02),
+        (150_000, 64.433, 90.15, 0.776, 90.30),
+    ):
+        prompt = await run.fresh(tokens, f"s6-{tokens}")
+        cold = await run.one(prompt)
+        hit = await run.one(prompt)
+        where = f"§6 C=1 {tokens // 1000}K"
+        run.add(where, "cold TTFT s", cold_ttft, cold.ttft)
+        run.add(where, "cold decode tok/s", cold_decode, _decode(cold))
+        run.add(where, "cache-hit TTFT s", hit_ttft, hit.ttft)
+        run.add(where, "cache-hit decode tok/s", hit_decode, _decode(hit))
+        run.add(where, "cache-hit TTFT speed-up x", cold_ttft / hit_ttft, cold.ttft / hit.ttft)
+
+
+async def _section_7_cold(run: Seed003Run, quick: bool) -> None:
+    """§7, 150K cold unique prompts."""
+    cold_rows = {1: (1, 64.153, 64.153, 93.99, 7.21), 2: (2, 98.308, 126.740, 41.36, 7.49),
+                 4: (3, 134.139, 193.381, 3.64, 1.28), 6: (3, 132.949, 191.495, 1.85, 1.28)}
+    for concurrency, (success, p50, p95, decode, aggregate) in cold_rows.items():
+        if quick and concurrency > 4:
+            continue
+        prompts = [await run.fresh(150_000, f"cold-{concurrency}-{index}") for index in range(concurrency)]
+        wave = await run.wave(prompts, idle_timeout_s=COLD_IDLE_TIMEOUT_S)
+        where = f"§7 150K cold C={concurrency}"
+        run.add(where, "success", success, len(wave.done))
+        run.add(where, "TTFT p50 s", p50, wave.ttft(0.5))
+        run.add(where, "TTFT p95 s", p95, wave.ttft(0.95))
+        run.add(where, "decode p50 tok/s", decode, wave.decode())
+        run.add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
+                unmodelled="" if concurrency < 4 else COLD_AGGREGATE)
+
+
+async def _section_7_hit(run: Seed003Run, quick: bool) -> None:
+    """§7, 150K cache-hit waves on one primed prompt."""
+    shared = await run.fresh(150_000, "hit-shared")
+    await run.one(shared)
+    hit_rows = {1: (0.657, 92.18, 82.41), 2: (1.055, 64.03, 102.35), 4: (3.265, 48.69, 123.08),
+                6: (4.334, 40.39, 165.54)}
+    for concurrency, (p50, decode, aggregate) in hit_rows.items():
+        if quick and concurrency > 4:
+            continue
+        wave = await run.wave([shared] * concurrency)
+        where = f"§7 150K cache-hit C={concurrency}"
+        run.add(where, "success", concurrency, len(wave.done))
+        ttft = wave.ttft(0.5)
+        run.add(where, "TTFT p50 s", p50, ttft,
+                unmodelled=HIT_C4_TTFT if concurrency == 4 and abs(ttft / p50 - 1) > TOLERANCE else "")
+        run.add(where, "decode p50 tok/s", decode, wave.decode())
+        run.add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
+                unmodelled=hit_aggregate_reason(wave.output_throughput, aggregate))
+
+
+async def _section_8(run: Seed003Run) -> None:
+    """§8: a shared C=1 prime, then C=8 and C=12 waves of the same prompt."""
+    shared = await run.fresh(150_000, "hit-shared-8")
+    prime = await run.one(shared)
+    run.add("§8 shared C=1 prime", "TTFT s", 65.086, prime.ttft)
+    run.add("§8 shared C=1 prime", "decode tok/s", 74.46, _decode(prime),
+            follows="§6/§7: six other C=1 runs of the same lane decode at 81-94 tok/s; this single prime "
+                    "is the outlier")
+    for concurrency, (p50, p95, decode, aggregate, follows) in {
+        8: (5.761, 5.771, 30.28, 154.22, ""),
+        12: (6.705, 8.509, 25.82, 208.74, "wave cache_hit_2 (TTFT p50 8.210 s): the table averages two waves "
+                                  "that disagree (5.199 s vs 8.210 s); the model batches all eleven "
+                                  "waiting prompts like wave 2"),
+    }.items():
+        wave = await run.wave([shared] * concurrency)
+        where = f"§8 150K cache-hit C={concurrency}"
+        run.add(where, "success", concurrency, len(wave.done))
+        run.add(where, "TTFT p50 s", p50, wave.ttft(0.5), follows=follows)
+        run.add(where, "TTFT p95 s", p95, wave.ttft(0.95))
+        run.add(where, "decode p50 tok/s", decode, wave.decode())
+        run.add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
+                unmodelled=hit_aggregate_reason(wave.output_throughput, aggregate))
+
+
 async def seed_003_points(quick: bool = False) -> list[Point]:
     config = engine_config(DEEPSEEK_MODEL, *SEED_003_FLAGS)
-    points: list[Point] = []
-
-    def add(where: str, metric: str, measured: float, model: float, follows: str = "", unmodelled: str = "") -> None:
-        points.append(Point("003", where, metric, measured, model, follows, unmodelled))
-
     async with serving(config) as url, httpx.AsyncClient(timeout=httpx.Timeout(7200.0), trust_env=False) as client:
-        target = Target("direct", url, DEEPSEEK_MODEL)
-
-        async def fresh(tokens: int, tag: str) -> str:
-            # Exactly `tokens` prompt tokens: a cache hit's uncached tail depends on it.
-            return await sized_prompt(client, target, tokens, tag)
-
-        # §6, C=1: a fresh prompt primes the cache, then the same prompt again.
-        for tokens, cold_ttft, cold_decode, hit_ttft, hit_decode in (
-            (50_000, 19.622, 93.15, 0.413, 84.80), (100_000, 41.510, 85.34, 0.578, 81.02),
-            (150_000, 64.433, 90.15, 0.776, 90.30),
-        ):
-            prompt = await fresh(tokens, f"s6-{tokens}")
-            cold = await _one(client, target, prompt)
-            hit = await _one(client, target, prompt)
-            where = f"§6 C=1 {tokens // 1000}K"
-            add(where, "cold TTFT s", cold_ttft, cold.ttft)
-            add(where, "cold decode tok/s", cold_decode, _decode(cold))
-            add(where, "cache-hit TTFT s", hit_ttft, hit.ttft)
-            add(where, "cache-hit decode tok/s", hit_decode, _decode(hit))
-            add(where, "cache-hit TTFT speed-up x", cold_ttft / hit_ttft, cold.ttft / hit.ttft)
-        # §7, 150K cold unique prompts.
-        cold_rows = {1: (1, 64.153, 64.153, 93.99, 7.21), 2: (2, 98.308, 126.740, 41.36, 7.49),
-                     4: (3, 134.139, 193.381, 3.64, 1.28), 6: (3, 132.949, 191.495, 1.85, 1.28)}
-        for concurrency, (success, p50, p95, decode, aggregate) in cold_rows.items():
-            if quick and concurrency > 4:
-                continue
-            prompts = [await fresh(150_000, f"cold-{concurrency}-{index}") for index in range(concurrency)]
-            wave = await _wave(client, target, concurrency, prompts.__getitem__, idle_timeout_s=COLD_IDLE_TIMEOUT_S)
-            where = f"§7 150K cold C={concurrency}"
-            add(where, "success", success, len(wave.done))
-            add(where, "TTFT p50 s", p50, wave.ttft(50))
-            add(where, "TTFT p95 s", p95, wave.ttft(95))
-            add(where, "decode p50 tok/s", decode, wave.decode())
-            add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
-                unmodelled="" if concurrency < 4 else COLD_AGGREGATE)
-        # §7, 150K cache-hit waves on one primed prompt.
-        shared = await fresh(150_000, "hit-shared")
-        await _one(client, target, shared)
-        hit_rows = {1: (0.657, 92.18, 82.41), 2: (1.055, 64.03, 102.35), 4: (3.265, 48.69, 123.08),
-                    6: (4.334, 40.39, 165.54)}
-        for concurrency, (p50, decode, aggregate) in hit_rows.items():
-            if quick and concurrency > 4:
-                continue
-            wave = await _wave(client, target, concurrency, lambda i: shared)
-            where = f"§7 150K cache-hit C={concurrency}"
-            add(where, "success", concurrency, len(wave.done))
-            ttft = wave.ttft(50)
-            add(where, "TTFT p50 s", p50, ttft,
-                unmodelled=HIT_C4_TTFT if concurrency == 4 and abs(ttft / p50 - 1) > TOLERANCE else "")
-            add(where, "decode p50 tok/s", decode, wave.decode())
-            add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
-                unmodelled=hit_aggregate_reason(wave.output_throughput, aggregate))
+        run = Seed003Run(client, Target("direct", url, DEEPSEEK_MODEL))
+        await _section_6(run)
+        await _section_7_cold(run, quick)
+        await _section_7_hit(run, quick)
         if not quick:
-            # §8: a shared C=1 prime, then C=8 and C=12 waves of the same prompt.
-            shared = await fresh(150_000, "hit-shared-8")
-            prime = await _one(client, target, shared)
-            add("§8 shared C=1 prime", "TTFT s", 65.086, prime.ttft)
-            add("§8 shared C=1 prime", "decode tok/s", 74.46, _decode(prime),
-                follows="§6/§7: six other C=1 runs of the same lane decode at 81-94 tok/s; this single prime "
-                        "is the outlier")
-            for concurrency, (p50, p95, decode, aggregate, follows) in {
-                8: (5.761, 5.771, 30.28, 154.22, ""),
-                12: (6.705, 8.509, 25.82, 208.74, "wave cache_hit_2 (TTFT p50 8.210 s): the table averages two waves "
-                                          "that disagree (5.199 s vs 8.210 s); the model batches all eleven "
-                                          "waiting prompts like wave 2"),
-            }.items():
-                wave = await _wave(client, target, concurrency, lambda i: shared)
-                where = f"§8 150K cache-hit C={concurrency}"
-                add(where, "success", concurrency, len(wave.done))
-                add(where, "TTFT p50 s", p50, wave.ttft(50), follows=follows)
-                add(where, "TTFT p95 s", p95, wave.ttft(95))
-                add(where, "decode p50 tok/s", decode, wave.decode())
-                add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
-                    unmodelled=hit_aggregate_reason(wave.output_throughput, aggregate))
-    return points
+            await _section_8(run)
+    return run.points
 
 
 def other_seed_points() -> list[Point]:

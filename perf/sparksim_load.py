@@ -11,13 +11,14 @@ import argparse
 import asyncio
 import os
 import tempfile
-import time
 from pathlib import Path
-from statistics import fmean, quantiles
+from statistics import fmean
 
-from sparksim.loadgen import StreamResult, compare_wave, run_wave
+from benchmarks.loadgen import LevelResult
+from core.stats import percentile_linear
+from perf.sparksim_waves import deviation, engine_wave, wave_figures
 from sparksim.standalone import start_engine
-from sparksim.timing import DEEPSEEK, PlannedRequest, simulate
+from sparksim.timing import DEEPSEEK
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
 
@@ -27,49 +28,37 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    return quantiles(values, n=100)[int(fraction * 100) - 1] if len(values) > 1 else values[0]
+def quantile_line(label: str, unit: str, observed: list[float], expected: list[float], q: float) -> str:
+    """The benchmarks' rule (linear), as their TTFT and decode figures are."""
+    seen, wanted = percentile_linear(observed, q) or 0.0, percentile_linear(expected, q) or 0.0
+    digits = 3 if unit == "s" else 2
+    return (f"  {label:<12} observed {seen:8.{digits}f} {unit:<3} model {wanted:8.{digits}f} {unit:<3} "
+            f"deviation {deviation(seen, wanted):6.2%}")
 
 
-def quantile_deviation(observed: list[float], expected: list[float], fraction: float) -> float:
-    wanted = percentile(expected, fraction)
-    return abs(percentile(observed, fraction) - wanted) / wanted
-
-
-async def wave(url: str, streams: int, words: int, max_tokens: int, scale: float,
-               tag: str) -> tuple[float, list[StreamResult], float]:
+async def wave(url: str, streams: int, words: int, max_tokens: int, tag: str) -> LevelResult:
     prompts = [" ".join(f"{tag}{index}w{word % 89}" for word in range(words))
                for index in range(streams)]
-    started, results = await run_wave(url, MODEL, streams, prompts, max_tokens)
-    return started, results, time.monotonic() - started
+    return await engine_wave(url, MODEL, prompts, max_tokens)
 
 
-def report(label: str, scale: float, started: float, results: list[StreamResult],
-           wall: float) -> list[str]:
-    comparison = compare_wave(DEEPSEEK, scale, started, results)
-    planned = [PlannedRequest((result.sent_at - started) / scale, result.prompt_tokens,
-                              result.completion_tokens) for result in results]
-    expected = simulate(DEEPSEEK, planned)
-    observed_ttft = [result.ttft / scale for result in results]
-    expected_ttft = [line.ttft_s(plan.arrival_s) for line, plan in zip(expected, planned,
-                                                                       strict=True)]
-    observed_decode = [result.decode_tok_s * scale for result in results]
-    expected_decode = [line.decode_tok_s for line in expected]
-    tokens = sum(result.tokens for result in results)
+def report(label: str, scale: float, result: LevelResult) -> list[str]:
+    figures = wave_figures(DEEPSEEK, scale, result)
+    wall = result.ended_at - result.started_at
+    tokens = sum(sum(record.chunk_tokens) for record in result.records)
+    client = result.client
     return [
-        f"{label}: {len(results)} streams, {tokens} tokens, wall {wall:.2f} s real "
+        f"{label}: {len(result.records)} streams, {tokens} tokens, wall {wall:.2f} s real "
         f"({wall / scale:.1f} s simulated), aggregate {tokens / (wall / scale):.0f} tok/s "
         "simulated",
-        f"  TTFT mean    observed {comparison.observed_ttft_s:8.3f} s   model "
-        f"{comparison.expected_ttft_s:8.3f} s   deviation {comparison.ttft_deviation:6.2%}",
-        f"  TTFT p95     observed {percentile(observed_ttft, 0.95):8.3f} s   model "
-        f"{percentile(expected_ttft, 0.95):8.3f} s   deviation "
-        f"{quantile_deviation(observed_ttft, expected_ttft, 0.95):6.2%}",
-        f"  decode mean  observed {comparison.observed_decode_tok_s:8.2f} t/s model "
-        f"{comparison.expected_decode_tok_s:8.2f} t/s deviation {comparison.decode_deviation:6.2%}",
-        f"  decode p5    observed {percentile(observed_decode, 0.05):8.2f} t/s model "
-        f"{percentile(expected_decode, 0.05):8.2f} t/s deviation "
-        f"{quantile_deviation(observed_decode, expected_decode, 0.05):6.2%}",
+        f"  TTFT mean    observed {fmean(figures.observed_ttft_s):8.3f} s   model "
+        f"{fmean(figures.expected_ttft_s):8.3f} s   deviation {figures.ttft_deviation:6.2%}",
+        quantile_line("TTFT p95", "s", figures.observed_ttft_s, figures.expected_ttft_s, 0.95),
+        f"  decode mean  observed {fmean(figures.observed_decode_tok_s):8.2f} t/s model "
+        f"{fmean(figures.expected_decode_tok_s):8.2f} t/s deviation {figures.decode_deviation:6.2%}",
+        quantile_line("decode p5", "t/s", figures.observed_decode_tok_s, figures.expected_decode_tok_s, 0.05),
+        f"  client {client.cpu_share:.0%} of a core, loop lag p99 {client.lag_p99_s * 1000:.1f} ms"
+        f"{' (saturated: ' + client.saturated_because + ')' if client.saturated_because else ''}",
     ]
 
 
@@ -88,18 +77,16 @@ async def main() -> None:
     try:
         lines = [f"engine: {MODEL} (DeepSeek-like profile), time scale {scale}, "
                  f"{os.cpu_count()} CPUs"]
-        started, results, wall = await wave(engine.url, 1, args.prompt_words, args.max_tokens,
-                                            scale, "solo")
-        lines += report("baseline", scale, started, results, wall)
+        lines += report("baseline", scale, await wave(engine.url, 1, args.prompt_words, args.max_tokens, "solo"))
         cpu_before = cpu_seconds(engine.process.pid)
-        started, results, wall = await wave(engine.url, args.streams, args.prompt_words,
-                                            args.max_tokens, scale, "load")
+        result = await wave(engine.url, args.streams, args.prompt_words, args.max_tokens, "load")
         engine_cpu = cpu_seconds(engine.process.pid) - cpu_before
-        lines += report("load", scale, started, results, wall)
+        lines += report("load", scale, result)
+        wall = result.ended_at - result.started_at
         lines.append(f"  engine CPU {engine_cpu:.2f} s over {wall:.2f} s wall "
-                     f"({engine_cpu / wall:.0%} of one core); all {len(results)} streams "
-                     f"completed: {all(r.tokens == args.max_tokens for r in results)}")
-        mean_prompt = fmean(result.prompt_tokens for result in results)
+                     f"({engine_cpu / wall:.0%} of one core); all {len(result.records)} streams "
+                     f"completed: {all(sum(r.chunk_tokens) == args.max_tokens for r in result.records)}")
+        mean_prompt = fmean(record.prompt_tokens for record in result.records)
         lines.append(f"  prompt {mean_prompt:.0f} tokens, {args.max_tokens} output tokens each "
                      "(ignore_eos)")
         print("\n".join(lines))

@@ -11,8 +11,9 @@ import argparse
 import asyncio
 import tempfile
 from pathlib import Path
+from statistics import fmean
 
-from sparksim.loadgen import compare_wave, run_wave
+from perf.sparksim_waves import deviation, engine_wave, wave_figures
 from sparksim.standalone import start_engine
 from sparksim.timing import DEEPSEEK
 
@@ -31,11 +32,10 @@ async def sweep(scale: float, workdir: Path) -> None:
         print("concurrency  TTFT s (model)      dev    decode tok/s (model)  dev")
         for concurrency in (1, 2, 4, 8):
             prompts = [filler(300, f"c{concurrency}r{index}") for index in range(concurrency)]
-            started, results = await run_wave(engine.url, MODEL, concurrency, prompts, 128)
-            c = compare_wave(DEEPSEEK, scale, started, results)
-            print(f"{concurrency:>11}  {c.observed_ttft_s:6.3f} ({c.expected_ttft_s:6.3f})"
-                  f"  {c.ttft_deviation:6.1%}  {c.observed_decode_tok_s:7.2f} "
-                  f"({c.expected_decode_tok_s:7.2f})     {c.decode_deviation:6.1%}")
+            c = wave_figures(DEEPSEEK, scale, await engine_wave(engine.url, MODEL, prompts, 128))
+            print(f"{concurrency:>11}  {fmean(c.observed_ttft_s):6.3f} ({fmean(c.expected_ttft_s):6.3f})"
+                  f"  {c.ttft_deviation:6.1%}  {fmean(c.observed_decode_tok_s):7.2f} "
+                  f"({fmean(c.expected_decode_tok_s):7.2f})     {c.decode_deviation:6.1%}")
     finally:
         engine.stop()
 
@@ -44,15 +44,15 @@ async def prefix_cache(scale: float, workdir: Path) -> None:
     engine = start_engine(MODEL, workdir / "cache.log", *FLAGS, time_scale=scale)
     try:
         prompt = filler(3000, "shared")
-        _, (cold,) = await run_wave(engine.url, MODEL, 1, [prompt], 4)
-        _, (warm,) = await run_wave(engine.url, MODEL, 1, [prompt], 4)
+        (cold,) = (await engine_wave(engine.url, MODEL, [prompt], 4)).records
+        (warm,) = (await engine_wave(engine.url, MODEL, [prompt], 4)).records
         # A whole-block prefix is cached: all but the last partial block (16 tokens).
         hits = cold.prompt_tokens - cold.prompt_tokens % 16 or cold.prompt_tokens - 16
         expected = (DEEPSEEK.base_ttft_s + hits / DEEPSEEK.cached_prefill_tok_s
                     + (cold.prompt_tokens - hits) / DEEPSEEK.prefill_tok_s)
         observed = warm.ttft / scale
         print(f"prefix cache: cold TTFT {cold.ttft / scale:.3f} s, warm {observed:.3f} s "
-              f"(model {expected:.3f} s, deviation {abs(observed - expected) / expected:.1%})")
+              f"(model {expected:.3f} s, deviation {deviation(observed, expected):.1%})")
     finally:
         engine.stop()
 

@@ -3,12 +3,16 @@ Everyone with the portal's read capability reads; only EDIT_ROUTING changes anyt
 
 from __future__ import annotations
 
+import csv
+import io
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from core.responses import csv_response
 from core.roles import Capability, require, role_required
 from lanes.selectors import lane_list, lane_named
 from routing.decision import decide
@@ -133,8 +137,12 @@ def prototypes_export(request: HttpRequest) -> HttpResponse:
     if fmt not in FORMATS:
         raise Http404("format must be csv or json")
     rows = [LabelledText(p.text, p.label, p.enabled) for p in prototype_list()]
-    response = HttpResponse(render_labelled(rows, fmt), content_type="application/json" if fmt == "json" else "text/csv")
-    response["Content-Disposition"] = f'attachment; filename="prototypes.{fmt}"'
+    if fmt == "csv":
+        # routing.imports lays the file out as its importer reads it back; the download is
+        # every CSV export's (core.responses).
+        return csv_response(csv.reader(io.StringIO(render_labelled(rows, "csv"))), filename="prototypes.csv")
+    response = HttpResponse(render_labelled(rows, fmt), content_type="application/json")
+    response["Content-Disposition"] = 'attachment; filename="prototypes.json"'
     return response
 
 

@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 
 from benchmarks.models import BenchmarkRun
+from benchmarks.selectors import CSV_COLUMNS
 
 
 def test_viewers_read_every_page_and_export(viewer_client: Client, finished_runs: tuple) -> None:
@@ -30,6 +31,30 @@ def test_viewers_read_every_page_and_export(viewer_client: Client, finished_runs
     assert result["mean_ttft_ms"] == pytest.approx(500.0) and "p99_itl_ms" in result and "output_throughput" in result
     rows = list(csv.DictReader(io.StringIO(viewer_client.get(f"/benchmarks/{b.job_id}/export.csv").content.decode())))
     assert float(rows[0]["median_ttft_ms"]) == pytest.approx(250.0)
+
+
+def test_a_missing_run_is_404_on_every_page_and_in_the_api_alike(viewer_client: Client,
+                                                                  finished_runs: tuple) -> None:
+    a, _ = finished_runs
+    # No such job; past the bigint column (the path converter takes any digits); no run ever.
+    for missing in (999_999, 2**70, 0):
+        for path in (f"/benchmarks/{missing}/", f"/benchmarks/{missing}/export.json",
+                     f"/benchmarks/{missing}/export.csv", f"/benchmarks/compare/?a={a.job_id}&b={missing}",
+                     f"/api/benchmarks/{missing}", f"/api/benchmarks/{missing}/export?format=csv"):
+            assert viewer_client.get(path).status_code == 404, path
+    assert viewer_client.get(f"/benchmarks/compare/?a=-1&b={a.job_id}").status_code == 404
+
+
+def test_the_page_and_the_api_export_the_same_csv(viewer_client: Client, finished_runs: tuple) -> None:
+    _, b = finished_runs
+    page = viewer_client.get(f"/benchmarks/{b.job_id}/export.csv")
+    api = viewer_client.get(f"/api/benchmarks/{b.job_id}/export?format=csv")
+    assert page.status_code == api.status_code == 200 and page.content == api.content
+    for response in (page, api):
+        assert response["Content-Type"] == "text/csv; charset=utf-8"
+        assert response["Content-Disposition"] == f'attachment; filename="benchmark-{b.job_id}.csv"'
+    header, level, end = page.content.decode().split("\r\n")
+    assert header.split(",") == list(CSV_COLUMNS) and level.startswith("direct,") and end == ""
 
 
 @pytest.mark.parametrize("path", ["/benchmarks/", "/benchmarks/compare/?a=1&b=2", "/benchmarks/1/",

@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.loadgen import ClientLoad
 from benchmarks.promdelta import metrics_delta, parse_roce, roce_delta
-from benchmarks.stats import RequestRecord, level_stats, percentile
+from benchmarks.stats import RequestRecord, level_stats
 
 # Request A: sent at 0.0, four one-token chunks. Request B: sent at 0.2, three. Request C:
 # sent at 0.3, refused with HTTP 500 (ended at 0.3).
@@ -71,11 +71,6 @@ def test_a_level_where_every_request_failed_has_zero_figures_not_an_error() -> N
     stats = level_stats([C], started_at=0.0, ended_at=0.3)
     assert (stats["completed"], stats["failed"]) == (0, 1)
     assert stats["median_ttft_ms"] == 0.0 and stats["output_throughput"] == 0.0
-
-
-def test_percentile_matches_numpys_linear_rule() -> None:
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert percentile([10.0], 99) == 10.0
 
 
 def test_a_busy_or_late_client_reports_itself_saturated() -> None:

@@ -1,0 +1,44 @@
+"""The one CSV download (core.responses.csv_response): its format, its filename rule, and
+the exports that use it (benchmarks' are in tests/benchmarks)."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from core.responses import csv_response
+from routing.imports import LabelledText, parse_labelled
+from routing.models import Prototype
+
+
+def test_a_csv_download_is_utf8_rfc4180_and_names_its_file() -> None:
+    response = csv_response([["label", "text"], ["a", 'says "hi", then\nleaves'], ["b", "=1+1"], ["c", "café"]],
+                            filename="labelled_texts-2.csv")
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert response["Content-Disposition"] == 'attachment; filename="labelled_texts-2.csv"'
+    # Quoted where a cell needs it, CRLF line ends; a formula-like cell kept as written.
+    assert response.content.decode() == 'label,text\r\na,"says ""hi"", then\nleaves"\r\nb,=1+1\r\nc,café\r\n'
+
+
+@pytest.mark.parametrize("filename", ['a".csv', "a.txt", "../a.csv", "", "a b.csv", "é.csv", "a\r\n.csv",
+                                      "x" * 101 + ".csv"])
+def test_a_filename_outside_the_rule_is_refused_naming_it(filename: str) -> None:
+    with pytest.raises(ValueError, match=r"filename must be letters, digits, '\.', '_' or '-' \(at most 100\) "
+                                         r"ending in \.csv, got"):
+        csv_response([["a"]], filename=filename)
+
+
+def test_the_prototype_export_is_that_download_and_reads_back(db: None, viewer_client: Client,
+                                                               outsider_client: Client) -> None:
+    Prototype.objects.create(text='Refactor "billing", then\nrun the tests', label="long_reasoning")
+    Prototype.objects.create(text="=SUM(A1:A2) what is this formula", label="quick", enabled=False)
+    response = viewer_client.get("/routing/prototypes/export?format=csv")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert response["Content-Disposition"] == 'attachment; filename="prototypes.csv"'
+    assert response.content.decode().startswith("label,text,enabled\r\n")
+    assert parse_labelled(response.content.decode(), "csv") == [
+        LabelledText('Refactor "billing", then\nrun the tests', "long_reasoning", True),
+        LabelledText("=SUM(A1:A2) what is this formula", "quick", False),
+    ]
+    assert outsider_client.get("/routing/prototypes/export?format=csv").status_code == 403
