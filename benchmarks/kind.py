@@ -26,7 +26,7 @@ from benchmarks.loadgen import (
     sized_prompt,
     stream_one,
 )
-from benchmarks.models import BenchmarkLevel
+from benchmarks.models import BenchmarkLevel, BenchmarkRun
 from benchmarks.params import Level, plan_levels
 from benchmarks.promdelta import ROCE_SCRIPT, metrics_delta, parse_roce, roce_delta
 from benchmarks.records import run_for_job
@@ -76,19 +76,28 @@ class LevelOutcome:
     prime: dict[str, Any]
 
 
+def level_limits(level: Level) -> httpx.Limits:
+    """A level's connections: as many as its concurrency (httpx's default pool of 100 would
+    queue the rest inside the client, and their wait would count as TTFT); at a request rate,
+    as many as the arrivals need (no cap)."""
+    if level.concurrency is None:
+        return httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    return httpx.Limits(max_connections=level.concurrency, max_keepalive_connections=level.concurrency)
+
+
 async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[str, Target], level: Level,
                          total_levels: int, ratio_prompt: str, run_tag: str) -> LevelOutcome:
     direct = targets["direct"]
     target = targets[level.target]
     timeout = httpx.Timeout(params["timeout_s"], connect=10.0)
-    async with async_http_client(timeout=timeout) as client:
+    async with async_http_client(timeout=timeout, limits=level_limits(level)) as client:
         prime: dict[str, Any] = {}
         tokens = int(params["prompt_tokens"])
         output = int(params["output_tokens"])
         if params["cache_mode"] == "cache_hit":
             shared = ratio_prompt
 
-            async def prompt_for(index: int) -> str:
+            async def prompt_for(index: int) -> str:  # noqa: ARG001 (every prompt is the shared one)
                 return shared
 
             # Prime then repeat: the first request fills the prefix cache, the level reuses it.
@@ -181,59 +190,28 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
                                 else f"{level.request_rate:g} requests/s"))
         for level in levels
     ])
-    key: ApiKey | None = None
-    secret: str | None = None
     actor = ctx.job.created_by or AnonymousUser()
-    if "gateway" in params["targets"]:
-        # A key for this run only, limited to the lane, gone when the run ends; its secret
-        # lives in this process's memory and is never logged.
-        limit = float(ctx.job.params.get("time_limit_s") or settings.JOBS_DEFAULT_TIME_LIMIT_S)
-        created = api_key_create(actor=actor, name=f"benchmark job #{ctx.job.pk}",
-                                 allowed_lanes=[lane.name], default_route=lane.name,
-                                 expires_at=timezone.now() + timedelta(seconds=limit + KEY_GRACE_S))
-        key, secret = created.key, created.secret
-        ctx.log(f"gateway key {key.prefix}… created for this run (expires with it)")
+    key, secret = _run_key(ctx, lane, params, actor)
     targets = _lane_targets(lane, secret)
     run_tag = uuid.uuid4().hex[:12]
+    saturated: list[int] = []
+    completed = 0
+    errors: set[str] = set()
     try:
         ratio_prompt = ctx.wait(_calibrate(params, targets["direct"], f"{run_tag}-shared"))
-        for name, record in ctx.wait(_check_paths(targets, float(params["timeout_s"]), run_tag)).items():
-            if record.ok:
-                ctx.log(f"path check ({name}, one token, not measured): first token in {record.ttft * 1000:.0f} ms")
-            else:  # the levels still run: their failures are counted and shown
-                ctx.log(f"path check ({name}, one token, not measured) failed: {record.error}", stream="stderr")
+        _check_paths_logged(ctx, targets, float(params["timeout_s"]), run_tag)
         ctx.log(f"prompts of {params['prompt_tokens']} tokens ({params['cache_mode']}), "
                 f"{params['output_tokens']} output tokens each (max_tokens + min_tokens + ignore_eos)")
-        saturated = []
-        completed = 0
-        errors: set[str] = set()
         for level, step in zip(levels, steps, strict=True):
             with ctx.step(step):
                 roce_before = _read_roce(ctx, lane)
                 outcome = ctx.wait(_run_one_level(ctx.job.pk, params, targets, level, len(levels), ratio_prompt,
                                                   run_tag))
-                roce_after = _read_roce(ctx, lane)
-                stats = outcome.result.stats()
-                row = BenchmarkLevel.objects.create(
-                    run=run, position=level.position, target=level.target, concurrency=level.concurrency,
-                    request_rate=level.request_rate, stats=stats,
-                    metrics=metrics_delta(outcome.metrics_before, outcome.metrics_after)
-                    if outcome.metrics_before and outcome.metrics_after else {},
-                    fabric=roce_delta(roce_before, roce_after), prime=outcome.prime,
-                )
-                broadcast(job_group(ctx.job.pk), "benchmark.level", level_payload(row))
-                ctx.log(_summary(level, stats), stream="stdout")
+                stats = _record_level(ctx, run, level, outcome, roce_before, _read_roce(ctx, lane))
                 completed += stats["completed"]
                 errors.update(stats["errors"])
-                for error in stats["errors"]:
-                    ctx.log(f"  failed requests: {error}", stream="stderr")
-                client = stats["client"]
-                if client["saturated"]:
+                if _client_saturated(ctx, step, stats):
                     saturated.append(level.position)
-                    step.state = StepState.WARNED
-                    step.detail = f"client saturated: {client['saturated_because']}"
-                    ctx.log(f"  the client was saturated ({client['saturated_because']}): these figures "
-                            f"measure the load generator, not only the lane", stream="stderr")
     finally:
         if key is not None:
             api_key_revoke(actor=actor, key=key)
@@ -241,3 +219,55 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
         # Every level is saved with its failures; a sweep where nothing answered still fails.
         raise JobFailed("no request succeeded: " + "; ".join(sorted(errors))[:1000])
     return {"levels": len(levels), "client_saturated_levels": saturated}
+
+
+def _run_key(ctx: JobContext, lane: Lane, params: dict[str, Any], actor: Any) -> tuple[ApiKey | None, str | None]:
+    """A key for this run only, limited to the lane, gone when the run ends; its secret
+    lives in this process's memory and is never logged. None when no level goes through
+    the gateway."""
+    if "gateway" not in params["targets"]:
+        return None, None
+    limit = float(ctx.job.params.get("time_limit_s") or settings.JOBS_DEFAULT_TIME_LIMIT_S)
+    created = api_key_create(actor=actor, name=f"benchmark job #{ctx.job.pk}",
+                             allowed_lanes=[lane.name], default_route=lane.name,
+                             expires_at=timezone.now() + timedelta(seconds=limit + KEY_GRACE_S))
+    ctx.log(f"gateway key {created.key.prefix}… created for this run (expires with it)")
+    return created.key, created.secret
+
+
+def _check_paths_logged(ctx: JobContext, targets: dict[str, Target], timeout_s: float, run_tag: str) -> None:
+    for name, record in ctx.wait(_check_paths(targets, timeout_s, run_tag)).items():
+        if record.ok:
+            ctx.log(f"path check ({name}, one token, not measured): first token in {record.ttft * 1000:.0f} ms")
+        else:  # the levels still run: their failures are counted and shown
+            ctx.log(f"path check ({name}, one token, not measured) failed: {record.error}", stream="stderr")
+
+
+def _record_level(ctx: JobContext, run: BenchmarkRun, level: Level, outcome: LevelOutcome,
+                  roce_before: dict[str, dict[str, int]], roce_after: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The level's row saved, then broadcast and logged; its statistics."""
+    stats = outcome.result.stats()
+    row = BenchmarkLevel.objects.create(
+        run=run, position=level.position, target=level.target, concurrency=level.concurrency,
+        request_rate=level.request_rate, stats=stats,
+        metrics=metrics_delta(outcome.metrics_before, outcome.metrics_after)
+        if outcome.metrics_before and outcome.metrics_after else {},
+        fabric=roce_delta(roce_before, roce_after), prime=outcome.prime,
+    )
+    broadcast(job_group(ctx.job.pk), "benchmark.level", level_payload(row))
+    ctx.log(_summary(level, stats), stream="stdout")
+    for error in stats["errors"]:
+        ctx.log(f"  failed requests: {error}", stream="stderr")
+    return stats
+
+
+def _client_saturated(ctx: JobContext, step: Any, stats: dict[str, Any]) -> bool:
+    """A saturated client is information, not a failure: the step is warned and says why."""
+    client = stats["client"]
+    if not client["saturated"]:
+        return False
+    step.state = StepState.WARNED
+    step.detail = f"client saturated: {client['saturated_because']}"
+    ctx.log(f"  the client was saturated ({client['saturated_because']}): these figures "
+            f"measure the load generator, not only the lane", stream="stderr")
+    return True

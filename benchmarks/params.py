@@ -70,36 +70,42 @@ def validate_benchmark_params(params: dict[str, Any]) -> tuple[dict[str, Any], d
     errors: dict[str, str] = {}
     clean: dict[str, Any] = dict(DEFAULTS)
     for name, value in params.items():
-        if value is None:
-            continue
-        if name in _NUMBERS:
-            number = _number(name, value, errors)
-            if number is not None:
-                clean[name] = number
-        elif name == "targets":
-            if not isinstance(value, list) or not value or any(item not in TARGETS for item in value) \
-                    or len(set(value)) != len(value):
-                errors[name] = f"must be a list of distinct targets among {', '.join(TARGETS)}"
-            else:
-                clean[name] = [target for target in TARGETS if target in value]
-        elif name == "cache_mode":
-            if value not in CACHE_MODES:
-                errors[name] = f"must be one of {', '.join(CACHE_MODES)}"
-            else:
-                clean[name] = value
-        elif name == "concurrency":
-            levels = _levels(name, value, True, 1, 4096, errors)
-            if levels is not None:
-                clean[name] = levels
-        elif name == "request_rates":
-            levels = _levels(name, value, False, 0.001, 10_000, errors)
-            if levels is not None:
-                clean[name] = levels
-        elif name == "label":
-            if not isinstance(value, str) or len(value) > 100 or has_control_characters(value):
-                errors[name] = "must be text of at most 100 characters, without NUL or control characters"
-            else:
-                clean[name] = value.strip()
+        if value is not None:
+            _clean_one(name, value, clean, errors)
+    _check_sweep_shape(params, clean, errors)
+    return clean, errors
+
+
+def _clean_one(name: str, value: Any, clean: dict[str, Any], errors: dict[str, str]) -> None:
+    if name in _NUMBERS:
+        number = _number(name, value, errors)
+        if number is not None:
+            clean[name] = number
+    elif name == "targets":
+        if not isinstance(value, list) or not value or any(item not in TARGETS for item in value) \
+                or len(set(value)) != len(value):
+            errors[name] = f"must be a list of distinct targets among {', '.join(TARGETS)}"
+        else:
+            clean[name] = [target for target in TARGETS if target in value]
+    elif name == "cache_mode":
+        if value not in CACHE_MODES:
+            errors[name] = f"must be one of {', '.join(CACHE_MODES)}"
+        else:
+            clean[name] = value
+    elif name in ("concurrency", "request_rates"):
+        whole, low, high = (True, 1, 4096) if name == "concurrency" else (False, 0.001, 10_000)
+        levels = _levels(name, value, whole, low, high, errors)
+        if levels is not None:
+            clean[name] = levels
+    elif name == "label":
+        if not isinstance(value, str) or len(value) > 100 or has_control_characters(value):
+            errors[name] = "must be text of at most 100 characters, without NUL or control characters"
+        else:
+            clean[name] = value.strip()
+
+
+def _check_sweep_shape(params: dict[str, Any], clean: dict[str, Any], errors: dict[str, str]) -> None:
+    """What to sweep (concurrency or rates) and how long a level lasts (requests or a duration)."""
     if "concurrency" in params and "request_rates" in params and params["request_rates"] is not None \
             and params["concurrency"] is not None:
         errors["request_rates"] = "give either concurrency levels or request rates, not both"
@@ -112,7 +118,6 @@ def validate_benchmark_params(params: dict[str, Any]) -> tuple[dict[str, Any], d
             and not {"requests_per_level", "duration_s"} & set(errors):
         errors["requests_per_level"] = "at Poisson arrivals, give requests per level or a duration"
     # Without either, a concurrency level is one wave: as many requests as its concurrency.
-    return clean, errors
 
 
 @dataclass(frozen=True)

@@ -104,12 +104,12 @@ def compare_page(request: HttpRequest) -> HttpResponse:
 
 
 @role_required(Capability.VIEW)
-def export_json_view(request: HttpRequest, job_id: int) -> HttpResponse:
+def export_json_view(request: HttpRequest, job_id: int) -> HttpResponse:  # noqa: ARG001 (a Django view)
     response = JsonResponse(export_json(run_or_404(job_id)), json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="benchmark-{job_id}.json"'
     return response
 
 
 @role_required(Capability.VIEW)
-def export_csv_view(request: HttpRequest, job_id: int) -> HttpResponse:
+def export_csv_view(request: HttpRequest, job_id: int) -> HttpResponse:  # noqa: ARG001 (a Django view)
     return csv_response(export_rows(run_or_404(job_id)), filename=f"benchmark-{job_id}.csv")

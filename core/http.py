@@ -22,6 +22,10 @@ def http_client(*, timeout: httpx.Timeout | float) -> httpx.Client:
 
 
 def async_http_client(
-    *, timeout: httpx.Timeout | float, transport: httpx.AsyncBaseTransport | None = None
+    *, timeout: httpx.Timeout | float, transport: httpx.AsyncBaseTransport | None = None,
+    limits: httpx.Limits | None = None,
 ) -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False, verify=_tls_context())
+    """`limits`: httpx's default pool (100 connections) unless given: a load generator sizes
+    its own, or requests past the 100th wait in the client and the wait reads as latency."""
+    return httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False, verify=_tls_context(),
+                             limits=limits if limits is not None else httpx.Limits(max_connections=100))

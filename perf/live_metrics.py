@@ -210,7 +210,7 @@ def tick_message() -> tuple[dict[str, Any], int]:
     rng = random.Random(5)
 
     class Known:
-        def __init__(self, kind: str, name: str) -> None:
+        def __init__(self, kind: str, _name: str) -> None:
             self.ok, self.error = True, ""
             self.figures = json.loads(lane_values(rng) if kind == "lane" else node_values(rng))
 

@@ -132,7 +132,7 @@ async def timed(n: int, one: Callable[[int], Awaitable[None]]) -> list[float]:
 async def bench_decision(encoder: Encoder, prototypes: PrototypeSet, config: RouterConfig, rounds: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
-    def usable(lane: str) -> bool:
+    def usable(_lane: str) -> bool:
         return True
 
     for kind, make in (("short", short_prompt), ("long", long_prompt)):
@@ -143,7 +143,7 @@ async def bench_decision(encoder: Encoder, prototypes: PrototypeSet, config: Rou
         async def cold(i: int, make: Callable[[int], str] = make, batcher: EmbeddingBatcher = batcher) -> None:
             decide(await batcher.embed(make(i)), prototypes, config, usable=usable)
 
-        async def cached(i: int, make: Callable[[int], str] = make, batcher: EmbeddingBatcher = batcher) -> None:
+        async def cached(_i: int, make: Callable[[int], str] = make, batcher: EmbeddingBatcher = batcher) -> None:
             decide(await batcher.embed(make(0)), prototypes, config, usable=usable)
 
         out[kind] = {"cold": summary(await timed(n, cold)), "cached": summary(await timed(n * 4, cached))}
@@ -174,7 +174,7 @@ async def bench_concurrent(encoder: Encoder, prototypes: PrototypeSet, config: R
                              counter: Any = counter, make: Callable[[int], str] = make) -> None:
                 for i in counter:
                     started = time.perf_counter()
-                    decide(await batcher.embed(make(1_000 + i)), prototypes, config, usable=lambda lane: True)
+                    decide(await batcher.embed(make(1_000 + i)), prototypes, config, usable=lambda _lane: True)
                     latencies.append(time.perf_counter() - started)
 
             begin = time.perf_counter()
