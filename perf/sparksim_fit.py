@@ -7,7 +7,7 @@ beside the model's figure.
     .venv/bin/python -m perf.sparksim_fit --quick    # only C=1..4 of seed 003
 
 Where the seeds disagree the model follows one of them; each such point is marked `follows`
-with the reason, and not counted as a miss (tests/benchmarks/test_seed_recovery.py checks the
+with the reason, and not counted as a miss (tests/sparksim/test_seed_recovery.py checks the
 same list).
 """
 
