@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
@@ -13,7 +13,7 @@ from core.api import ErrorOut, can_operate
 from core.validators import INT64_MAX
 from jobs.drift import lane_drift
 from jobs.fabric.watchdog import lane_watchdog_get, lane_watchdog_update
-from jobs.models import FABRIC_KINDS, Job, JobKind, LaneWatchdog
+from jobs.models import FABRIC_KINDS, JobKind, LaneWatchdog
 from jobs.results import fabric_history
 from jobs.schemas import (
     FabricJobIn,
@@ -27,7 +27,7 @@ from jobs.schemas import (
     WatchdogIn,
     WatchdogOut,
 )
-from jobs.selectors import job_get, job_list, job_log_search, job_log_window
+from jobs.selectors import job_list, job_log_search, job_log_window, job_or_404
 from jobs.services import (
     JobConflict,
     fabric_job_create,
@@ -65,18 +65,9 @@ def list_jobs(request: HttpRequest, filters: Query[JobFilters]) -> Any:
     return jobs[offset : offset + limit]
 
 
-def _job(job_id: int) -> Job:
-    if job_id > INT64_MAX:  # the path converter takes any digits; the column does not
-        raise Http404(f"No job #{job_id}.")
-    try:
-        return job_get(job_id=job_id)
-    except Job.DoesNotExist:
-        raise Http404(f"No job #{job_id}.") from None
-
-
 @router.get("/jobs/{int:job_id}", response=JobDetailOut)
 def get_job(request: HttpRequest, job_id: int) -> Any:
-    return _job(job_id)
+    return job_or_404(job_id)
 
 
 @router.get("/jobs/{int:job_id}/log", response=LogPageOut)
@@ -88,7 +79,7 @@ def get_job_log(
     `before_seq` (earlier lines)."""
     if after_seq is not None and before_seq is not None:
         raise ValidationError({"after_seq": "give after_seq or before_seq, not both"})
-    window = job_log_window(job=_job(job_id), after_seq=after_seq, before_seq=before_seq, limit=limit)
+    window = job_log_window(job=job_or_404(job_id), after_seq=after_seq, before_seq=before_seq, limit=limit)
     return {"lines": window.lines, "first_seq": window.first_seq, "last_seq": window.last_seq,
             "has_earlier": window.has_earlier}
 
@@ -101,21 +92,21 @@ def search_job_log(request: HttpRequest, job_id: int, q: str, limit: int = 200) 
         raise ValidationError({"q": "give 1 to 200 characters to search for"})
     if not 1 <= limit <= 5000:
         raise ValidationError({"limit": "must be between 1 and 5000"})
-    found = job_log_search(job=_job(job_id), text=text, limit=limit)
+    found = job_log_search(job=job_or_404(job_id), text=text, limit=limit)
     return {"lines": found.lines, "total": found.total}
 
 
 @router.post("/jobs/{int:job_id}/cancel", response=JobOut, auth=can_operate)
 def cancel_job(request: HttpRequest, job_id: int, keep_running: bool = False) -> Any:
     """keep_running=true: a cancelled launch leaves its containers and engine for inspection."""
-    return job_cancel(job=_job(job_id), user=request.user, keep_running=keep_running)
+    return job_cancel(job=job_or_404(job_id), user=request.user, keep_running=keep_running)
 
 
 @router.post("/jobs/{int:job_id}/relaunch", response={201: JobOut, 409: ErrorOut}, auth=can_operate)
 def relaunch_job(request: HttpRequest, job_id: int) -> Any:
     """A new job like this one (same kind, target and parameters; a lane's current revision)."""
     try:
-        return Status(201, job_relaunch(job=_job(job_id), user=request.user))
+        return Status(201, job_relaunch(job=job_or_404(job_id), user=request.user))
     except JobConflict as exc:
         return Status(409, {"detail": str(exc)})
 

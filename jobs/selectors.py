@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.db.models import Count, Q, QuerySet
+from django.http import Http404
 
+from core.validators import INT64_MAX
 from jobs.models import Job, JobLogLine, StepState
 
 MAX_LOG_PAGE = 5000
@@ -33,6 +35,16 @@ def job_list(
 
 def job_get(*, job_id: int) -> Job:
     return Job.objects.select_related("lane", "lane_revision", "created_by").get(pk=job_id)
+
+
+def job_or_404(job_id: int) -> Job:
+    """The job a page or the API names, or 404 (ninja answers Http404 with the API's shape)."""
+    if job_id > INT64_MAX:  # the path converter takes any digits; the column does not
+        raise Http404(f"No job #{job_id}.")
+    try:
+        return job_get(job_id=job_id)
+    except Job.DoesNotExist:
+        raise Http404(f"No job #{job_id}.") from None
 
 
 @dataclass

@@ -17,8 +17,8 @@ from core.roles import Capability, role_required
 from core.validators import whole_number
 from jobs.fabric.output import MATRIX_TITLES
 from jobs.fabric.watchdog import lane_watchdog_update
-from jobs.models import FabricResult, Job, JobKind, JobState
-from jobs.selectors import job_get, job_list, job_log_iter
+from jobs.models import FabricResult, JobKind, JobState
+from jobs.selectors import job_list, job_log_iter, job_or_404
 from jobs.services import (
     JobConflict,
     fabric_job_create,
@@ -33,13 +33,6 @@ from lanes.selectors import nodes_by_name
 LANE_ACTIONS = {"launch": JobKind.LAUNCH, "stop": JobKind.STOP, "restart": JobKind.RESTART, "status": JobKind.STATUS}
 
 
-def _job_or_404(job_id: int) -> Job:
-    try:
-        return job_get(job_id=job_id)
-    except Job.DoesNotExist:
-        raise Http404(f"No job #{job_id}.") from None
-
-
 @role_required(Capability.VIEW)
 def job_list_page(request: HttpRequest) -> HttpResponse:
     filters = {key: request.GET.get(key, "").strip() for key in ("kind", "state", "node", "lane")}
@@ -52,13 +45,13 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
 
 @role_required(Capability.VIEW)
 def job_detail_page(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(job_id)
+    job = job_or_404(job_id)
     return render(request, "jobs/job_detail.html", {"job": job, "steps": job.steps.order_by("position")})
 
 
 @role_required(Capability.VIEW)
 def job_log_download(request: HttpRequest, job_id: int) -> HttpResponse:  # noqa: ARG001 (a Django view)
-    job = _job_or_404(job_id)
+    job = job_or_404(job_id)
 
     def lines() -> Iterator[str]:
         for line in job_log_iter(job=job):
@@ -74,7 +67,7 @@ def job_log_download(request: HttpRequest, job_id: int) -> HttpResponse:  # noqa
 @require_POST
 @role_required(Capability.OPERATE)
 def job_cancel_action(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(job_id)
+    job = job_or_404(job_id)
     try:
         job_cancel(job=job, user=request.user, keep_running=request.POST.get("keep_running") == "on")
         messages.info(request, f"Cancel requested for job #{job.pk}.")
@@ -86,7 +79,7 @@ def job_cancel_action(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 @role_required(Capability.OPERATE)
 def job_relaunch_action(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(job_id)
+    job = job_or_404(job_id)
     try:
         new = job_relaunch(job=job, user=request.user)
     except JobConflict as exc:

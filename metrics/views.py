@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import hmac
 from datetime import timedelta
 from typing import Any
@@ -18,6 +17,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from core.responses import csv_response
 from core.roles import Capability, role_required, user_can
 from gateway.models import ApiKey, RequestLog
 from gateway.selectors import request_log_list
@@ -98,14 +98,9 @@ def usage_page(request: HttpRequest, fmt: str = "html") -> HttpResponse:
     period, by, days = data.get("period") or "day", data.get("by") or "key", data.get("days") or 30
     rows = usage_table(period=period, group=by, since=timezone.now() - timedelta(days=days))
     if fmt == "csv":
-        response = HttpResponse(content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="usage-by-{by}-per-{period}.csv"'
-        writer = csv.writer(response)
         columns = ["period", by, "requests", "errors", "prompt_tokens", "completion_tokens"]
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([row[c] for c in columns])
-        return response
+        return csv_response([columns, *([row[c] for c in columns] for row in rows)],
+                            filename=f"usage-by-{by}-per-{period}.csv")
     return render(request, "metrics/usage.html", {"form": form, "rows": rows, "period": period, "by": by,
                                                   "days": days})
 
