@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -60,14 +61,7 @@ def test_admin_runs_a_sweep_compares_two_runs_and_exports_json(
     assert page.evaluate("window.__notReloaded") is True
     first = BenchmarkRun.objects.get(label="first")
 
-    # Started from a thread: its on-commit broadcast cannot run in this thread, which holds
-    # Playwright's event loop.
-    starter = threading.Thread(target=lambda: (benchmark_start(lane=lane, user=admin_user, params={
-        "concurrency": [1, 2, 4], "prompt_tokens": 64, "output_tokens": 50, "label": "second"}), connection.close()))
-    starter.start()
-    starter.join()
-    second = wait_for(lambda: BenchmarkRun.objects.filter(label="second", job__state="succeeded").first(),
-                      timeout=60, what="the second sweep")
+    second = second_sweep(lane, admin_user)
 
     page.goto(f"{asgi_server.url}/benchmarks/")
     page.check(f"#run-table tr[data-job='{first.job_id}'] input[name=a]")
@@ -86,3 +80,15 @@ def test_admin_runs_a_sweep_compares_two_runs_and_exports_json(
     assert all("mean_ttft_ms" in result and "p99_itl_ms" in result and "output_throughput" in result
                for result in exported["results"])
     assert exported["lane_revision"] == 1
+
+
+def second_sweep(lane: Any, user: Any) -> BenchmarkRun:
+    """A second, shorter sweep of the same lane, started (and waited for) outside the page."""
+    # Started from a thread: its on-commit broadcast cannot run in this thread, which holds
+    # Playwright's event loop.
+    starter = threading.Thread(target=lambda: (benchmark_start(lane=lane, user=user, params={
+        "concurrency": [1, 2, 4], "prompt_tokens": 64, "output_tokens": 50, "label": "second"}), connection.close()))
+    starter.start()
+    starter.join()
+    return wait_for(lambda: BenchmarkRun.objects.filter(label="second", job__state="succeeded").first(),
+                    timeout=60, what="the second sweep")

@@ -53,8 +53,17 @@ def test_a_team_lead_changes_the_router_and_the_gateway_follows(asgi_server: Any
     assert page.inner_text("#decision-lane") == "qwen"
     page.select_option("#playground select[name=version]", "1")
 
-    # 3. a draft from v1 that sends the new label to deepseek
-    page.goto(f"{asgi_server.url}/routing/versions/")
+    draft_sending_the_label_to_deepseek(page, asgi_server.url)  # 3
+    evaluate_and_publish_the_draft(page, asgi_server.url)  # 4, 5
+
+    # 6. the running gateway follows the new version without a restart
+    assert wait_for(lambda: auto_lane() == ("deepseek", "2"), timeout=30, what="auto to follow v2")
+
+
+def draft_sending_the_label_to_deepseek(page: Any, url: str) -> None:
+    """3. a draft from v1 that sends the new label to deepseek; the playground with the
+    draft already routes the prompt there."""
+    page.goto(f"{url}/routing/versions/")
     page.click("#new-draft button")
     page.wait_for_selector("#version-form")
     mapping = page.input_value("#version-form textarea[name=label_lanes]")
@@ -63,27 +72,27 @@ def test_a_team_lead_changes_the_router_and_the_gateway_follows(asgi_server: Any
     page.wait_for_selector("text=v2 saved.")
 
     # the playground with the draft already routes the prompt to deepseek
-    page.goto(f"{asgi_server.url}/routing/playground/")
+    page.goto(f"{url}/routing/playground/")
     page.fill("#playground textarea[name=prompt]", PROMPT)
     page.select_option("#playground select[name=version]", "2")
     page.click("#playground button[type=submit]")
     assert page.inner_text("#decision-lane") == "deepseek"
     assert page.inner_text("#decision-label") == "translation"
 
-    # 4. evaluate the draft: accuracy, confusion, the chart with the published version beside
-    page.goto(f"{asgi_server.url}/routing/versions/2/evaluate", timeout=60_000)
+
+def evaluate_and_publish_the_draft(page: Any, url: str) -> None:
+    """4. evaluate the draft (accuracy, confusion, the chart with the published version
+    beside); 5. publish after the confirmation that shows what changes."""
+    page.goto(f"{url}/routing/versions/2/evaluate", timeout=60_000)
     assert float(page.inner_text("#accuracy")) >= 0.9
     assert page.locator("#confusion").is_visible()
     assert page.evaluate("() => window.thresholdChart.data.datasets.map(d => d.label)") == [
         "accuracy", "share → deepseek", "share → qwen", "published v1 accuracy"]
 
     # 5. publish after the confirmation that shows what changes
-    page.goto(f"{asgi_server.url}/routing/versions/2/")
+    page.goto(f"{url}/routing/versions/2/")
     page.click("#publish-link")
     assert "translation" in page.inner_text("#changes")
     page.click("#publish-confirm button[type=submit]")
     page.wait_for_selector("#versions .badge:has-text('published')")
     assert "v2" in page.inner_text("#versions tbody tr:first-child")
-
-    # 6. the running gateway follows the new version without a restart
-    assert wait_for(lambda: auto_lane() == ("deepseek", "2"), timeout=30, what="auto to follow v2")
