@@ -187,6 +187,7 @@ class FreezableProxy:
         self.port = int(port)
         self.frozen = False
         self.connections = 0
+        self.swallowed = 0  # replies dropped while frozen: a caller is waiting on one
         self.closed_by_client = 0
         self.server: asyncio.Server | None = None
 
@@ -202,6 +203,7 @@ class FreezableProxy:
             with contextlib.suppress(ConnectionError, OSError):
                 while data := await reader.read(65536):
                     if replies and self.frozen:
+                        self.swallowed += 1
                         continue  # swallowed: the caller waits for an answer that never comes
                     writer.write(data)
                     await writer.drain()
