@@ -2,7 +2,7 @@
 shows each state: connecting, live, reconnecting after the server went away, and refused
 when the reconnecting user lost their role.
 
-An init script records, from the document's creation on, every socket the page opens (and
+Init scripts record, from the document's creation on, every socket the page opens (and
 whether it opened and closed) and every state the indicator took, so the tests assert the
 indicator over a socket's whole life, not one look at it."""
 
@@ -17,26 +17,15 @@ from django.contrib.auth.models import Group
 
 from portal.asgi import application
 from tests.conftest import AsgiServer, browser_login, wait_for
+from tests.e2e.sockets import socket_recorder, sockets
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-RECORDER = """
+# Every state the indicator took, from the document's creation on: each record's old
+# value, then the current one, so no state is lost when several changes come in one batch.
+STATES = """
 (() => {
-  window.__sockets = [];
   window.__liveStates = [];
-  const Native = window.WebSocket;
-  window.WebSocket = function (url, protocols) {
-    const ws = protocols === undefined ? new Native(url) : new Native(url, protocols);
-    const seen = { path: new URL(url).pathname, opened: false, closed: false };
-    window.__sockets.push(seen);
-    ws.addEventListener("open", () => { seen.opened = true; });
-    ws.addEventListener("close", () => { seen.closed = true; });
-    return ws;
-  };
-  window.WebSocket.prototype = Native.prototype;
-  Object.assign(window.WebSocket, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 });
-  // Each record's old value, then the current one: no state is lost when several
-  // changes arrive in one batch.
   const note = (state) => {
     const states = window.__liveStates;
     if (state !== null && states[states.length - 1] !== state) states.push(state);
@@ -56,6 +45,11 @@ RECORDER = """
 """
 
 
+def record(page: Any) -> None:
+    page.add_init_script(socket_recorder())
+    page.add_init_script(STATES)
+
+
 def _serve_on(port: int) -> tuple[uvicorn.Server, threading.Thread]:
     config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
@@ -65,19 +59,15 @@ def _serve_on(port: int) -> tuple[uvicorn.Server, threading.Thread]:
     return server, thread
 
 
-def _sockets(page: Any, path: str) -> list[dict[str, Any]]:
-    return [s for s in page.evaluate("window.__sockets") if s["path"] == path]
-
-
 def _header_socket_live(page: Any) -> bool:
     """The header's quiet socket is open and has delivered its first message: the page's
     scripts (live.js, header.js) have run."""
-    opened = any(s["opened"] and not s["closed"] for s in _sockets(page, "/ws/header/"))
+    opened = any(s["opened"] and not s["closed"] for s in sockets(page, "/ws/header/"))
     return opened and page.locator("#alert-badge[data-live='1']").count() == 1
 
 
 def test_pages_without_a_socket_never_show_the_indicator(asgi_server: Any, page: Any, admin_user: Any) -> None:
-    page.add_init_script(RECORDER)
+    record(page)
     browser_login(page, asgi_server.url, admin_user.username)
     for path in ("/gateway/", "/routing/", "/benchmarks/", "/lanes/new/", "/users/", "/api/docs"):
         page.goto(f"{asgi_server.url}{path}")
@@ -89,14 +79,14 @@ def test_pages_without_a_socket_never_show_the_indicator(asgi_server: Any, page:
 
     # The header's socket drops and retries: still nothing to show on a page without its own.
     asgi_server.stop()
-    wait_for(lambda: len(_sockets(page, "/ws/header/")) >= 2 and all(s["closed"] for s in _sockets(page, "/ws/header/")),
+    wait_for(lambda: len(sockets(page, "/ws/header/")) >= 2 and all(s["closed"] for s in sockets(page, "/ws/header/")),
              timeout=30, what="the header socket to drop and a retry to fail")
     assert not page.is_visible("#live-status")
     assert page.evaluate("window.__liveStates") == []
 
 
 def test_the_indicator_shows_live_reconnecting_and_refused(page: Any, viewer_user: Any) -> None:
-    page.add_init_script(RECORDER)
+    record(page)
     server = AsgiServer().start()
     second: uvicorn.Server | None = None
     try:
@@ -107,13 +97,13 @@ def test_the_indicator_shows_live_reconnecting_and_refused(page: Any, viewer_use
         page.goto(f"{server.url}/nodes/")
         page.wait_for_selector("#live-status[data-state=open]")
         assert page.inner_text("#live-status") == "● live"
-        assert [(s["opened"], s["closed"]) for s in _sockets(page, "/ws/dashboard/")] == [(True, False)]
+        assert [(s["opened"], s["closed"]) for s in sockets(page, "/ws/dashboard/")] == [(True, False)]
         page.evaluate("window.__notReloaded = true")
 
         server.stop()  # the socket drops: the page says so and keeps trying
         page.wait_for_selector("#live-status[data-state=closed]")
         assert page.inner_text("#live-status") == "● reconnecting…"
-        assert _sockets(page, "/ws/dashboard/")[0]["closed"]
+        assert sockets(page, "/ws/dashboard/")[0]["closed"]
 
         viewer_user.groups.remove(*Group.objects.all())  # meanwhile an admin took the role away
         second, thread = _serve_on(server.port)
@@ -122,7 +112,7 @@ def test_the_indicator_shows_live_reconnecting_and_refused(page: Any, viewer_use
         assert page.evaluate("window.__notReloaded") is True
         # Every state in order, each once: no "live" while the server was gone, none after refusal.
         assert page.evaluate("window.__liveStates") == ["shown", "connecting", "open", "closed", "refused"]
-        assert not any(s["opened"] for s in _sockets(page, "/ws/dashboard/")[1:])
+        assert not any(s["opened"] for s in sockets(page, "/ws/dashboard/")[1:])
     finally:
         if second is not None:
             second.should_exit = True
