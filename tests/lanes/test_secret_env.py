@@ -144,8 +144,8 @@ def test_no_socket_message_carries_a_secret(nodes, admin_client, monkeypatch):
     while a lane with secrets is created, changed, and changes state."""
     import json
 
-    from lanes.services import lane_set_observed_state
     from core import broadcast
+    from lanes.services import lane_set_observed_state
 
     sent: list[dict[str, Any]] = []
     real = broadcast.group_message
