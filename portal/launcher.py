@@ -133,7 +133,7 @@ class Launcher:
         login = self.manage("demo_setup").strip().splitlines()[-1].split()
         python = sys.executable
         self.spawn("web", [python, "-m", "uvicorn", "portal.asgi:application", "--host", self.host,
-                           "--port", str(self.port), "--lifespan", "off", "--no-access-log"])
+                           "--port", str(self.port), "--no-access-log"])
         # Every lane not stopped shows "checking" until the health watcher has probed it.
         self.manage("lanes_checking")
         self.spawn("worker", [python, "-m", "portal.workers", "jobs"])
