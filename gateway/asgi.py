@@ -11,6 +11,7 @@ is still the only way to the database, off the hot path (caches, batched writes)
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -126,7 +127,8 @@ async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
 
 def with_gateway(django_app: Any) -> Any:
     """Wrap the project's ASGI app: gateway paths go to the gateway, everything else (and
-    WebSockets) to Django/Channels unchanged. Lifespan shutdown flushes the request log."""
+    WebSockets) to Django/Channels unchanged. Lifespan startup starts the large-body
+    workers; shutdown flushes the request log and stops those workers and helpers."""
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -140,7 +142,10 @@ def with_gateway(django_app: Any) -> Any:
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await close_runtime()
-                    SHARED_FILES.clear()
+                    # Here, not in an exit hook: uvicorn re-raises SIGTERM once the lifespan
+                    # has ended, and the process dies without running any.
+                    await asyncio.to_thread(POOL.shutdown)
+                    await asyncio.to_thread(SHARED_FILES.close)
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         else:

@@ -50,6 +50,7 @@ from typing import Any
 import orjson
 
 from gateway.body import Piece, Raw, StreamedBody, edited
+from gateway.lifeline import STOP_TIMEOUT_S, Lifeline, stop_executor, stop_resource_tracker, worker_start
 from gateway.pace import PACE
 from gateway.request import ParsedRequest, parse_request, prompt_text
 from gateway.wire import GatewayError
@@ -402,6 +403,7 @@ class SharedFiles:
         self._lock = threading.Lock()  # a body may be released on any thread (tests run several loops)
         self.idle: list[SharedFile] = []
         self._discarder = ThreadPoolExecutor(1, thread_name_prefix="gateway-shm-discard")
+        self.closed = False
 
     def take(self, size: int) -> SharedFile | None:
         """The idle file that already holds the pages for `size` bytes with the fewest to
@@ -417,7 +419,7 @@ class SharedFiles:
 
     def give_back(self, file: SharedFile) -> None:
         with self._lock:
-            if sum(idle.high for idle in self.idle) + file.high <= SHARED_IDLE_MAX:
+            if not self.closed and sum(idle.high for idle in self.idle) + file.high <= SHARED_IDLE_MAX:
                 self.idle.append(file)
                 return
         self._discard(file)
@@ -434,6 +436,19 @@ class SharedFiles:
             idle, self.idle = self.idle, []
         for file in idle:
             self._discard(file)
+
+    def close(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """The web process stops: every idle file is removed now, a body released later is
+        removed then, and the removals already queued get `timeout` seconds (the process may
+        end without running exit hooks: uvicorn re-raises SIGTERM)."""
+        with self._lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        for file in idle:
+            file.discard()
+        with contextlib.suppress(RuntimeError, TimeoutError):
+            self._discarder.submit(lambda: None).result(timeout)  # after every removal queued before it
+        self._discarder.shutdown(wait=False)
 
 
 SHARED_FILES = SharedFiles()
@@ -481,12 +496,6 @@ async def read_shared_body(receive: Callable[[], Awaitable[MutableMapping[str, A
     except BaseException:
         del shared  # its file goes back to the pool (what was written is never read)
         raise
-
-
-def _lower_priority(niceness: int) -> None:
-    """A worker yields the CPU to the web processes: a small request's few hundred
-    microseconds come before a large body's tens of milliseconds of parsing."""
-    os.nice(niceness)
 
 
 def busy_error() -> GatewayError:
@@ -549,6 +558,7 @@ class LargeBodyPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # tests run several event loops (servers) in one process
         self._executor: ProcessPoolExecutor | None = None
+        self._lifeline: Lifeline | None = None  # the workers end with this process (gateway.lifeline)
         self._shape = (0, 0)
         self.pending = 0
 
@@ -577,9 +587,11 @@ class LargeBodyPool:
         if self._executor is None or self._shape != (workers, niceness):
             if self._executor is not None:
                 self._executor.shutdown(wait=False)
+            if self._lifeline is None:
+                self._lifeline = Lifeline()
             # spawn: a fork of a threaded web process could inherit a held lock.
             self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_lower_priority, initargs=(niceness,))
+                                                 initializer=worker_start, initargs=(niceness, self._lifeline.reader))
             self._shape = (workers, niceness)
         return self._executor
 
@@ -616,10 +628,15 @@ class LargeBodyPool:
             raise busy_error() from None
 
     def shutdown(self) -> None:
+        """The web process stops: the worker processes exit (bounded) before it does."""
         with self._lock:
-            if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
-                self._executor = None
+            executor, self._executor = self._executor, None
+            lifeline, self._lifeline = self._lifeline, None
+        if executor is not None:
+            stop_executor(executor)
+        if lifeline is not None:
+            lifeline.cut()  # and the workers of an executor replaced earlier (another shape)
+            stop_resource_tracker()
 
 
 POOL = LargeBodyPool()

@@ -110,6 +110,10 @@ class Launcher:
         raise SystemExit(f"the {role} worker did not answer a ping: see {self.logs}")
 
     def stop(self) -> None:
+        # A second Ctrl+C or SIGTERM must not cut the stop short and leave children behind
+        # (the stop is bounded: SIGKILL after 15 s).
+        signal.signal(signal.SIGINT, _ignore)
+        signal.signal(signal.SIGTERM, _ignore)
         for _, proc in reversed(self.children):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -124,6 +128,9 @@ class Launcher:
 
     # --- the run ---------------------------------------------------------------------
     def run(self) -> int:
+        # SIGTERM while starting ends the start like Ctrl+C does: main() stops what was started
+        # (the default action would kill this process alone, its children left running).
+        signal.signal(signal.SIGTERM, _stop_starting)
         self.var.mkdir(parents=True, exist_ok=True)
         embedded = "REDIS_URL" not in os.environ
         if embedded:
@@ -132,7 +139,7 @@ class Launcher:
         login = self.manage("demo_setup").strip().splitlines()[-1].split()
         python = sys.executable
         self.spawn("web", [python, "-m", "uvicorn", "portal.asgi:application", "--host", self.host,
-                           "--port", str(self.port), "--lifespan", "off", "--no-access-log"])
+                           "--port", str(self.port), "--no-access-log"])
         # Every lane not stopped shows "checking" until the health watcher has probed it.
         self.manage("lanes_checking")
         self.spawn("worker", [python, "-m", "portal.workers", "jobs"])
@@ -171,6 +178,14 @@ class Launcher:
             self.stop()
             print("Stopped.", flush=True)
         return 0
+
+
+def _stop_starting(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    pass
 
 
 def main() -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import os
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -18,10 +20,13 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway import large
+from gateway.large import HELD, POOL, SharedFiles
+from gateway.pace import PACE
 from gateway.services import api_key_create
 from lanes.models import Lane, LaneNode, Node
 from sparksim.standalone import EngineHandle
-from tests.conftest import SIM_QWEN, AsgiServer, free_port
+from tests.conftest import SIM_QWEN, AsgiServer, free_port, wait_for
 from tests.gateway.upstreams import CountingUpstream
 
 T = TypeVar("T")
@@ -55,6 +60,55 @@ def clean_gateway_redis() -> Iterator[None]:
     for key in client.scan_iter(f"{settings.REDIS_PREFIX}:gw:*"):
         client.delete(key)
     yield
+
+
+def shared_files() -> list[str]:
+    """The shared-memory body files of this process (gateway.large), by name."""
+    with contextlib.suppress(FileNotFoundError):  # a test may point SHARED_DIR at nothing
+        return [name for name in os.listdir(large.SHARED_DIR)
+                if name.startswith(f"{large.SHARED_PREFIX}{os.getpid()}-")]
+    return []
+
+
+@dataclass
+class LargeBodyState:
+    """This process's large-body singletons as a test finds them: the pool's bound, the
+    held bytes and the pace fresh, and idle shared-memory files of its own (`files`)."""
+
+    files: SharedFiles
+    simulated: int = 0  # bodies the test pretends are in the pool
+
+    def simulate_pending(self, count: int) -> None:
+        """As if `count` large bodies besides the test's own were being inspected."""
+        POOL.pending += count - self.simulated
+        self.simulated = count
+
+
+@pytest.fixture(autouse=True)
+def large_body_state() -> Iterator[LargeBodyState]:
+    """gateway.large's HELD, POOL and SHARED_FILES and gateway.pace's PACE are per process,
+    shared by every test of a pytest worker: each test starts from a fresh state, and
+    afterwards everything its bodies took must have been given back (the requests have
+    ended: the server fixtures stop first), then the state is reset for the next. The
+    pool's worker processes stay (they keep nothing between bodies, and take a while to
+    spawn)."""
+    POOL.pending, HELD.held, PACE.paid_until = 0, 0, 0.0
+    files_before = set(shared_files())
+    original, large.SHARED_FILES = large.SHARED_FILES, SharedFiles()
+    state = LargeBodyState(large.SHARED_FILES)
+    try:
+        yield state
+        wait_for(lambda: POOL.pending == state.simulated, timeout=30, what="the pool's bodies to finish")
+        wait_for(lambda: HELD.held == 0, timeout=30, what="every large body's held bytes to be given back")
+        # Bodies still referenced (a mirror replay ending, a caught error's traceback) come
+        # back to `files` later, a cycle's at a collection: closed, it removes them as they do.
+        gc.collect()
+        state.files.close()
+        wait_for(lambda: set(shared_files()) <= files_before, timeout=30, what="the test's shared files removed")
+    finally:
+        state.files.close()
+        large.SHARED_FILES = original
+        POOL.pending, HELD.held, PACE.paid_until = 0, 0, 0.0
 
 
 @pytest.fixture
@@ -187,6 +241,7 @@ class FreezableProxy:
         self.port = int(port)
         self.frozen = False
         self.connections = 0
+        self.swallowed = 0  # replies dropped while frozen: a caller is waiting on one
         self.closed_by_client = 0
         self.server: asyncio.Server | None = None
 
@@ -202,6 +257,7 @@ class FreezableProxy:
             with contextlib.suppress(ConnectionError, OSError):
                 while data := await reader.read(65536):
                     if replies and self.frozen:
+                        self.swallowed += 1
                         continue  # swallowed: the caller waits for an answer that never comes
                     writer.write(data)
                     await writer.drain()

@@ -81,10 +81,21 @@ def test_a_lane_the_caller_may_not_use_is_never_chosen():
     assert nothing.lane is None
 
 
-def test_top_matches_are_sorted_and_at_most_five():
-    decision = decide(unit(1, 0.3, 0.1), PROTOTYPES, config(), usable=everything)
-    scores = [m.score for m in decision.top]
-    assert scores == sorted(scores, reverse=True) and len(scores) == 4
+def test_top_matches_are_the_five_best_scores_in_order():
+    # Eight prototypes, all close to the query, listed out of score order: the cap is
+    # reached and only a real top-five (not the first five) passes.
+    angles = (0.9, 0.1, 0.7, 0.3, 1.1, 0.5, 0.2, 0.6)
+    many = PrototypeSet(
+        texts=tuple(f"p{i}" for i in range(len(angles))),
+        labels=("long_reasoning",) * len(angles),
+        vectors=np.stack([unit(1, angle, 0) for angle in angles]),
+    )
+    query = unit(1, 0, 0)
+    decision = decide(query, many, config(), usable=everything)
+    sims = many.vectors @ query
+    best_five = sorted(range(len(angles)), key=lambda i: -sims[i])[:5]
+    assert [m.text for m in decision.top] == [f"p{i}" for i in best_five] == ["p1", "p6", "p3", "p5", "p7"]
+    assert [m.score for m in decision.top] == [float(sims[i]) for i in best_five]
 
 
 def test_no_prototype_at_all_goes_to_the_default_lane():
