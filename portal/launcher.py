@@ -180,7 +180,7 @@ class Launcher:
         return 0
 
 
-def _stop_starting(signum: int, frame: FrameType | None) -> None:
+def _stop_starting(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
