@@ -1,6 +1,7 @@
 """The packages' import graph, read from the source (every import, at module top or inside
-a function): no module reaches itself through its imports, the apps depend in the intended
-directions only, nothing is imported by name, and sparksim stays free of Django."""
+a function): no module reaches itself through its imports, no package reaches a floor above
+it through any chain of imports (a path, not only an edge: docs/architecture.md), nothing is
+imported by name, and sparksim reaches no Django."""
 
 from __future__ import annotations
 
