@@ -34,9 +34,10 @@ from gateway.http import (
     send_bytes,
     send_error,
 )
-from gateway.large import POOL, SHARED_FILES
+from gateway.large_pool import POOL
 from gateway.outcome import Outcome, new_request_id
 from gateway.runtime import close_runtime, runtime
+from gateway.shared_files import SHARED_FILES
 from gateway.wire import GatewayError
 
 ENDPOINTS = {"chat/completions": "chat.completions", "completions": "completions"}

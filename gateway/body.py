@@ -22,7 +22,7 @@ Piece = bytes | tuple[int, int]  # literal bytes, or raw[start:stop]
 
 
 class Readable(Protocol):
-    """Raw bytes kept outside the process's memory (gateway.large.SharedBody)."""
+    """Raw bytes kept outside the process's memory (gateway.shared_files.SharedBody)."""
 
     def __len__(self) -> int: ...
 

@@ -26,7 +26,7 @@ class RouteDecision:
     auto: AutoRoute | None = None  # the router's full decision, for the log and headers
 
 
-async def route_request(*, body: Mapping[str, Any], lanes: Mapping[str, LaneInfo]) -> RouteDecision:
+async def route_request(*, lanes: Mapping[str, LaneInfo]) -> RouteDecision:
     """model="auto" with no router decision: PORTAL_GATEWAY_DEFAULT_LANE, or the first
     serving lane when that is not set."""
     default = settings.GATEWAY_DEFAULT_LANE
@@ -58,7 +58,7 @@ async def choose_lane(
                 name: lane for name, lane in lanes.items() if key.may_use(name)}
             auto = await route_auto(router, body=body, key=key, lanes=allowed, raw_bytes=raw_bytes)
             decision = (RouteDecision(lane=auto.lane, reason=auto.reason, score=auto.score, label=auto.label, auto=auto)
-                        if auto is not None else await route_request(body=body, lanes=allowed))
+                        if auto is not None else await route_request(lanes=allowed))
     else:
         found = resolve_model(model, lanes)
         if found is None:

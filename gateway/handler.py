@@ -38,7 +38,8 @@ from gateway.http import (
     send_error,
 )
 from gateway.keys import key_names, key_namespace
-from gateway.large import HELD, POOL, Holding, SharedBody, busy_error, read_shared_body, request_of
+from gateway.large import request_of
+from gateway.large_pool import HELD, POOL, Holding
 from gateway.mirror import LARGE_MIRRORS, mirror_enabled, mirror_replay, text_of_stream
 from gateway.models import RouteReason
 from gateway.outcome import SSE_HEADERS, Outcome, new_request_id
@@ -46,6 +47,7 @@ from gateway.relay import lost_request_recorded, relay_stream, relay_whole, watc
 from gateway.replicas import affinity_key
 from gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
 from gateway.runtime import GatewayRuntime, runtime
+from gateway.shared_files import SharedBody, busy_error, read_shared_body
 from gateway.upstream import provably_not_received, upstream_send
 from gateway.wire import GatewayError, completion_text
 
@@ -87,7 +89,7 @@ async def read_request_body(scope: Scope, receive: Receive, limit: int, holding:
 
 
 async def parse_body(raw: bytes | SharedBody, endpoint: str, key: KeyInfo) -> ParsedRequest:
-    """Parsed and validated here, or (a large body) in a worker process: gateway.large."""
+    """Parsed and validated here, or (a large body) in a worker process (gateway.large_pool): gateway.large."""
     if isinstance(raw, bytes) and len(raw) <= settings.GATEWAY_LARGE_BODY_BYTES:
         return parse_request(raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
     inspection = await POOL.inspect(

@@ -51,7 +51,7 @@ async def read_body(receive: Receive, limit: int, *, paced_after: int | None = N
     """The whole body, refused with 413 as soon as it grows past `limit` (a chunked body
     announces no length). Its bytes past `paced_after` are read at most `rate` bytes a
     second with the process's other large bodies (gateway.pace), and once past it
-    `grow(size)` is told its size as it grows (it may refuse: gateway.large.HELD)."""
+    `grow(size)` is told its size as it grows (it may refuse: gateway.large_pool.HELD)."""
     chunks: list[bytes] = []
     size = 0
     while True:

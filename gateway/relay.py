@@ -144,20 +144,8 @@ async def relay_stream(
             code="upstream_stream_interrupted", type_="server_error", retryable=False)
     outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
     outcome.usage = stream_filter.usage
-    if failure is None and not stream_filter.saw_done and not gone.is_set():
-        failure = GatewayError(502, "The lane closed the stream before it finished; the request is not sent again.",
-                               code="upstream_stream_interrupted", type_="server_error", retryable=False)
-    if failure is not None:
-        breaker.record_failure()
-        outcome.error_code = failure.code
-        tail = error_event(failure.message, type_=failure.type, code=failure.code) + SSE_DONE
-    else:
-        breaker.record_success()
-        tail = stream_filter.leftover()
-        if stream_filter.held_done:
-            tail += await counted_usage_tail(rt, lane, request, outcome, b"".join(relayed),
-                                             relayed_bytes - min(relayed_bytes, COUNT_KEEP_MAX))
-
+    tail = await stream_tail(failure, stream_filter, relayed, relayed_bytes, breaker, outcome,
+                             rt=rt, lane=lane, request=request)
     if keep is not None:
         keep.append(tail)
     outcome.answered = True
@@ -165,6 +153,28 @@ async def relay_stream(
     if keep is not None:
         joined = b"".join(keep)
         outcome.record = make_record(200, b"S", outcome.lane, joined)
+
+
+async def stream_tail(
+    failure: GatewayError | None, stream_filter: StreamFilter, relayed: list[bytes], relayed_bytes: int,
+    breaker: Any, outcome: Outcome, *, rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest,
+) -> bytes:
+    """What ends the client's stream once the lane's has ended (or the client left): an
+    error event if the lane broke it off or closed it before [DONE], else what the filter
+    held back, with the usage chunk counted here if the lane sent none. Feeds the breaker."""
+    if failure is None and not stream_filter.saw_done and not outcome.gone.is_set():
+        failure = GatewayError(502, "The lane closed the stream before it finished; the request is not sent again.",
+                               code="upstream_stream_interrupted", type_="server_error", retryable=False)
+    if failure is not None:
+        breaker.record_failure()
+        outcome.error_code = failure.code
+        return error_event(failure.message, type_=failure.type, code=failure.code) + SSE_DONE
+    breaker.record_success()
+    tail = stream_filter.leftover()
+    if stream_filter.held_done:
+        tail += await counted_usage_tail(rt, lane, request, outcome, b"".join(relayed),
+                                         relayed_bytes - min(relayed_bytes, COUNT_KEEP_MAX))
+    return tail
 
 
 async def counted_usage_tail(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest, outcome: Outcome,

@@ -169,7 +169,7 @@ def _with_shadow(state: RouterState, vector: Any, decision: Decision) -> AutoRou
     if state.shadow is None or random.random() >= settings.ROUTER_SHADOW_SHARE:
         return route
     # The draft decides on the same vector, as if every lane could take it: what it would do.
-    shadow = decide(vector, state.shadow.prototypes, state.shadow.config, usable=lambda lane: True)
+    shadow = decide(vector, state.shadow.prototypes, state.shadow.config, usable=lambda _lane: True)
     return replace(route, shadow_version=state.shadow.number, shadow_lane=shadow.lane or "",
                    shadow_label=shadow.label, shadow_score=shadow.score)
 

@@ -23,7 +23,7 @@ def _publish_lanes_changed() -> None:
         log.warning("gateway: could not publish a lane change", exc_info=True)
 
 
-def on_lane_change(sender: Any, **kwargs: Any) -> None:
+def on_lane_change(sender: Any, **kwargs: Any) -> None:  # noqa: ARG001 (a Django signal receiver is called with sender=)
     transaction.on_commit(_publish_lanes_changed)
 
 

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import large
-from gateway.large import HELD, POOL, SharedFiles
+from gateway import shared_files as shared
+from gateway.large_pool import HELD, POOL
 from gateway.pace import PACE
 from gateway.services import api_key_create
 from lanes.models import Lane, LaneNode, Node
@@ -63,10 +63,10 @@ def clean_gateway_redis() -> Iterator[None]:
 
 
 def shared_files() -> list[str]:
-    """The shared-memory body files of this process (gateway.large), by name."""
+    """The shared-memory body files of this process (gateway.shared_files), by name."""
     with contextlib.suppress(FileNotFoundError):  # a test may point SHARED_DIR at nothing
-        return [name for name in os.listdir(large.SHARED_DIR)
-                if name.startswith(f"{large.SHARED_PREFIX}{os.getpid()}-")]
+        return [name for name in os.listdir(shared.SHARED_DIR)
+                if name.startswith(f"{shared.SHARED_PREFIX}{os.getpid()}-")]
     return []
 
 
@@ -75,7 +75,7 @@ class LargeBodyState:
     """This process's large-body singletons as a test finds them: the pool's bound, the
     held bytes and the pace fresh, and idle shared-memory files of its own (`files`)."""
 
-    files: SharedFiles
+    files: shared.SharedFiles
     simulated: int = 0  # bodies the test pretends are in the pool
 
     def simulate_pending(self, count: int) -> None:
@@ -86,16 +86,16 @@ class LargeBodyState:
 
 @pytest.fixture(autouse=True)
 def large_body_state() -> Iterator[LargeBodyState]:
-    """gateway.large's HELD, POOL and SHARED_FILES and gateway.pace's PACE are per process,
-    shared by every test of a pytest worker: each test starts from a fresh state, and
-    afterwards everything its bodies took must have been given back (the requests have
-    ended: the server fixtures stop first), then the state is reset for the next. The
-    pool's worker processes stay (they keep nothing between bodies, and take a while to
-    spawn)."""
+    """gateway.large_pool's HELD and POOL, gateway.shared_files' SHARED_FILES and
+    gateway.pace's PACE are per process, shared by every test of a pytest worker: each test
+    starts from a fresh state, and afterwards everything its bodies took must have been
+    given back (the requests have ended: the server fixtures stop first), then the state is
+    reset for the next. The pool's worker processes stay (they keep nothing between bodies,
+    and take a while to spawn)."""
     POOL.pending, HELD.held, PACE.paid_until = 0, 0, 0.0
     files_before = set(shared_files())
-    original, large.SHARED_FILES = large.SHARED_FILES, SharedFiles()
-    state = LargeBodyState(large.SHARED_FILES)
+    original, shared.SHARED_FILES = shared.SHARED_FILES, shared.SharedFiles()
+    state = LargeBodyState(shared.SHARED_FILES)
     try:
         yield state
         wait_for(lambda: POOL.pending == state.simulated, timeout=30, what="the pool's bodies to finish")
@@ -107,7 +107,7 @@ def large_body_state() -> Iterator[LargeBodyState]:
         wait_for(lambda: set(shared_files()) <= files_before, timeout=30, what="the test's shared files removed")
     finally:
         state.files.close()
-        large.SHARED_FILES = original
+        shared.SHARED_FILES = original
         POOL.pending, HELD.held, PACE.paid_until = 0, 0, 0.0
 
 

@@ -1,9 +1,10 @@
-"""Large bodies (gateway.large) through the gateway: validated in worker processes with
-the same rules and the same answers as small ones, forwarded as the client's bytes with
-only the gateway's edits, their prompt counted and logged from the raw bytes, read through
-recycled shared-memory files at a bounded pace, and refused with 503 and `retry-after`
-when the worker pool or the held bytes are full — never parsed nor re-serialised in the
-web process. The pure functions: test_large_body_edits.py."""
+"""Large bodies (gateway.large, gateway.large_pool, gateway.shared_files) through the
+gateway: validated in worker processes with the same rules and the same answers as small
+ones, forwarded as the client's bytes with only the gateway's edits, their prompt counted
+and logged from the raw bytes, read through recycled shared-memory files at a bounded
+pace, and refused with 503 and `retry-after` when the worker pool or the held bytes are
+full — never parsed nor re-serialised in the web process. The pure functions:
+test_large_body_edits.py."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ import orjson
 import pytest
 from django.contrib.auth.models import User
 
-from gateway import large
-from gateway.large import POOL
+from gateway import large_pool
+from gateway import shared_files as shared
+from gateway.large import inspect_shared
+from gateway.large_pool import POOL
 from gateway.mirror import LARGE_MIRRORS, LARGE_MIRRORS_MAX
 from gateway.pace import PACE
 from gateway.wire import GatewayError
@@ -52,7 +55,7 @@ def open_shared_files() -> list[str]:
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
             targets.append(os.readlink(f"/proc/self/fd/{fd}"))
-    return [target for target in targets if f"/{large.SHARED_PREFIX}{os.getpid()}-" in target]
+    return [target for target in targets if f"/{shared.SHARED_PREFIX}{os.getpid()}-" in target]
 
 
 @pytest.mark.parametrize("case, body, path, code, param", BAD_INPUT, ids=[case[0] for case in BAD_INPUT])
@@ -124,19 +127,18 @@ def test_a_large_body_with_a_length_goes_through_a_shared_memory_file_that_is_re
     large_body_state: LargeBodyState,
 ) -> None:
     seen: list[str] = []
-    inspect_shared = large.inspect_shared
 
     def spy(path: str, *args: Any) -> Any:
         seen.append(path)
         return inspect_shared(path, *args)
 
     files = large_body_state.files
-    monkeypatch.setattr(large, "inspect_shared", spy)
+    monkeypatch.setattr(large_pool, "inspect_shared", spy)
     monkeypatch.setattr(POOL, "_executor_for", lambda workers, niceness: InlineExecutor())  # the spy runs here
     raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD * 2}], "x_vendor": [1.50, "é"]})
     response = post(fault_gateway, raw)
     assert response.status_code == 200, response.text
-    assert len(seen) == 1 and seen[0].startswith(os.path.join(large.SHARED_DIR, large.SHARED_PREFIX))
+    assert len(seen) == 1 and seen[0].startswith(os.path.join(shared.SHARED_DIR, shared.SHARED_PREFIX))
     assert upstream.raw_bodies == [raw.replace(b'"model":"qwen"', b'"model":"qwen-test"')]
     # Once nothing refers to the body, its file waits for the next one, which gets its own
     # bytes only (a shorter body: the rest of the file is the first one's, never read).
@@ -158,10 +160,10 @@ def test_idle_shared_files_are_bounded_and_the_rest_discarded(
 ) -> None:
     mib = 1024 * 1024
     files = large_body_state.files
-    monkeypatch.setattr(large, "SHARED_IDLE_MAX", 3 * mib)
+    monkeypatch.setattr(shared, "SHARED_IDLE_MAX", 3 * mib)
 
-    def written(size: int) -> large.SharedBody:
-        body = large.SharedBody.create(size)
+    def written(size: int) -> shared.SharedBody:
+        body = shared.SharedBody.create(size)
         assert body is not None
         body.write(b"x" * size)
         return body
@@ -173,7 +175,7 @@ def test_idle_shared_files_are_bounded_and_the_rest_discarded(
     del three  # over the bound: discarded, its pages freed
     wait_for(lambda: discarded(files_of[2].path), what="the file over the bound to be discarded")
     # The next body takes the file that holds its bytes with the fewest to spare.
-    again = large.SharedBody.create(mib + 1)
+    again = shared.SharedBody.create(mib + 1)
     assert again is not None and again.file is files_of[1] and files.idle == [files_of[0]]
     del again
     files.clear()
@@ -183,7 +185,7 @@ def test_idle_shared_files_are_bounded_and_the_rest_discarded(
 def test_a_shared_body_holds_only_the_bytes_it_was_sent_and_a_full_dev_shm_is_503(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    announced = large.SharedBody.create(16 * 1024 * 1024)  # a client announces 16 MB, sends one byte
+    announced = shared.SharedBody.create(16 * 1024 * 1024)  # a client announces 16 MB, sends one byte
     assert announced is not None
     announced.write(b"{")
     assert os.fstat(announced.file.fd).st_blocks * 512 <= 8192
@@ -206,7 +208,7 @@ def test_without_shared_memory_a_large_body_is_read_into_the_process_and_forward
     fault_gateway: Gateway, upstream: CountingUpstream, large_bodies: None, monkeypatch: pytest.MonkeyPatch,
     tmp_path: Any,
 ) -> None:
-    monkeypatch.setattr(large, "SHARED_DIR", str(tmp_path / "missing"))
+    monkeypatch.setattr(shared, "SHARED_DIR", str(tmp_path / "missing"))
     raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD}], "top_k": 5})
     response = post(fault_gateway, raw)
     assert response.status_code == 200, response.text
@@ -338,11 +340,11 @@ def test_large_bodies_held_at_once_are_bounded_and_given_back_when_answered(
     answers: list[int] = []
     poster = threading.Thread(target=lambda: answers.append(send(first, stall_at=16_384 * 30).status_code))
     poster.start()
-    wait_for(lambda: large.HELD.held >= 16_384 * 30 - LARGE, what="the first body held")
+    wait_for(lambda: large_pool.HELD.held >= 16_384 * 30 - LARGE, what="the first body held")
     if framing == "content-length":
-        assert large.HELD.held == len(first)  # its announced length, held before its bytes came
+        assert large_pool.HELD.held == len(first)  # its announced length, held before its bytes came
     else:
-        assert large.HELD.held < len(first)  # what has come of it so far
+        assert large_pool.HELD.held < len(first)  # what has come of it so far
     refused = send(second)
     assert refused.status_code == 503, refused.text
     assert refused.json()["error"]["code"] == "server_busy" and refused.headers["retry-after"] == "1"
@@ -350,9 +352,9 @@ def test_large_bodies_held_at_once_are_bounded_and_given_back_when_answered(
     go_on.set()
     poster.join(30)
     assert answers == [200]  # alone past the bound as it grew: a body alone is never refused
-    assert large.HELD.held == 0  # given back: the answered body and the refused one
+    assert large_pool.HELD.held == 0  # given back: the answered body and the refused one
     assert send(second).status_code == 200
-    assert large.HELD.held == 0
+    assert large_pool.HELD.held == 0
     assert upstream.completions == 3  # the small one, the first and the second's retry; never the refused try
     assert upstream.raw_bodies[-1] == second.replace(b'"model":"qwen"', b'"model":"qwen-test"')
 
@@ -363,4 +365,4 @@ def test_one_large_body_is_let_in_whatever_the_held_bound(
     settings.GATEWAY_LARGE_BODY_HELD_MAX_BYTES = 10_000  # smaller than the body: a misconfiguration
     raw = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": PAD * 20}]})
     assert post(fault_gateway, raw).status_code == 200
-    assert upstream.completions == 1 and large.HELD.held == 0
+    assert upstream.completions == 1 and large_pool.HELD.held == 0

@@ -1,7 +1,7 @@
-"""Large bodies (gateway.large) as pure functions, without a server: every top-level
-member found in the raw bytes, the edits that make the body sent upstream and the mirror's
-replay the small path's with every other member byte for byte, the outline the router
-reads, bounded slices, and the pace's budget."""
+"""Large bodies (gateway.large, gateway.large_spans) as pure functions, without a server:
+every top-level member found in the raw bytes, the edits that make the body sent upstream
+and the mirror's replay the small path's with every other member byte for byte, the
+outline the router reads, bounded slices, and the pace's budget."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from gateway import body as streamed
-from gateway import large
 from gateway.body import StreamedBody
 from gateway.directory import KeyInfo
-from gateway.large import inspect, member_spans, outline, request_of
+from gateway.large import inspect, request_of
+from gateway.large_spans import member_places, member_spans, outline
 from gateway.mirror import mirror_body
 from gateway.pace import BytePace
 from gateway.request import parse_request, prompt_text, upstream_body
@@ -138,7 +138,7 @@ def test_a_large_bodys_mirror_replay_is_the_small_paths_with_every_other_member_
         body["stream"] = True  # stream_options are refused on a body that does not stream
     raw = json.dumps(body, **form).encode()
     # stream_options (a member the mirror removes) anywhere: first, between, last, repeated
-    members, end = large.member_places(raw)
+    members, end = member_places(raw)
     member = b'"stream_options" : {"include_usage": true}'
     for place in sorted(options, reverse=True):
         if place < len(members):
