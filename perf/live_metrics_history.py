@@ -1,42 +1,33 @@
 """perf/live_metrics.py's history parts: a month of history written with COPY (samples of
 every tier, hourly usage, the request log at the peak rate), the chart, usage, gateway and
 request-log queries and pages over it, and the retention step on it; with what the scrape
-and fan-out parts share. Not a script: `python -m perf.live_metrics --part history` runs it.
+and fan-out parts share. Not a script: `python -m perf.live_metrics --part history` runs it, after Django's set-up
+(so this module imports models at its top).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.test import Client, override_settings
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.contrib.auth.models import Group, User  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client, override_settings  # noqa: E402
-
-from core.roles import Role, ensure_role_groups  # noqa: E402
-from core.stats import percentile_nearest_rank  # noqa: E402
-from gateway.models import ApiKey, RequestLog  # noqa: E402
-from gateway.selectors import LogFilters, request_log_list  # noqa: E402
-from metrics.exposition import render_metrics  # noqa: E402
-from metrics.models import LATENCY_BUCKETS_MS, Sample  # noqa: E402
-from metrics.partitions import partition_name  # noqa: E402
-from metrics.selectors import (  # noqa: E402
+from core.roles import Role, ensure_role_groups
+from core.stats import percentile_nearest_rank
+from gateway.models import ApiKey, RequestLog
+from gateway.selectors import LogFilters, request_log_list
+from metrics.exposition import render_metrics
+from metrics.models import LATENCY_BUCKETS_MS, Sample
+from metrics.partitions import partition_name
+from metrics.selectors import (
     chart_series,
     gateway_live,
     gateway_summary,
@@ -44,7 +35,7 @@ from metrics.selectors import (  # noqa: E402
     sparklines,
     usage_table,
 )
-from metrics.storage import floor_to, storage_maintain, usage_fold  # noqa: E402
+from metrics.storage import floor_to, storage_maintain, usage_fold
 
 LANES, NODES = 50, 20
 PEAK_REQUESTS_PER_MINUTE = 1800  # seed 000's production peak
