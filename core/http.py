@@ -25,7 +25,10 @@ def async_http_client(
     *, timeout: httpx.Timeout | float, transport: httpx.AsyncBaseTransport | None = None,
     limits: httpx.Limits | None = None,
 ) -> httpx.AsyncClient:
-    """`limits`: httpx's default pool (100 connections) unless given: a load generator sizes
-    its own, or requests past the 100th wait in the client and the wait reads as latency."""
+    """`limits`: httpx's default pool (100 connections, 20 kept idle) unless given: a load
+    generator sizes its own, or requests past the 100th wait in the client and the wait reads
+    as latency."""
+    if limits is None:
+        return httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False, verify=_tls_context())
     return httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False, verify=_tls_context(),
-                             limits=limits if limits is not None else httpx.Limits(max_connections=100))
+                             limits=limits)

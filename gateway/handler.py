@@ -89,7 +89,7 @@ async def read_request_body(scope: Scope, receive: Receive, limit: int, holding:
 
 
 async def parse_body(raw: bytes | SharedBody, endpoint: str, key: KeyInfo) -> ParsedRequest:
-    """Parsed and validated here, or (a large body) in a worker process (gateway.large_pool): gateway.large."""
+    """Parsed and validated here, or (a large body) in a worker process: gateway.large, gateway.large_pool."""
     if isinstance(raw, bytes) and len(raw) <= settings.GATEWAY_LARGE_BODY_BYTES:
         return parse_request(raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
     inspection = await POOL.inspect(

@@ -15,9 +15,7 @@ from core.broadcast import DASHBOARD_GROUP, broadcast
 from core.roles import UserLike
 from core.validators import has_control_characters
 from lanes.crypto import encrypt_secret
-from lanes.edit_errors import RESERVED_NAMES
-from lanes.edit_errors import full_clean_into as _full_clean
-from lanes.edit_errors import merge_error as _merge
+from lanes.edit_errors import RESERVED_NAMES, full_clean_into, merge_error
 from lanes.models import Lane, LaneNode, LaneReplica, LaneRevision, LaneState, Node
 from lanes.rules import ENV_NAME, LaneCheck, rule_max_model_len_pinned
 from lanes.secrets import SECRET_MARK, is_secret_name
@@ -28,14 +26,14 @@ MAX_MODEL_LEN_MESSAGE = rule_max_model_len_pinned({"max_model_len": None})[0].me
 
 def _resolve_nodes(names: Sequence[str], errors: dict[str, list[str]]) -> list[Node]:
     if len(set(names)) != len(names):
-        _merge(errors, "nodes", "A node can appear only once in a lane.")
+        merge_error(errors, "nodes", "A node can appear only once in a lane.")
     if not names:
-        _merge(errors, "nodes", "Choose at least one node (rank 0 is the head).")
+        merge_error(errors, "nodes", "Choose at least one node (rank 0 is the head).")
     found = {node.name: node for node in Node.objects.filter(
         name__in=[name for name in names if not has_control_characters(name)])}
     unknown = [name for name in names if name not in found]
     if unknown:
-        _merge(errors, "nodes", f"Unknown node(s): {', '.join(unknown)}.")
+        merge_error(errors, "nodes", f"Unknown node(s): {', '.join(unknown)}.")
     return [found[name] for name in names if name in found]
 
 
@@ -47,7 +45,7 @@ def _apply_secret_env(lane: Lane, updates: Mapping[str, Any], errors: dict[str, 
     changes: dict[str, str] = {}
     for name, value in updates.items():
         if not isinstance(name, str) or not ENV_NAME.match(name):
-            _merge(errors, "secret_env", f"{str(name)[:40]!r} is not an environment variable name "
+            merge_error(errors, "secret_env", f"{str(name)[:40]!r} is not an environment variable name "
                                          "(letters, digits and _, not starting with a digit).")
             continue
         if value == SECRET_MARK:
@@ -58,7 +56,7 @@ def _apply_secret_env(lane: Lane, updates: Mapping[str, Any], errors: dict[str, 
                 changes[name] = "cleared"
             continue
         if not isinstance(value, str) or any(ord(ch) < 32 for ch in value):
-            _merge(errors, "secret_env", f"{name}: the value must be one line of text.")
+            merge_error(errors, "secret_env", f"{name}: the value must be one line of text.")
             continue
         changes[name] = "replaced" if name in secrets else "set"
         secrets[name] = encrypt_secret(value)
@@ -87,22 +85,22 @@ def _apply_lane_data(lane: Lane, data: Mapping[str, Any], errors: dict[str, list
             raise ValueError(f"unknown lane field {key!r}")
         if key == "max_model_len" and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
             # 'auto' (or any text) gets the rule's reason; a number gets the range it broke.
-            _merge(errors, key, MAX_MODEL_LEN_MESSAGE if isinstance(value, str) or value is None
+            merge_error(errors, key, MAX_MODEL_LEN_MESSAGE if isinstance(value, str) or value is None
                    else "max_model_len must be a whole number of tokens of at least 1.")
             continue
         setattr(lane, key, value)
     if lane.name in RESERVED_NAMES:
-        _merge(errors, "name", f"{lane.name!r} is reserved by the pages; choose another name.")
+        merge_error(errors, "name", f"{lane.name!r} is reserved by the pages; choose another name.")
     if "fallback" in data:
         name = data["fallback"]
         if not name:
             lane.fallback = None
         elif name == lane.name:
-            _merge(errors, "fallback", "A lane cannot be its own fallback.")
+            merge_error(errors, "fallback", "A lane cannot be its own fallback.")
         else:
             fallback = None if has_control_characters(name) else Lane.objects.filter(name=name).first()
             if fallback is None:
-                _merge(errors, "fallback", f"No lane named {name!r}.")
+                merge_error(errors, "fallback", f"No lane named {name!r}.")
             else:
                 lane.fallback = fallback
     return _apply_secret_env(lane, secret_updates, errors)
@@ -124,7 +122,7 @@ def lane_validate(lane: Lane, replicas: Sequence[ReplicaSpec]) -> LaneCheck:
 def _raise_unless_valid(lane: Lane, replicas: Sequence[ReplicaSpec], errors: dict[str, list[str]]) -> None:
     """Field checks, then (only when every field is well-formed) the lane rules; raises
     one ValidationError naming each failing field."""
-    _full_clean(lane, errors, exclude=["fallback"])
+    full_clean_into(lane, errors, exclude=["fallback"])
     if not errors:
         try:
             lane_validate(lane, replicas)
@@ -141,34 +139,34 @@ def _resolve_replicas(replicas: Sequence[Mapping[str, Any]], errors: dict[str, l
     """[{"nodes": [names in rank order], "api_port": int or None}, ...] → specs; a node may
     serve one replica of a lane only."""
     if not replicas:
-        _merge(errors, "replicas", "A lane needs at least one replica.")
+        merge_error(errors, "replicas", "A lane needs at least one replica.")
         return []
     if len(replicas) > MAX_REPLICAS:
-        _merge(errors, "replicas", f"A lane has at most {MAX_REPLICAS} replicas.")
+        merge_error(errors, "replicas", f"A lane has at most {MAX_REPLICAS} replicas.")
         return []
     specs: list[ReplicaSpec] = []
     seen: dict[str, int] = {}
     for index, replica in enumerate(replicas):
         names = list(replica.get("nodes") or [])
         if not all(isinstance(name, str) for name in names):
-            _merge(errors, "replicas", f"Replica {index}: nodes must be node names.")
+            merge_error(errors, "replicas", f"Replica {index}: nodes must be node names.")
             continue
         for name in names:
             if name in seen and seen[name] != index:
-                _merge(errors, "replicas", f"Node {name} is in replica {seen[name]} and replica {index}: "
+                merge_error(errors, "replicas", f"Node {name} is in replica {seen[name]} and replica {index}: "
                                            "a node serves one replica of a lane.")
             seen.setdefault(name, index)
         port = replica.get("api_port")
         if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
-            _merge(errors, "replicas", f"Replica {index}: api_port must be a port from 1 to 65,535 (or empty).")
+            merge_error(errors, "replicas", f"Replica {index}: api_port must be a port from 1 to 65,535 (or empty).")
             port = None
         node_errors: dict[str, list[str]] = {}
         ranked = _resolve_nodes(names, node_errors)
         for message in node_errors.get("nodes", []):  # replica 0's are the `nodes` field's
             if index:
-                _merge(errors, "replicas", f"Replica {index}: {message}")
+                merge_error(errors, "replicas", f"Replica {index}: {message}")
             else:
-                _merge(errors, "nodes", message)
+                merge_error(errors, "nodes", message)
         specs.append(ReplicaSpec(ranked, port))
     return specs
 
@@ -176,7 +174,7 @@ def _resolve_replicas(replicas: Sequence[Mapping[str, Any]], errors: dict[str, l
 def _check_removed_replicas(lane: Lane, count: int, errors: dict[str, list[str]]) -> None:
     for row in lane.replica_rows():
         if row.index >= count and row.observed_state not in (LaneState.STOPPED, LaneState.FAILED):
-            _merge(errors, "replicas", f"Replica {row.index} is {row.observed_state}: stop it before removing it.")
+            merge_error(errors, "replicas", f"Replica {row.index} is {row.observed_state}: stop it before removing it.")
 
 
 def _save_revision(lane: Lane, actor: UserLike | None, replicas: Sequence[ReplicaSpec]) -> LaneRevision:
@@ -215,11 +213,11 @@ def _check_rename(lane: Lane, errors: dict[str, list[str]]) -> None:
     would change another lane without its own revision. So: only stopped lanes, and only
     when no lane falls back to it."""
     if lane.observed_state != LaneState.STOPPED or lane.desired_state != "stopped":
-        _merge(errors, "name", f"Lane {lane.name} is {lane.observed_state}: stop it before renaming it "
+        merge_error(errors, "name", f"Lane {lane.name} is {lane.observed_state}: stop it before renaming it "
                                "(clients and its engine know it by this name).")
     dependents = sorted(lane.fallback_for.values_list("name", flat=True))
     if dependents:
-        _merge(errors, "name", f"Lane {lane.name} is the fallback of {', '.join(dependents)}: "
+        merge_error(errors, "name", f"Lane {lane.name} is the fallback of {', '.join(dependents)}: "
                                "choose another fallback there before renaming it.")
 
 

@@ -20,9 +20,7 @@ from core.audit import audit_record
 from core.broadcast import DASHBOARD_GROUP, broadcast
 from core.roles import UserLike
 from lanes.crypto import CredentialError, encrypt_private_key, host_key_fingerprint, normalize_host_key
-from lanes.edit_errors import RESERVED_NAMES
-from lanes.edit_errors import full_clean_into as _full_clean
-from lanes.edit_errors import merge_error as _merge
+from lanes.edit_errors import RESERVED_NAMES, full_clean_into, merge_error
 from lanes.models import Lane, Node, NodeState, Transport
 from lanes.selectors import ReplicaSpec, lane_check, lane_replica_specs
 
@@ -48,29 +46,29 @@ def _apply_node_data(node: Node, data: Mapping[str, Any], private_key: str | Non
             try:
                 node.ssh_host_key = normalize_host_key(value) if value else ""
             except CredentialError as exc:
-                _merge(errors, "ssh_host_key", str(exc))
+                merge_error(errors, "ssh_host_key", str(exc))
             continue
         setattr(node, key, value)
     if private_key:
         try:
             node.ssh_private_key_encrypted = encrypt_private_key(private_key)
         except CredentialError as exc:
-            _merge(errors, "ssh_private_key", str(exc))
+            merge_error(errors, "ssh_private_key", str(exc))
     if node.name in RESERVED_NAMES:
-        _merge(errors, "name", f"{node.name!r} is reserved by the pages; choose another name.")
+        merge_error(errors, "name", f"{node.name!r} is reserved by the pages; choose another name.")
     if node.address and not ADDRESS.match(node.address):
-        _merge(errors, "address", "Enter a host name or an IP address (letters, digits, '.', ':' and '-').")
+        merge_error(errors, "address", "Enter a host name or an IP address (letters, digits, '.', ':' and '-').")
     try:
         words = shlex.split(node.runtime_command)
     except ValueError:
         words = []
     # Plain words only: no quotes, control characters (a newline would start a second command) or shell syntax.
     if not words or " ".join(words) != node.runtime_command.strip() or not all(SAFE_WORD.match(w) for w in words):
-        _merge(errors, "runtime_command", "Enter one or more plain words, such as 'docker' or 'sudo -n docker' "
+        merge_error(errors, "runtime_command", "Enter one or more plain words, such as 'docker' or 'sudo -n docker' "
                                           "(letters, digits and . _ / = : + - only).")
     sim_dir_problem = sim_dir_error(node.sim_dir, required=node.transport == Transport.LOCAL)
     if sim_dir_problem:
-        _merge(errors, "sim_dir", sim_dir_problem)
+        merge_error(errors, "sim_dir", sim_dir_problem)
 
 
 def sim_dir_error(sim_dir: str, *, required: bool) -> str:
@@ -96,7 +94,7 @@ def _check_lanes_still_fit(node: Node, errors: dict[str, list[str]]) -> None:
                  for spec in lane_replica_specs(lane)]
         for result in lane_check(lane, replicas=specs).errors:
             if result.code in ("memory_budget", "shared_node_overflow", "memory_budget_no_kv"):
-                _merge(errors, "memory_gib", f"Lane {lane.name}: {result.message}")
+                merge_error(errors, "memory_gib", f"Lane {lane.name}: {result.message}")
 
 
 @transaction.atomic
@@ -104,7 +102,7 @@ def node_create(*, actor: UserLike | None, data: Mapping[str, Any], private_key:
     node = Node()
     errors: dict[str, list[str]] = {}
     _apply_node_data(node, data, private_key, errors)
-    _full_clean(node, errors)
+    full_clean_into(node, errors)
     if errors:
         raise ValidationError(errors)
     node.save()
@@ -123,7 +121,7 @@ def node_update(
     _apply_node_data(node, data, private_key, errors)
     if clear_private_key and not private_key:
         node.ssh_private_key_encrypted = ""
-    _full_clean(node, errors)
+    full_clean_into(node, errors)
     if not errors and ("memory_gib" in data or "os_reserve_gib" in data):
         _check_lanes_still_fit(node, errors)
     if errors:
