@@ -1,11 +1,21 @@
-"""Audit events are evidence: nobody edits or deletes them through the portal, admins included."""
+"""Django admin for the kernel. Audit events are evidence: nobody edits or deletes them
+through the portal, admins included. Every change to a user made here (superuser flag,
+groups, staff, active, password, deletion) leaves an audit event with before/after, like
+the users page's changes."""
 
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from core.audit import audit_record
 from core.models import AuditEvent
+from core.services import user_snapshot
+
+BEFORE = "_portal_audit_before"  # request attribute: {pk: (snapshot, password hash)} of objects opened
 
 
 @admin.register(AuditEvent)
@@ -23,3 +33,42 @@ class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+def _fresh(user: User) -> User:
+    return User.objects.prefetch_related("groups").get(pk=user.pk)
+
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class AuditedUserAdmin(UserAdmin):
+    """Django's user admin, audited: the snapshot is taken when the object is opened and the
+    event written after its groups are saved (log_change runs after save_related)."""
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        user = super().get_object(request, object_id, from_field)
+        if user is not None:
+            fresh = _fresh(user)
+            request.__dict__.setdefault(BEFORE, {})[user.pk] = (user_snapshot(fresh), fresh.password)
+        return user
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        audit_record(actor=request.user, action="user.create", obj=obj, after=user_snapshot(_fresh(obj)))
+        return super().log_addition(request, obj, message)
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        before, password = request.__dict__.get(BEFORE, {}).get(obj.pk, ({}, None))
+        fresh = _fresh(obj)
+        after = user_snapshot(fresh)
+        if password is not None and password != fresh.password:  # never the hash itself
+            before, after = {**before, "password": "(previous)"}, {**after, "password": "(changed)"}
+        audit_record(actor=request.user, action="user.admin_change", obj=obj, before=before, after=after)
+        return super().log_change(request, obj, message)
+
+    def log_deletions(self, request: HttpRequest, queryset: QuerySet[User]) -> Any:
+        """Called before the rows go: their audit events keep the actor's name (actor_name)."""
+        for user in queryset:
+            audit_record(actor=request.user, action="user.delete", obj=user, before=user_snapshot(_fresh(user)))
+        return super().log_deletions(request, queryset)

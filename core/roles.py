@@ -1,7 +1,10 @@
 """Roles and the one permission check used by pages, the management API and sockets.
 
-Roles are Django groups holding the portal's capability permissions (created by
-migration 0002). Superusers hold every capability.
+Roles are Django groups (created by migration 0002, holding the capability permissions so
+Django admin shows them). What an account may do is decided from its role alone, by
+ROLE_CAPABILITIES: `is_superuser` grants nothing here (it is Django admin's break-glass, for
+a superuser who also holds the admin role), and neither do permissions given to a user or a
+group by hand.
 """
 
 from __future__ import annotations
@@ -50,10 +53,14 @@ UserLike = AbstractUser | AnonymousUser
 
 
 def user_can(user: UserLike | None, capability: Capability) -> bool:
-    """The one permission check."""
+    """The one permission check: the account's role, and nothing else, says what it may do."""
     if user is None or not user.is_authenticated or not user.is_active:
         return False
-    return bool(user.has_perm(capability.perm))
+    role = user_role(user)
+    return role is not None and capability in ROLE_CAPABILITIES[role]
+
+
+ROLE_CACHE = "_portal_role"  # the role read once per user object (a request, a socket's scope)
 
 
 def user_role(user: UserLike | None) -> Role | None:
@@ -61,8 +68,22 @@ def user_role(user: UserLike | None) -> Role | None:
     several role groups counts as the one with most capabilities."""
     if user is None or not user.is_authenticated:
         return None
-    names = {group.name for group in user.groups.all()}
-    return next((role for role in ROLE_CAPABILITIES if role.value in names), None)
+    if ROLE_CACHE not in user.__dict__:
+        names = {group.name for group in user.groups.all()}
+        user.__dict__[ROLE_CACHE] = next((role for role in ROLE_CAPABILITIES if role.value in names), None)
+    role: Role | None = user.__dict__[ROLE_CACHE]
+    return role
+
+
+def forget_role(user: UserLike) -> None:
+    """After a change of the user's groups: the next check reads them again."""
+    user.__dict__.pop(ROLE_CACHE, None)
+
+
+def may_use_django_admin(user: UserLike | None) -> bool:
+    """Django admin (/admin/) is break-glass: a superuser who holds the admin role. A demoted
+    superuser is refused there like everywhere else."""
+    return bool(user is not None and user.is_superuser and user_can(user, Capability.OPERATE))
 
 
 def has_any_role(user: UserLike | None) -> bool:
@@ -115,4 +136,5 @@ def roles_context(request: HttpRequest) -> dict[str, Any]:
         "can_view": user_can(user, Capability.VIEW),
         "can_edit_routing": user_can(user, Capability.EDIT_ROUTING),
         "can_operate": user_can(user, Capability.OPERATE),
+        "can_use_django_admin": may_use_django_admin(user),
     }

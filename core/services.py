@@ -16,7 +16,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from core.audit import audit_record
-from core.roles import ROLE_CAPABILITIES, Role, UserLike, ensure_role_groups, user_role
+from core.roles import ROLE_CAPABILITIES, Role, UserLike, ensure_role_groups, forget_role, user_role
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,11 @@ class UserCreated:
     invite_path: str  # "" when the admin set a password; else the one-time set-password link
 
 
-def _role_snapshot(user: User) -> dict[str, object]:
+def user_snapshot(user: User) -> dict[str, object]:
+    """What an audit event of a user change compares (the user name is the event's object)."""
     role = user_role(user)
-    # the user name is the event's object already
-    return {"email": user.email, "role": role.value if role else None, "is_active": user.is_active}
+    return {"email": user.email, "role": role.value if role else None, "is_active": user.is_active,
+            "is_superuser": user.is_superuser, "is_staff": user.is_staff}
 
 
 def _set_role_groups(user: User, role: Role | None) -> None:
@@ -36,12 +37,17 @@ def _set_role_groups(user: User, role: Role | None) -> None:
     user.groups.remove(*Group.objects.filter(name__in=[r.value for r in ROLE_CAPABILITIES]))
     if role is not None:
         user.groups.add(Group.objects.get(name=role.value))
-    # Django admin (/admin/) is for the admin role only.
-    user.is_staff = role is Role.ADMIN
-    user.save(update_fields=["is_staff"])
+    forget_role(user)
+    # Django admin is break-glass for a superuser holding the admin role: any other role
+    # takes the superuser flag away too, so nothing is left that the users page does not show.
+    if role is not Role.ADMIN:
+        user.is_superuser = False
+    user.is_staff = role is Role.ADMIN and user.is_superuser
+    user.save(update_fields=["is_staff", "is_superuser"])
 
 
-def _active_admins() -> int:
+def active_admin_count() -> int:
+    """Every active account that can administer: the role alone decides (core.roles.user_can)."""
     return User.objects.filter(is_active=True, groups__name=Role.ADMIN.value).distinct().count()
 
 
@@ -79,7 +85,7 @@ def user_create(
         user.set_unusable_password()
         user.save(update_fields=["password"])
     _set_role_groups(user, role)
-    audit_record(actor=actor, action="user.create", obj=user, after=_role_snapshot(user))
+    audit_record(actor=actor, action="user.create", obj=user, after=user_snapshot(user))
     return UserCreated(user, "" if password else user_invite_path(user))
 
 
@@ -88,19 +94,19 @@ def _guard_last_admin(*, actor: UserLike | None, user: User, losing_admin: bool)
         return
     if actor is not None and getattr(actor, "pk", None) == user.pk:
         raise ValidationError({"role": "You cannot remove your own admin role or account: ask another admin."})
-    if _active_admins() <= 1:
+    if active_admin_count() <= 1:
         raise ValidationError({"role": f"{user.get_username()} is the last active admin: make another admin first."})
 
 
 @transaction.atomic
 def user_set_role(*, actor: UserLike | None, user: User, role: Role | None) -> User:
-    before = _role_snapshot(user)
+    before = user_snapshot(user)
     current = user_role(user)
     if current == role:
         return user
     _guard_last_admin(actor=actor, user=user, losing_admin=current is Role.ADMIN and user.is_active)
     _set_role_groups(user, role)
-    audit_record(actor=actor, action="user.role", obj=user, before=before, after=_role_snapshot(user))
+    audit_record(actor=actor, action="user.role", obj=user, before=before, after=user_snapshot(user))
     return user
 
 
@@ -110,13 +116,13 @@ def user_set_active(*, actor: UserLike | None, user: User, active: bool) -> User
     inactive users), sockets included; nothing of theirs is deleted."""
     if user.is_active == active:
         return user
-    before = _role_snapshot(user)
+    before = user_snapshot(user)
     if not active:
         _guard_last_admin(actor=actor, user=user, losing_admin=user_role(user) is Role.ADMIN)
     user.is_active = active
     user.save(update_fields=["is_active"])
     audit_record(actor=actor, action="user.activate" if active else "user.deactivate", obj=user,
-                 before=before, after=_role_snapshot(user))
+                 before=before, after=user_snapshot(user))
     return user
 
 

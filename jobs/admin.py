@@ -1,4 +1,6 @@
-"""Read-only admin for jobs: they are written by the runner only."""
+"""Read-only admin for jobs: they are written by the runner only, and they are evidence —
+nobody deletes one here (a deletion would take its steps, log lines and benchmark run
+with it)."""
 
 from __future__ import annotations
 
@@ -32,4 +34,7 @@ class JobAdmin(admin.ModelAdmin[Job]):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -42,7 +42,8 @@ SESSION_COOKIE_SECURE = env_bool("PORTAL_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "core",  # first: its createsuperuser (which gives the admin role) stands in for auth's
+    "core.admin_apps.PortalAdminConfig",  # django.contrib.admin with the portal's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -50,7 +51,6 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
-    "core",
     "lanes",
     "jobs",
     "routing",

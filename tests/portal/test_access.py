@@ -68,9 +68,14 @@ def test_api_docs_are_served(viewer_client):
     assert "/api/me" in schema["paths"]
 
 
-def test_django_admin_is_for_admins_only(admin_client, viewer_client):
-    assert admin_client.get("/admin/").status_code == 200
+def test_django_admin_is_for_superuser_admins_only(admin_client, viewer_client, admin_user):
+    """Break-glass: a superuser holding the admin role (tests/core/test_superusers.py)."""
     assert viewer_client.get("/admin/").status_code == 302  # to the admin login
+    assert admin_client.get("/admin/").status_code == 302
+    admin_user.is_superuser = True
+    admin_user.save()
+    admin_client.force_login(admin_user)
+    assert admin_client.get("/admin/").status_code == 200
 
 
 def test_static_assets_are_served_by_the_portal(viewer_client):
@@ -114,11 +119,12 @@ def test_the_gateway_link_is_shown_to_those_who_may_open_it(admin_client, viewer
 
 def test_the_one_permission_check_is_user_can():
     """`core.roles.user_can` is the one permission check (an inactive account holds no
-    capability): no other module asks Django's `has_perm` itself, as /api/me once did."""
+    capability, and it reads the role, not Django's `has_perm`, which is always true for a
+    superuser): no module asks `has_perm` itself, as /api/me once did."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     packages = ("core", "lanes", "jobs", "routing", "gateway", "metrics", "benchmarks", "portal", "perf")
     callers = sorted(str(path.relative_to(root)) for package in packages for path in (root / package).rglob("*.py")
                      if "has_perm(" in path.read_text())
-    assert callers == ["core/roles.py"]
+    assert callers == []

@@ -75,7 +75,7 @@ def test_a_bad_user_name_or_duplicate_is_refused_naming_the_field(admin_client, 
 def test_admin_changes_a_role_and_deactivates_audited(admin_client, viewer_user):
     assert admin_client.post(f"/users/{viewer_user.pk}/role/", {"role": "admin"}).status_code == 302
     viewer_user.refresh_from_db()
-    assert user_role(viewer_user) is Role.ADMIN and viewer_user.is_staff
+    assert user_role(viewer_user) is Role.ADMIN and not viewer_user.is_staff  # Django admin: superusers only
     assert admin_client.post(f"/users/{viewer_user.pk}/deactivate/").status_code == 302
     viewer_user.refresh_from_db()
     assert not viewer_user.is_active
