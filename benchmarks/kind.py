@@ -31,6 +31,7 @@ from benchmarks.params import Level, plan_levels
 from benchmarks.promdelta import ROCE_SCRIPT, metrics_delta, parse_roce, roce_delta
 from benchmarks.records import run_for_job
 from benchmarks.selectors import level_payload
+from benchmarks.services import run_key_name
 from benchmarks.stats import RequestRecord
 from core.broadcast import abroadcast, broadcast
 from core.http import async_http_client
@@ -228,7 +229,7 @@ def _run_key(ctx: JobContext, lane: Lane, params: dict[str, Any], actor: Any) ->
     if "gateway" not in params["targets"]:
         return None, None
     limit = float(ctx.job.params.get("time_limit_s") or settings.JOBS_DEFAULT_TIME_LIMIT_S)
-    created = api_key_create(actor=actor, name=f"benchmark job #{ctx.job.pk}",
+    created = api_key_create(actor=actor, name=run_key_name(ctx.job.pk),
                              allowed_lanes=[lane.name], default_route=lane.name,
                              expires_at=timezone.now() + timedelta(seconds=limit + KEY_GRACE_S))
     ctx.log(f"gateway key {created.key.prefix}… created for this run (expires with it)")

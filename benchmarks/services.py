@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from benchmarks.records import run_for_job
 from core.audit import audit_record
 from core.roles import UserLike
+from gateway.models import ApiKey
+from gateway.services import api_key_revoke
 from jobs.models import Job, JobKind
 from jobs.services import job_create, lane_current_revision
 from lanes.models import Lane
@@ -36,3 +39,23 @@ def benchmark_start_named(*, lane_name: Any, user: UserLike | None, params: dict
     if lane is None:
         raise ValidationError({"lane": "pick a lane" if not lane_name else "no lane of that name"})
     return benchmark_start(lane=lane, user=user, params=params)
+
+
+def benchmark_relaunch(job: Job, user: UserLike | None) -> Job:
+    """Relaunch (jobs/registry.py): the same sweep on the lane's current revision, started
+    like the first (its run row, its benchmark.start event)."""
+    if job.lane is None:
+        raise ValidationError({"job": f"job #{job.pk}'s lane no longer exists"})
+    params = {key: value for key, value in (job.params or {}).items() if key != "nodes"}
+    return benchmark_start(lane=job.lane, user=user, params=params)
+
+
+def run_key_name(job_id: int) -> str:
+    return f"benchmark job #{job_id}"
+
+
+def benchmark_job_ended(job_id: int) -> None:
+    """Any final state, `lost` included (a killed worker never reaches the run's own
+    `finally`): the run's gateway key is revoked now, not at its expiry."""
+    for key in ApiKey.objects.filter(name=run_key_name(job_id), revoked_at__isnull=True):
+        api_key_revoke(actor=AnonymousUser(), key=key)

@@ -18,7 +18,7 @@ from core.audit import audit_record
 from core.roles import UserLike
 from jobs.models import ACTIVE_STATES, FABRIC_KINDS, MUTATING_KINDS, Job, JobKind, JobState, JobStep, StepState
 from jobs.params import default_time_limit, validate_params
-from jobs.registry import kind_runners
+from jobs.registry import kind_ended, kind_runners, registered_kind
 from jobs.runner import job_execute, job_skip_pending_steps
 from jobs.states import publish_job_state
 from lanes.lane_states import lane_set_desired_state
@@ -131,10 +131,13 @@ def lane_job_create(*, lane: Lane, kind: str, user: UserLike | None, params: dic
         desired = DesiredState.STOPPED if kind == JobKind.STOP and (
             replica is None or len(replicas) == 1) else DesiredState.SERVING
         lane_set_desired_state(lane=lane, state=desired, actor=user)
-        after = {"job": job.pk, "revision": revision.number, "nodes": job.params["nodes"]}
-        if replica is not None:
-            after["replica"] = replica
-        audit_record(actor=user, action=_LANE_KIND_ACTIONS[kind], obj=lane, after=after)
+    # A status job changes what the lane is shown as: audited like the others (the reaper's, "system").
+    after = {"job": job.pk, "revision": revision.number, "nodes": job.params["nodes"]}
+    if replica is not None:
+        after["replica"] = replica
+    if job.params.get("reason"):
+        after["reason"] = job.params["reason"]
+    audit_record(actor=user, action=_LANE_KIND_ACTIONS[kind], obj=lane, after=after)
     return job
 
 
@@ -148,7 +151,9 @@ def node_network_check_create(*, node: Node, user: UserLike | None, params: dict
     peers = list(
         Node.objects.filter(memberships__lane__members__node=node).exclude(pk=node.pk).distinct().order_by("name")
     )
-    return job_create(kind=JobKind.NETWORK_CHECK, user=user, nodes=[node, *peers], params=params)
+    job = job_create(kind=JobKind.NETWORK_CHECK, user=user, nodes=[node, *peers], params=params)
+    audit_record(actor=user, action="node.network_check", obj=node, after={"job": job.pk, "nodes": job.params["nodes"]})
+    return job
 
 
 def fabric_job_create(*, kind: str, nodes: list[Node], user: UserLike | None,
@@ -172,7 +177,9 @@ def fabric_job_create(*, kind: str, nodes: list[Node], user: UserLike | None,
             f"lane {lane.name} is {lane.observed_state} on "
             f"{', '.join(n.name for n in lane.ranked_nodes() if n.name in names)}" for lane in busy
         ) + ": stop it before a fabric test (the test needs the GPU and the links to itself)")
-    return job_create(kind=kind, user=user, nodes=nodes, params=params)
+    job = job_create(kind=kind, user=user, nodes=nodes, params=params)
+    audit_record(actor=user, action=f"fabric.{kind}", obj=job, after={"nodes": job.params["nodes"]})
+    return job
 
 
 def job_cancel(*, job: Job, user: UserLike | None, keep_running: bool = False) -> Job:
@@ -181,6 +188,7 @@ def job_cancel(*, job: Job, user: UserLike | None, keep_running: bool = False) -
     started, or, with `keep_running`, leaves it for inspection and says so on the lane."""
     name = user.get_username() if user is not None and user.is_authenticated else "system"
     now = timezone.now()
+    before = {"state": job.state, "cancel_requested_by": job.cancel_requested_by or None}
     if Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
         state=JobState.CANCELLED, finished_at=now, cancel_requested_at=now, cancel_requested_by=name,
         error=f"cancelled by {name} before it started",
@@ -192,14 +200,21 @@ def job_cancel(*, job: Job, user: UserLike | None, keep_running: bool = False) -
         job.refresh_from_db()
         if job.is_final:
             raise ValidationError({"job": f"job #{job.pk} is already {job.state}: nothing to cancel"})
+        return job  # a cancel already asked for: once is the event
     job.refresh_from_db()
+    audit_record(actor=user, action="job.cancel", obj=job, before=before, after={
+        "state": job.state, "cancel_requested_by": job.cancel_requested_by, "keep_running": keep_running})
     publish_job_state(job)
     return job
 
 
 def job_run(*, job_id: int) -> str | None:
-    """The task's body: the one runner with every kind."""
-    return job_execute(job_id=job_id, kinds=kind_runners())
+    """The task's body: the one runner with every kind, then the kind's clean-up (the
+    reaper runs it for a job that never comes back here: `lost`)."""
+    state = job_execute(job_id=job_id, kinds=kind_runners())
+    if state is not None:
+        kind_ended(Job.objects.get(pk=job_id))
+    return state
 
 
 def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = None) -> list[int]:
@@ -224,6 +239,7 @@ def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = N
         job.refresh_from_db()
         job_skip_pending_steps(job=job)
         publish_job_state(job)
+        kind_ended(job)
         lost.append(job.pk)
         logger.warning("job %s lost (%s)", job.pk, job.error)
         if job.lane_id is not None and job.lane is not None and job.kind != JobKind.STATUS:
@@ -232,9 +248,18 @@ def job_reap_lost(*, now: datetime | None = None, lost_after_s: float | None = N
     return lost
 
 
+@transaction.atomic
 def job_relaunch(*, job: Job, user: UserLike | None) -> Job:
     """A new job of the same kind on the same target with the same parameters (AWX's
-    Relaunch). A lane job runs the lane's current revision, as a Launch button would."""
+    Relaunch), through the same service a first start uses — so it leaves the same audit
+    event (`lane.launch`, `benchmark.start`, ...) and a `job.relaunch` naming the one it repeats.
+    A lane job runs the lane's current revision, as a Launch button would."""
+    new_job = _relaunched(job, user)
+    audit_record(actor=user, action="job.relaunch", obj=new_job, after={"relaunch_of": job.pk})
+    return new_job
+
+
+def _relaunched(job: Job, user: UserLike | None) -> Job:
     if not job.is_final:
         raise ValidationError({"job": f"job #{job.pk} is still {job.state}: wait for it or cancel it first"})
     params = {key: value for key, value in (job.params or {}).items() if key != "nodes"}
@@ -246,8 +271,7 @@ def job_relaunch(*, job: Job, user: UserLike | None) -> Job:
         return node_network_check_create(node=node, user=user, params=params)
     if job.lane is None:
         raise ValidationError({"job": f"job #{job.pk}'s lane no longer exists"})
-    if job.kind == JobKind.BENCHMARK:
-        # Same sweep on the lane's current revision; the job makes its run row when it starts.
-        return job_create(kind=job.kind, user=user, nodes=job.lane.ranked_nodes(), lane=job.lane,
-                          revision=lane_current_revision(job.lane), params=params)
+    entry = registered_kind(job.kind)
+    if entry is not None and entry.relaunch is not None:  # the benchmark: its run row and benchmark.start
+        return entry.relaunch(job, user)
     return lane_job_create(lane=job.lane, kind=job.kind, user=user, params=params)

@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
+from core.audit import audit_record
 from core.broadcast import DASHBOARD_GROUP, HEADER_GROUP, broadcast
 from core.roles import Capability, UserLike, user_can
 from metrics.models import Alert, AlertState, WebhookDelivery
@@ -111,5 +112,7 @@ def alert_acknowledge(*, alert: Alert, actor: UserLike) -> Alert:
             alert.acknowledged_at = timezone.now()
             alert.acknowledged_by = actor  # type: ignore[assignment]
             alert.save(update_fields=["acknowledged_at", "acknowledged_by"])
+            audit_record(actor=actor, action="alert.acknowledge", obj=alert, before={"acknowledged": False},
+                         after={"acknowledged": True, "rule": alert.rule, "target": alert.target})
             _announce(alert, "acknowledged", alert.acknowledged_at)
     return alert

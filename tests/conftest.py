@@ -78,6 +78,15 @@ def make_user(username: str, role: Role | None) -> User:
     return user
 
 
+def make_superuser(username: str = "root") -> User:
+    """What `manage.py createsuperuser` makes: a superuser holding the admin role (Django
+    admin is break-glass for those only; tests/core/test_superusers.py)."""
+    user = User.objects.create_superuser(username, f"{username}@example.org", PASSWORD)
+    ensure_role_groups()
+    user.groups.add(Group.objects.get(name=Role.ADMIN.value))
+    return user
+
+
 @pytest.fixture
 def admin_user(db: None) -> User:
     return make_user("ada-admin", Role.ADMIN)

@@ -162,11 +162,13 @@ def test_lane_actions_partial_shows_the_plans_to_admins(rf, admin_user, viewer_u
     assert "/jobs/nodes/spark3/network-check/" in html
 
 
-def test_jobs_are_read_only_in_the_django_admin(admin_client, job, django_user_model):
-    superuser = django_user_model.objects.create_superuser("root-admin", "r@example.com", "pw-123456789")
-    admin_client.force_login(superuser)
+def test_jobs_are_read_only_in_the_django_admin(admin_client, job):
+    from tests.conftest import make_superuser
+
+    admin_client.force_login(make_superuser("root-admin"))
     assert admin_client.get(f"/admin/jobs/job/{job.pk}/change/").status_code == 200
     assert admin_client.get("/admin/jobs/job/add/").status_code == 403
+    assert admin_client.get(f"/admin/jobs/job/{job.pk}/delete/").status_code == 403  # evidence
 
 
 def test_recent_jobs_and_live_events_name_the_kind_in_words(viewer_client, job, lane):

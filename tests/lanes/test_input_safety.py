@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncssh
 import pytest
-from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import Client
 
@@ -15,6 +14,7 @@ from lanes.lane_services import lane_update
 from lanes.lane_states import lane_set_observed_state
 from lanes.models import Lane, LaneRevision, Node
 from lanes.node_services import node_create, node_update
+from tests.conftest import make_superuser
 
 
 def node_body(**overrides: str) -> dict[str, str]:
@@ -103,7 +103,7 @@ def test_a_stopped_lane_is_renamed_with_a_revision_and_an_audit_event(make_lane,
 
 @pytest.fixture
 def superuser_client(db: None) -> Client:
-    user = User.objects.create_superuser("root", password="x" * 12)
+    user = make_superuser("root")
     client = Client()
     client.force_login(user)
     return client

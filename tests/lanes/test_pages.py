@@ -214,7 +214,7 @@ def test_the_django_admin_lists_nodes_lanes_and_revisions(make_lane, admin_user,
     from django.contrib.auth.models import User
 
     make_lane("qwen")
-    User.objects.filter(pk=admin_user.pk).update(is_superuser=True)
+    User.objects.filter(pk=admin_user.pk).update(is_superuser=True)  # with its admin role: Django admin
     client.force_login(admin_user)
     for url in ("/admin/lanes/node/", "/admin/lanes/lane/", "/admin/lanes/lanerevision/"):
         assert client.get(url).status_code == 200

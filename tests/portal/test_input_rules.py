@@ -24,6 +24,7 @@ from lanes.lane_services import lane_create
 from lanes.models import Lane, Node
 from lanes.node_services import node_create
 from portal.asgi import application
+from tests.conftest import make_superuser
 from tests.lanes.rule_cases import GIB, lane_data
 
 NODE = {"name": "spark9", "address": "10.0.0.9", "transport": "local", "memory_gib": 128.0, "os_reserve_gib": 8.0}
@@ -74,7 +75,7 @@ def test_a_bad_node_value_gets_the_same_message_from_shell_api_and_admin(
     form = {**NODE, "ssh_port": 22, "ssh_user": "spark", "runtime_command": "docker", "state": "unknown",
             "labels": "[]", "network_report": "{}", field: json.dumps(value) if field == "labels" else value}
     site_admin = Client()
-    site_admin.force_login(User.objects.create_superuser("root", password="x"))
+    site_admin.force_login(make_superuser("root"))
     page = site_admin.post("/admin/lanes/node/add/", form)
     # The Django admin is read-only for nodes: changes go through the services (pages, API).
     assert page.status_code == 403
