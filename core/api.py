@@ -19,12 +19,19 @@ from core.roles import Capability, require, role_required, user_can
 
 
 class RoleAuth(SessionAuth):
-    """Session auth (with CSRF on unsafe methods) plus a capability: anonymous → 401,
-    a logged-in user without the capability → 403."""
+    """Session auth (with CSRF on unsafe methods) plus a capability: anonymous → 401 (asked
+    first: a request with no session has nothing for CSRF to protect, and "log in" is the
+    answer it needs), a session without the CSRF token → 403, a logged-in user without the
+    capability → 403."""
 
     def __init__(self, capability: Capability) -> None:
         super().__init__(csrf=True)
         self.capability = capability
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if not request.user.is_authenticated:
+            return None
+        return super().__call__(request)
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Any:
         user = super().authenticate(request, key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.auth.forms import SetPasswordForm
 from django.contrib.auth.models import Group, User
 from django.contrib.auth.password_validation import validate_password
 from django.contrib.auth.tokens import default_token_generator
@@ -13,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.urls import reverse
 from django.utils.encoding import force_bytes
-from django.utils.http import urlsafe_base64_encode
+from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
 
 from core.audit import audit_record
 from core.roles import ROLE_CAPABILITIES, Role, UserLike, ensure_role_groups, forget_role, user_role
@@ -132,3 +133,19 @@ def user_new_invite(*, actor: UserLike | None, user: User) -> str:
         raise ValidationError({"user": f"{user.get_username()} has already set a password."})
     audit_record(actor=actor, action="user.invite", obj=user)
     return user_invite_path(user)
+
+
+def invited_user(uidb64: str, token: str) -> User | None:
+    """The user an invite link names, if its token is still good (unused, not expired)."""
+    try:
+        user = User.objects.get(pk=int(urlsafe_base64_decode(uidb64).decode()))
+    except (ValueError, TypeError, OverflowError, User.DoesNotExist):
+        return None
+    return user if user.is_active and default_token_generator.check_token(user, token) else None
+
+
+def password_set_by_invite(*, user: User, form: SetPasswordForm) -> User:
+    """The invited user's own password (the token dies with the old password hash)."""
+    form.save()
+    audit_record(actor=user, action="user.password_set", obj=user)
+    return user

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import SetPasswordForm
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse_lazy
 from django.views.decorators.http import require_POST
 
 from core.forms import UserCreateForm, UserRoleForm, role_from_choice
 from core.roles import Capability, role_required, user_role
 from core.selectors import user_audit_events, user_list
-from core.services import user_create, user_new_invite, user_set_active, user_set_role
+from core.services import (
+    invited_user,
+    password_set_by_invite,
+    user_create,
+    user_new_invite,
+    user_set_active,
+    user_set_role,
+)
 
 
 def _form_errors(form: UserCreateForm, exc: ValidationError) -> None:
@@ -73,13 +78,17 @@ def user_action(request: HttpRequest, user_id: int, action: str) -> HttpResponse
     return redirect("users")
 
 
-class PasswordSetView(auth_views.PasswordResetConfirmView):
-    """The invite link: the new user sets their own password, then logs in."""
-
-    template_name = "registration/set_password.html"
-    success_url = reverse_lazy("login")
-
-    def form_valid(self, form: SetPasswordForm) -> HttpResponse:
-        response = super().form_valid(form)
-        messages.success(self.request, "Password set: log in with it now.")
-        return response
+def password_set(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
+    """The invite link: the new user sets their own password, then logs in. The token is
+    checked from the link on every request, the POST too (the form posts back to the link);
+    nothing is put in the session (Django's PasswordResetConfirmView keeps the token there,
+    and a session row that lets its reader set the password is a credential at rest)."""
+    user = invited_user(uidb64, token)
+    form = SetPasswordForm(user, request.POST or None) if user is not None else None
+    if user is not None and form is not None and request.method == "POST" and form.is_valid():
+        password_set_by_invite(user=user, form=form)
+        messages.success(request, "Password set: log in with it now.")
+        return redirect("login")
+    response = render(request, "registration/set_password.html", {"form": form, "validlink": user is not None})
+    response["Referrer-Policy"] = "no-referrer"  # the token is in this page's address
+    return response

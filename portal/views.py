@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -9,10 +11,12 @@ from django.shortcuts import render
 from django.views import defaults
 from django.views.decorators.cache import never_cache
 
-from core.roles import Capability, role_required
+from core.roles import Capability, role_required, user_can
 from core.tasks import HEARTBEAT_CACHE_KEY
 from portal.health import check_database, check_redis
 from portal.selectors import dashboard_summary
+
+logger = logging.getLogger(__name__)
 
 
 @role_required(Capability.VIEW)
@@ -22,13 +26,28 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     })
 
 
+def _shows_details(request: HttpRequest) -> bool:
+    """An admin signed in sees why a check failed; a database that is down cannot say who is
+    signed in, and then nobody does."""
+    try:
+        return user_can(request.user, Capability.OPERATE)
+    except Exception:
+        return False
+
+
 @never_cache
-def healthz(request: HttpRequest) -> JsonResponse:  # noqa: ARG001 (a Django view)
-    """Liveness for load balancers and compose: 200 when the database and Redis answer."""
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness for load balancers and compose: 200 when the database and Redis answer. The
+    public answer says which check failed, never its error text (host, port, database user):
+    that goes to the log, and to an admin who is signed in."""
     checks = {"database": check_database(), "redis": check_redis()}
+    for problem in filter(None, checks.values()):
+        logger.warning("healthz: %s", problem)
+    details = _shows_details(request)
     body = {
         "status": "ok" if not any(checks.values()) else "unavailable",
-        "checks": {name: (problem or "ok") for name, problem in checks.items()},
+        "checks": {name: "ok" if not problem else problem if details else "unavailable"
+                   for name, problem in checks.items()},
     }
     return JsonResponse(body, status=200 if body["status"] == "ok" else 503)
 

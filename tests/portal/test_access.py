@@ -62,6 +62,21 @@ def test_api_denies_anonymous_with_401(client):
     assert response.status_code == 401
 
 
+def test_anonymous_api_writes_answer_401_with_the_error_shape_not_a_csrf_403():
+    """D10: authentication is asked before CSRF (README: 401 anonymous)."""
+    from django.test import Client
+
+    from lanes.models import Node
+
+    client = Client(enforce_csrf_checks=True)
+    for path in ("/api/nodes", "/api/gateway/keys", "/api/jobs/1/cancel"):
+        response = client.post(path, {"name": "spark9", "address": "127.0.0.19", "transport": "ssh"},
+                               content_type="application/json")
+        assert response.status_code == 401, (path, response.content)
+        assert response.json() == {"detail": "Log in first (session cookie and CSRF token)."}
+    assert not Node.objects.exists()
+
+
 def test_api_docs_are_served(viewer_client):
     assert viewer_client.get("/api/docs").status_code == 200
     schema = viewer_client.get("/api/openapi.json").json()

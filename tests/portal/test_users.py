@@ -51,15 +51,36 @@ def test_without_a_password_the_admin_gets_a_one_time_invite_link(admin_client, 
     user = User.objects.get(username="newbie")
     assert not user.has_usable_password()
     path = link.split("testserver", 1)[1]
-    form_page = client.get(path, follow=True)  # Django moves the token into the session first
+    form_page = client.get(path)
     assert form_page.status_code == 200 and b"Set your password" in form_page.content
-    done = client.post(form_page.redirect_chain[-1][0], {"new_password1": "a-long-new-passphrase",
-                                                         "new_password2": "a-long-new-passphrase"})
+    assert form_page["Referrer-Policy"] == "no-referrer"
+    done = client.post(path, {"new_password1": "a-long-new-passphrase", "new_password2": "a-long-new-passphrase"})
     assert done.status_code == 302
     user.refresh_from_db()
     assert user.check_password("a-long-new-passphrase")
-    # used once: the same link is dead now
+    assert AuditEvent.objects.filter(action="user.password_set", actor=user).exists()
+    # used once: the same link is dead now, for a GET and a POST
     assert b"no longer works" in client.get(path, follow=True).content
+    again = client.post(path, {"new_password1": "another-passphrase-1", "new_password2": "another-passphrase-1"})
+    assert b"no longer works" in again.content
+    user.refresh_from_db()
+    assert user.check_password("a-long-new-passphrase")
+
+
+def test_opening_the_invite_link_stores_nothing_in_the_session_table(admin_client, client):
+    """D8: Django's own confirm view puts the token in the session; a session row must
+    never let its reader set the password."""
+    from django.contrib.sessions.models import Session
+
+    link = admin_client.post("/users/", {"username": "newbie", "role": "viewer"}).context["invite"]["url"]
+    path = link.split("testserver", 1)[1]
+    token = path.rstrip("/").rsplit("/", 1)[1]
+    assert client.get(path).status_code == 200
+    bad = client.post(path, {"new_password1": "short", "new_password2": "other"})  # a refused POST too
+    assert bad.status_code == 200 and b"Set your password" in bad.content
+    rows = [(row.session_data, str(row.get_decoded())) for row in Session.objects.all()]
+    assert rows and not any(token in data or token in decoded for data, decoded in rows)
+    assert not User.objects.get(username="newbie").has_usable_password()
 
 
 def test_a_bad_user_name_or_duplicate_is_refused_naming_the_field(admin_client, viewer_user):
