@@ -45,11 +45,11 @@ def lanes_drift(lanes: Sequence[Lane]) -> dict[str, LaneDrift]:
         return found
     jobs = (
         Job.objects.filter(lane_id__in=running_lanes, state=JobState.SUCCEEDED,
-                           kind__in=(JobKind.LAUNCH, JobKind.RESTART, JobKind.STOP))
+                           kind__in=(JobKind.LAUNCH, JobKind.RESTART, JobKind.STOP, JobKind.STATUS))
         .annotate(serve_steps=Count("steps", filter=Q(steps__phase="serve")),
                   serve_ran=Count("steps", filter=Q(steps__phase="serve") & ~Q(steps__state=StepState.SKIPPED)))
         .order_by("lane_id", "-finished_at", "-id")
-        .values("id", "lane_id", "kind", "lane_revision_id", "serve_steps", "serve_ran")
+        .values("id", "lane_id", "kind", "lane_revision_id", "serve_steps", "serve_ran", "result")
     )
     started: dict[int, dict[str, Any]] = {}
     decided: set[int] = set()
@@ -57,21 +57,30 @@ def lanes_drift(lanes: Sequence[Lane]) -> dict[str, LaneDrift]:
         lane_id = job["lane_id"]
         if lane_id in decided:
             continue
-        if job["kind"] == JobKind.STOP:
+        if job["kind"] == JobKind.STATUS:
+            # A status job that read the containers' revision label (after a lost launch, the
+            # only record of what runs); one that did not decides nothing.
+            number = (job["result"] or {}).get("running_revision")
+            if isinstance(number, int):
+                started[lane_id] = {**job, "number": number}
+                decided.add(lane_id)
+        elif job["kind"] == JobKind.STOP:
             decided.add(lane_id)
         elif job["lane_revision_id"] is not None and (
             job["kind"] == JobKind.RESTART or not job["serve_steps"] or job["serve_ran"]
         ):
             started[lane_id] = dict(job)
             decided.add(lane_id)
-    wanted = Q(pk__in=[job["lane_revision_id"] for job in started.values()])
-    for lane_id in started:
-        wanted |= Q(lane_id=lane_id, number=running_lanes[lane_id].revision)
+    wanted = Q(pk__in=[job["lane_revision_id"] for job in started.values() if "number" not in job])
+    for lane_id, start in started.items():
+        wanted |= Q(lane_id=lane_id, number__in=[running_lanes[lane_id].revision, start.get("number", 0)])
     revisions = {(r.lane_id, r.number): r for r in LaneRevision.objects.filter(wanted)}
     by_id = {r.pk: r for r in revisions.values()}
     for lane_id, start in started.items():
         lane = running_lanes[lane_id]
-        running = by_id[start["lane_revision_id"]]
+        running = revisions.get((lane_id, start["number"])) if "number" in start else by_id[start["lane_revision_id"]]
+        if running is None:
+            continue
         latest = revisions.get((lane_id, lane.revision))
         changes: list[tuple[str, Any, Any]] = []
         if latest is not None and latest.number != running.number:

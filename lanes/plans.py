@@ -285,14 +285,26 @@ def render_stop_plan(config: Mapping[str, Any], nodes: Sequence[NodeTarget]) -> 
     return Plan(lane.name, lane.revision, "stop", tuple(steps), tuple(lane.warnings), lane.node_names)
 
 
+STATUS_FORMAT = '{{.State.Status}} {{.State.StartedAt}} {{index .Config.Labels "spark-lanes.revision"}}'
+
+
+def running_revision(inspected: str) -> int | None:
+    """The revision a running container was launched with, from STATUS_FORMAT's output."""
+    words = inspected.split()
+    if len(words) < 3 or words[0] != "running" or not words[2].isdigit():
+        return None
+    return int(words[2])
+
+
 def render_status_plan(config: Mapping[str, Any], nodes: Sequence[NodeTarget]) -> Plan:
     lane = sh.LaneView.from_config(config, nodes)
     steps: list[PlanStep] = []
     for target in lane.targets:
         node = target.node.name
         steps.append(PlanStep(
-            f"status.container.{node}", "status", node, f"container {lane.container}: state and start time",
-            command=sh.docker(target, "inspect", "--format", "{{.State.Status}} {{.State.StartedAt}}", lane.container),
+            f"status.container.{node}", "status", node, f"container {lane.container}: state, start time, revision",
+            # the revision label the launch set: a status job after a lost launch says what runs
+            command=sh.docker(target, "inspect", "--format", STATUS_FORMAT, lane.container),
             on_failure="warn", timeout_s=30, collect="container_state",
         ))
         if lane.mode != "ray" or target.rank == 0:

@@ -17,7 +17,7 @@ from jobs.transports import TransportError
 from lanes.crypto import CredentialError, decrypt_secret
 from lanes.lane_states import lane_set_desired_state, lane_set_observed_state
 from lanes.models import Lane, LaneReplica, LaneState, Node
-from lanes.plans import Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan
+from lanes.plans import Plan, PlanStep, render_launch_plan, render_status_plan, render_stop_plan, running_revision
 from lanes.replica_health import replica_in_flight
 from lanes.secrets import SECRET_MARK, marked_names
 from lanes.selectors import plan_targets, replica_configs
@@ -240,7 +240,13 @@ class LaneJob:
             self.set_state(state, f"status #{self.ctx.job.pk}: {reason}")
         else:
             self.ctx.log(f"{self.label} is {state}: {reason}")
-        return self.result(state=state, reason=reason, containers=containers)
+        # What runs, from the containers' revision label: after a lost launch the status job is
+        # the only record of it (jobs/drift.py reads running_revision).
+        found = {running_revision(text) for text in containers.values() if text.startswith("running")}
+        revision = found.pop() if len(found) == 1 else None
+        if revision is not None:
+            self.ctx.log(f"{self.label} runs revision {revision}")
+        return self.result(state=state, reason=reason, containers=containers, running_revision=revision)
 
     def current_state(self) -> str:
         self.lane.refresh_from_db(fields=["observed_state"])

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from jobs.drift import lane_drift
 from jobs.models import Job, JobKind, JobState, JobStep, StepState
 from jobs.services import job_reap_lost, job_run, lane_job_create
 from jobs.tasks import run_job
@@ -106,3 +107,6 @@ def test_a_killed_worker_leaves_a_lost_job_and_status_reconciles(worker, local_c
     status.refresh_from_db()
     assert status.state == JobState.SUCCEEDED, status.error
     assert Lane.objects.get(pk=lane.pk).observed_state == LaneState.SERVING
+    # D12: the lost launch recorded nothing; the status job read the containers' revision label
+    assert status.result["running_revision"] == 1
+    assert lane_drift(Lane.objects.get(pk=lane.pk)).as_dict()["running"] == 1
