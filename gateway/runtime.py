@@ -126,9 +126,9 @@ class GatewayRuntime:
                 await asyncio.sleep(1.0)
 
     async def close(self) -> None:
-        await self.log_writer.flush()
-        if self.background:
+        if self.background:  # first: what runs after an answer may still add log rows
             await asyncio.wait(self.background, timeout=5)
+        await self.log_writer.flush()
         self.closed = True
         await stop_loop(self._listener, "invalidation listener")
         await self.health.close()

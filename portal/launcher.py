@@ -49,6 +49,12 @@ class Launcher:
         self.children.append((name, proc))
         return proc
 
+    def web_argv(self) -> list[str]:
+        """The web process's command line (with the ASGI lifespan: its shutdown flushes the
+        request log after the last stream; tests/portal/test_graceful_stop.py runs this one)."""
+        return [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", self.host,
+                "--port", str(self.port), "--no-access-log"]
+
     def manage(self, *args: str) -> str:
         result = subprocess.run(
             [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
@@ -138,8 +144,7 @@ class Launcher:
         self.manage("migrate", "--noinput")
         login = self.manage("demo_setup").strip().splitlines()[-1].split()
         python = sys.executable
-        self.spawn("web", [python, "-m", "uvicorn", "portal.asgi:application", "--host", self.host,
-                           "--port", str(self.port), "--no-access-log"])
+        self.spawn("web", self.web_argv())
         # Every lane not stopped shows "checking" until the health watcher has probed it.
         self.manage("lanes_checking")
         self.spawn("worker", [python, "-m", "portal.workers", "jobs"])
