@@ -50,8 +50,9 @@ class Launcher:
         return proc
 
     def web_argv(self) -> list[str]:
-        """The web process's command line (with the ASGI lifespan: its shutdown flushes the
-        request log after the last stream; tests/portal/test_graceful_stop.py runs this one)."""
+        """The web process's command line, uvicorn's defaults kept: on SIGTERM it drains the
+        open streams, then the app's shutdown flushes the request log
+        (tests/portal/test_graceful_stop.py runs this one)."""
         return [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", self.host,
                 "--port", str(self.port), "--no-access-log"]
 
