@@ -7,13 +7,16 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.forms import UserChangeForm
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from core.audit import audit_record
 from core.models import AuditEvent
-from core.services import user_snapshot
+from core.roles import Role, user_role
+from core.services import active_admin_count, user_snapshot
 
 BEFORE = "_portal_audit_before"  # request attribute: {pk: (snapshot, password hash)} of objects opened
 
@@ -39,6 +42,23 @@ def _fresh(user: User) -> User:
     return User.objects.prefetch_related("groups").get(pk=user.pk)
 
 
+def _last_active_admin(user: User) -> bool:
+    return bool(user.pk and user.is_active and user_role(_fresh(user)) is Role.ADMIN and active_admin_count() <= 1)
+
+
+class GuardedUserChangeForm(UserChangeForm):
+    """The users page's rule, here too: the last active admin keeps the role and the account."""
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.instance.pk and _last_active_admin(self.instance):
+            keeps_role = any(group.name == Role.ADMIN.value for group in data.get("groups") or [])
+            if not keeps_role or not data.get("is_active"):
+                raise ValidationError(f"{self.instance.get_username()} is the last active admin: "
+                                      "make another admin first.")
+        return data
+
+
 admin.site.unregister(User)
 
 
@@ -46,6 +66,11 @@ admin.site.unregister(User)
 class AuditedUserAdmin(UserAdmin):
     """Django's user admin, audited: the snapshot is taken when the object is opened and the
     event written after its groups are saved (log_change runs after save_related)."""
+
+    form = GuardedUserChangeForm
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and not (obj is not None and _last_active_admin(obj))
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         user = super().get_object(request, object_id, from_field)

@@ -89,3 +89,14 @@ def test_jobs_and_their_logs_cannot_be_deleted_in_django_admin(root_client):
                                                  "post": "yes"})
     assert bulk.status_code in (200, 302)
     assert Job.objects.filter(pk=job.pk).exists() and JobLogLine.objects.filter(job=job).exists()
+
+
+def test_django_admin_keeps_the_last_active_admin(root_client):
+    """The users page's rule holds there too: root is the only admin (createsuperuser)."""
+    root = User.objects.get(username="root")
+    page = root_client.post(f"/admin/auth/user/{root.pk}/change/", change_form(root, groups=[], is_superuser="on",
+                                                                                is_staff="on"))
+    assert page.status_code == 200 and "last active admin" in page.content.decode()
+    assert root_client.post(f"/admin/auth/user/{root.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert User.objects.get(pk=root.pk).groups.filter(name=Role.ADMIN.value).exists()
+    assert not AuditEvent.objects.filter(action__in=["user.admin_change", "user.delete"]).exists()
