@@ -34,6 +34,13 @@ class LaneDrift:
                 "changes": [{"field": f, "running": old, "latest": new} for f, old, new in self.changes]}
 
 
+def status_revision(result: dict[str, Any]) -> int | None:
+    """The revision a status job found running: its own, or the one every replica agrees on."""
+    numbers = {part.get("running_revision") for part in result.get("replicas") or [result]}
+    number = numbers.pop() if len(numbers) == 1 else None
+    return number if isinstance(number, int) else None
+
+
 def lanes_drift(lanes: Sequence[Lane]) -> dict[str, LaneDrift]:
     """Each lane's drift, in a fixed number of queries whatever the number of lanes (the
     lists show it on every row). The running revision is the one the last succeeded
@@ -60,8 +67,8 @@ def lanes_drift(lanes: Sequence[Lane]) -> dict[str, LaneDrift]:
         if job["kind"] == JobKind.STATUS:
             # A status job that read the containers' revision label (after a lost launch, the
             # only record of what runs); one that did not decides nothing.
-            number = (job["result"] or {}).get("running_revision")
-            if isinstance(number, int):
+            number = status_revision(job["result"] or {})
+            if number is not None:
                 started[lane_id] = {**job, "number": number}
                 decided.add(lane_id)
         elif job["kind"] == JobKind.STOP:

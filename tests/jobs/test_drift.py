@@ -117,3 +117,12 @@ def test_drift_of_many_lanes_takes_as_many_queries_as_of_two():
         return len(captured)
 
     assert count(lanes[:2]) == count(lanes) <= 3
+
+
+def test_a_status_jobs_revision_is_its_own_or_the_one_every_replica_agrees_on():
+    from jobs.drift import status_revision
+
+    assert status_revision({"running_revision": 3}) == 3
+    assert status_revision({"running_revision": None}) is None and status_revision({}) is None
+    assert status_revision({"replicas": [{"running_revision": 2}, {"running_revision": 2}]}) == 2
+    assert status_revision({"replicas": [{"running_revision": 2}, {"running_revision": 3}]}) is None
