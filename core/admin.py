@@ -3,6 +3,7 @@ through the portal, admins included. Every change to a user made here (superuser
 groups, staff, active, password, deletion) leaves an audit event with before/after, like
 the users page's changes."""
 
+from functools import partial
 from typing import Any
 
 from django.contrib import admin
@@ -10,10 +11,12 @@ from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.forms import UserChangeForm
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from core.audit import audit_record
+from core.broadcast import announce_access_change
 from core.models import AuditEvent
 from core.roles import Role, user_role
 from core.services import active_admin_count, user_snapshot
@@ -90,10 +93,12 @@ class AuditedUserAdmin(UserAdmin):
         if password is not None and password != fresh.password:  # never the hash itself
             before, after = {**before, "password": "(previous)"}, {**after, "password": "(changed)"}
         audit_record(actor=request.user, action="user.admin_change", obj=obj, before=before, after=after)
+        transaction.on_commit(lambda: announce_access_change(obj.pk))
         return super().log_change(request, obj, message)
 
     def log_deletions(self, request: HttpRequest, queryset: QuerySet[User]) -> Any:
         """Called before the rows go: their audit events keep the actor's name (actor_name)."""
         for user in queryset:
             audit_record(actor=request.user, action="user.delete", obj=user, before=user_snapshot(_fresh(user)))
+            transaction.on_commit(partial(announce_access_change, user.pk))
         return super().log_deletions(request, queryset)

@@ -29,3 +29,21 @@ async def abroadcast(group: str, event: str, data: Any) -> None:
     if layer is None:
         return
     await layer.group_send(group, group_message(event, data))
+
+
+def user_group(user_id: int) -> str:
+    """Every socket of one account: told when its role or account changes."""
+    return f"user.{user_id}"
+
+
+ACCESS_CHANGED = {"type": "portal.access"}
+
+
+def announce_access_change(user_id: int) -> None:
+    """The account's role, superuser flag or active flag changed (or it was deleted): each of
+    its open sockets checks again and closes if its page is no longer allowed. A socket is
+    checked when it opens; without this one opened before a demotion would go on streaming."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    async_to_sync(layer.group_send)(user_group(user_id), dict(ACCESS_CHANGED))

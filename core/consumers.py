@@ -9,8 +9,9 @@ from typing import Any, ClassVar
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth.models import User
 
-from core.broadcast import HEADER_GROUP
+from core.broadcast import HEADER_GROUP, user_group
 from core.roles import Capability, user_can
 
 # Close codes (4000-4999 are the application's): the page shows why it was refused.
@@ -40,7 +41,7 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.joined: list[str] = []
-        for group in await self.groups_for_connection():
+        for group in [user_group(user.pk), *await self.groups_for_connection()]:
             await self.channel_layer.group_add(group, self.channel_name)
             self.joined.append(group)
         await self.accept()
@@ -48,6 +49,12 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
 
     async def user_allowed(self, user: Any) -> bool:
         return bool(await database_sync_to_async(user_can)(user, self.capability))
+
+    async def portal_access(self, message: dict[str, Any]) -> None:  # noqa: ARG002 (a group message handler)
+        """The account changed (core.broadcast.announce_access_change): read it again."""
+        fresh = await database_sync_to_async(_reload_user)(self.scope["user"].pk)
+        if fresh is None or not await self.user_allowed(fresh):
+            await self.close(code=CLOSE_FORBIDDEN)
 
     async def groups_for_connection(self) -> list[str]:
         return []
@@ -85,6 +92,10 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_INVALID_PAYLOAD)
             return
         await self.receive_json(content, **kwargs)
+
+
+def _reload_user(user_id: int) -> User | None:
+    return User.objects.filter(pk=user_id).first()
 
 
 class UnknownSocketConsumer(AsyncJsonWebsocketConsumer):

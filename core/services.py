@@ -17,6 +17,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
 
 from core.audit import audit_record
+from core.broadcast import announce_access_change
 from core.roles import ROLE_CAPABILITIES, Role, UserLike, ensure_role_groups, forget_role, user_role
 
 
@@ -108,6 +109,7 @@ def user_set_role(*, actor: UserLike | None, user: User, role: Role | None) -> U
     _guard_last_admin(actor=actor, user=user, losing_admin=current is Role.ADMIN and user.is_active)
     _set_role_groups(user, role)
     audit_record(actor=actor, action="user.role", obj=user, before=before, after=user_snapshot(user))
+    transaction.on_commit(lambda: announce_access_change(user.pk))
     return user
 
 
@@ -124,6 +126,7 @@ def user_set_active(*, actor: UserLike | None, user: User, active: bool) -> User
     user.save(update_fields=["is_active"])
     audit_record(actor=actor, action="user.activate" if active else "user.deactivate", obj=user,
                  before=before, after=user_snapshot(user))
+    transaction.on_commit(lambda: announce_access_change(user.pk))
     return user
 
 

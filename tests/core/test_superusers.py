@@ -8,16 +8,18 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from channels.db import database_sync_to_async
 from django.apps import apps
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.test import Client
 
+from core.broadcast import HEADER_GROUP, abroadcast
 from core.consumers import CLOSE_FORBIDDEN
 from core.models import AuditEvent
 from core.roles import Capability, Role, user_can, user_role
-from core.services import user_set_role
+from core.services import user_set_active, user_set_role
 from gateway.models import ApiKey
 from tests.jobs.test_consumer import cookie_for, in_fresh_loop, socket
 
@@ -115,3 +117,47 @@ def test_migration_0003_gives_superusers_without_a_role_the_admin_role(viewer_us
     assert user_role(User.objects.get(pk=viewer_user.pk)) is Role.VIEWER
     assert AuditEvent.objects.filter(action="user.role", object_id=str(bare.pk), actor_name="system").exists()
 
+
+
+@pytest.mark.parametrize("change", ["no role", "deactivate"])
+def test_an_open_socket_closes_when_its_account_loses_the_right(admin_user, viewer_user, change):
+    """A socket is checked when it opens; one opened before a demotion or a deactivation is
+    closed at the change, not left streaming (the failure that does not announce itself)."""
+    async def scenario() -> int | None:
+        ws = socket("/ws/header/", await cookie_for(viewer_user))
+        connected, _ = await ws.connect(timeout=30)
+        assert connected
+
+        def demote() -> None:
+            if change == "no role":
+                user_set_role(actor=admin_user, user=User.objects.get(pk=viewer_user.pk), role=None)
+            else:
+                user_set_active(actor=admin_user, user=User.objects.get(pk=viewer_user.pk), active=False)
+
+        await database_sync_to_async(demote)()
+        while True:  # past the header's first snapshots
+            message = await ws.receive_output(timeout=30)
+            if message["type"] == "websocket.close":
+                return message.get("code")
+
+    assert in_fresh_loop(scenario)() == CLOSE_FORBIDDEN
+
+
+def test_a_socket_stays_open_when_its_account_keeps_the_right(admin_user, viewer_user):
+    """After a change that keeps the right, the next broadcast still arrives (it is queued
+    behind the access check on the same channel)."""
+    async def scenario() -> str:
+        ws = socket("/ws/header/", await cookie_for(viewer_user))
+        connected, _ = await ws.connect(timeout=30)
+        assert connected
+        await database_sync_to_async(user_set_role)(actor=admin_user, user=viewer_user, role=Role.TEAM_LEAD)
+        await abroadcast(HEADER_GROUP, "probe.after", {"n": 1})
+        while True:
+            message = await ws.receive_output(timeout=30)
+            if message["type"] == "websocket.close":
+                return "closed"
+            if "probe.after" in message.get("text", ""):
+                await ws.disconnect()
+                return "open"
+
+    assert in_fresh_loop(scenario)() == "open"
