@@ -75,6 +75,14 @@ class AuditedUserAdmin(UserAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return super().has_delete_permission(request, obj) and not (obj is not None and _last_active_admin(obj))
 
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """Deleting every active admin at once (the bulk action) is refused like deleting the last one."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        admins = [user for user in objs if user.is_active and user_role(_fresh(user)) is Role.ADMIN]
+        if admins and len(admins) >= active_admin_count():
+            protected = [*protected, f"{admins[0].get_username()}: the last active admin (make another admin first)"]
+        return deleted, counts, perms_needed, protected
+
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         user = super().get_object(request, object_id, from_field)
         if user is not None:

@@ -100,3 +100,17 @@ def test_django_admin_keeps_the_last_active_admin(root_client):
     assert root_client.post(f"/admin/auth/user/{root.pk}/delete/", {"post": "yes"}).status_code == 403
     assert User.objects.get(pk=root.pk).groups.filter(name=Role.ADMIN.value).exists()
     assert not AuditEvent.objects.filter(action__in=["user.admin_change", "user.delete"]).exists()
+
+
+def test_django_admin_bulk_delete_keeps_the_last_active_admin(root_client, viewer_user):
+    """The "delete selected" action with every active admin selected deletes nobody."""
+    root = User.objects.get(username="root")
+    page = root_client.post("/admin/auth/user/", {"action": "delete_selected", "post": "yes",
+                                                  "_selected_action": [root.pk, viewer_user.pk]})
+    assert page.status_code == 200 and "Cannot delete users" in page.content.decode()
+    assert User.objects.filter(pk__in=[root.pk, viewer_user.pk]).count() == 2
+    assert not AuditEvent.objects.filter(action="user.delete").exists()
+    alone = root_client.post("/admin/auth/user/", {"action": "delete_selected", "post": "yes",
+                                                   "_selected_action": [viewer_user.pk]})
+    assert alone.status_code == 302 and not User.objects.filter(pk=viewer_user.pk).exists()
+    assert AuditEvent.objects.filter(action="user.delete").count() == 1
