@@ -263,8 +263,9 @@ async def replay(send: Send, record: bytes, outcome: Outcome) -> None:
     outcome.lane, outcome.reason, outcome.status, outcome.error_code = lane.decode(), "replay", status, "replayed"
     headers = [*outcome.headers(), (b"x-idempotent-replay", b"true")]
     if kind == b"X":
-        error = GatewayError(409, "This request already ran; its answer cannot be replayed (too large, or the "
-                             "client left mid-stream), and it is not sent twice.", code="idempotent_request_done",
+        error = GatewayError(409, "This request was already sent to the lane; its answer cannot be replayed "
+                             "(too large, or its client left before the whole answer: outcome unknown), "
+                             "and it is not sent twice.", code="idempotent_request_done",
                              type_="conflict_error", retryable=False)
         await send_error(send, error, headers)
         return
@@ -302,16 +303,19 @@ async def send_once(
             rt.health.acquire(lane.name, replica.index)
             try:
                 sent_at = time.perf_counter()
+                # Sent from the moment its first byte may leave, so a client that leaves
+                # during the send (its task cancelled here) leaves the request marked sent;
+                # only a refused connection, below, proves that nothing left.
+                outcome.sent_upstream, outcome.replica = True, replica.index
                 try:
                     response = await upstream_send(rt.transport, f"{replica.base_url}{UPSTREAM_PATHS[endpoint]}", body)
                 except Exception as exc:
                     breaker.record_failure()
                     if provably_not_received(exc):  # the next replica (or lane) may have it: never twice
+                        outcome.sent_upstream, outcome.replica = False, None
                         unavailable.append(f"{where} refused the connection")
                         continue
-                    outcome.sent_upstream, outcome.replica = True, replica.index
                     raise lost_request_recorded(exc, outcome) from None
-                outcome.sent_upstream, outcome.replica = True, replica.index
                 try:
                     if request.stream and response.status_code == 200:
                         await relay_stream(send, response, request, breaker, outcome, sent_at, rt=rt, lane=lane)

@@ -2,7 +2,8 @@
 request arrived (no answer at all); usage riding on a final chunk that also has choices
 (some OpenAI-compatible servers do it; vLLM never does); and llama.cpp's server's ways — a
 500 carrying a Python-style traceback for a body it chokes on, no usage at all
-(`include_usage` ignored) and no `/tokenize`. Otherwise it answers like a plain
+(`include_usage` ignored) and no `/tokenize`; a lane that holds its answer's headers (`hold`,
+until `let_go()` or the end of the test). Otherwise it answers like a plain
 OpenAI-compatible server, and it counts every request it receives.
 """
 
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from tests.conftest import free_port
 
-MODES = {"ok", "reset", "usage_on_choices", "traceback_500", "linger_after_done"}
+MODES = {"ok", "reset", "usage_on_choices", "traceback_500", "linger_after_done", "hold"}
 TEXT = "Hello from the hand-written upstream."
 # What llama.cpp's server answered to a body it could not handle (server paths included).
 TRACEBACK = ('Traceback (most recent call last):\n  File "/srv/llama/server/handlers.py", line 212, in chat\n'
@@ -37,6 +38,7 @@ class CountingUpstream:
         self.tokenize_bodies: list[dict[str, Any]] = []
         self.raw_bodies: list[bytes] = []  # the completion requests' bodies, byte for byte
         self._loop = asyncio.new_event_loop()
+        self._let_go = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
@@ -53,7 +55,12 @@ class CountingUpstream:
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         return self
 
+    def let_go(self) -> None:
+        """Held requests may answer now."""
+        self._loop.call_soon_threadsafe(self._let_go.set)
+
     def stop(self) -> None:
+        self.let_go()
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -92,6 +99,8 @@ class CountingUpstream:
             request.transport.close()  # the request arrived; the answer never will
             await asyncio.sleep(1)
             return web.Response(status=500)
+        if self.mode == "hold":  # the request arrived; its headers wait
+            await self._let_go.wait()
         if self.mode == "traceback_500":
             return web.json_response({"error": {"code": 500, "message": TRACEBACK, "type": "server_error"}},
                                      status=500)
