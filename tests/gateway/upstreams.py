@@ -37,6 +37,9 @@ class CountingUpstream:
         self.has_tokenize = True  # False: /tokenize answers 404, like an engine without it
         self.tokenize_bodies: list[dict[str, Any]] = []
         self.raw_bodies: list[bytes] = []  # the completion requests' bodies, byte for byte
+        self.event_end = b"\n\n"  # how its streams end an event (b"\r\n\r\n": some servers' default)
+        self.streams: list[bytes] = []  # every stream it sent, byte for byte
+        self.usage_nulls = False  # True: `"usage": null` on every chunk when usage was asked, as OpenAI does
         self._loop = asyncio.new_event_loop()
         self._let_go = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -119,8 +122,18 @@ class CountingUpstream:
         base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": body["model"]}
 
+        sent = bytearray()
+
+        async def write(data: bytes) -> None:
+            sent.extend(data)
+            await response.write(data)
+
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
         async def emit(payload: dict[str, Any]) -> None:
-            await response.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+            if self.usage_nulls and include_usage and "usage" not in payload:
+                payload = {**payload, "usage": None}  # as OpenAI (and vLLM) do when usage was asked
+            await write(b"data: " + json.dumps(payload).encode() + self.event_end)
 
         words = TEXT.split(" ")
         for word in words:
@@ -131,9 +144,10 @@ class CountingUpstream:
             await emit({**base, "choices": final, "usage": usage})
         else:
             await emit({**base, "choices": final})
-            if self.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
+            if self.sends_usage and include_usage:
                 await emit({**base, "choices": [], "usage": usage})
-        await response.write(b"data: [DONE]\n\n")
+        await write(b"data: [DONE]" + self.event_end)
+        self.streams.append(bytes(sent))
         if self.mode == "linger_after_done":
             # The client has its [DONE] (and may hang up) before the stream closes.
             await asyncio.sleep(1)
