@@ -43,7 +43,7 @@ from gateway.large_pool import HELD, POOL, Holding
 from gateway.mirror import LARGE_MIRRORS, mirror_enabled, mirror_replay, text_of_stream
 from gateway.models import RouteReason
 from gateway.outcome import SSE_HEADERS, Outcome, new_request_id
-from gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
+from gateway.relay import judge_failure, lost_request_recorded, relay_stream, relay_whole, watch_disconnect
 from gateway.replicas import affinity_key
 from gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
 from gateway.runtime import GatewayRuntime, runtime
@@ -296,7 +296,7 @@ async def send_once(
         body = upstream_body(request, upstream_model=lane.public_model_name)
         for replica in order:
             where = f"{lane.name} replica {replica.index}" if several else lane.name
-            breaker = rt.health.breaker(lane.name, replica.index)
+            breaker = rt.health.breaker(lane.name, replica.index, source=str(key.id))
             if not breaker.allows():
                 unavailable.append(f"{where}'s circuit is open")
                 continue
@@ -310,7 +310,7 @@ async def send_once(
                 try:
                     response = await upstream_send(rt.transport, f"{replica.base_url}{UPSTREAM_PATHS[endpoint]}", body)
                 except Exception as exc:
-                    breaker.record_failure()
+                    judge_failure(breaker, exc, sent_at)
                     if provably_not_received(exc):  # the next replica (or lane) may have it: never twice
                         outcome.sent_upstream, outcome.replica = False, None
                         unavailable.append(f"{where} refused the connection")

@@ -58,20 +58,32 @@ def judge_answer(breaker: Any, status: int, *, validated: bool) -> None:
     """Feed the lane's breaker from an HTTP answer. A lane that answers is alive: a 500 to a
     body carrying fields the gateway could not check (engine extras) may be that body's
     fault, not the lane's, so it counts as an answer like any other. 502/503/504
-    (overloaded, dying) and a 500 to a fully validated body count as failures."""
+    (overloaded, dying) and a 500 to a fully validated body are error answers: evidence
+    only across keys (gateway.breaker)."""
     if status >= 500 and (validated or status != 500):
-        breaker.record_failure()
+        breaker.record_error_answer()
     else:
         breaker.record_success()
 
 
+def judge_failure(breaker: Any, exc: BaseException, sent_at: float) -> None:
+    """Feed the lane's breaker from a send or read that failed: a timeout counts only when
+    the replica made no progress meanwhile (gateway.breaker); anything else always."""
+    if is_timeout(exc):
+        breaker.record_timeout(sent_at)
+    else:
+        breaker.record_failure()
+
+
 async def relay_whole(send: Send, response: UpstreamResponse, breaker: Any, outcome: Outcome, sent_at: float,
                       *, rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> None:
+    headers_at = breaker.note_progress()
     try:
         content = await response.aread()
     except Exception as exc:
-        breaker.record_failure()
+        judge_failure(breaker, exc, headers_at)
         raise lost_request_recorded(exc, outcome) from None
+    breaker.note_progress()
     outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
     judge_answer(breaker, response.status_code, validated=request.validated)
     if response.status_code != 200:
@@ -116,8 +128,10 @@ async def relay_stream(
     outcome.status = 200
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *outcome.headers()]})
     failure: GatewayError | None = None
+    last_byte = breaker.note_progress()  # a stall counts against the lane unless another request progressed since
     try:
         async for chunk in response.stream:
+            last_byte = breaker.note_progress()
             if outcome.ttft_ms is None:
                 outcome.ttft_ms = (time.perf_counter() - outcome.started) * 1000
             out = stream_filter.feed(chunk)
@@ -139,6 +153,7 @@ async def relay_stream(
             if gone.is_set():  # the client left: stop the lane's work too
                 break
     except Exception as exc:
+        judge_failure(breaker, exc, last_byte)
         failure = lost_request(exc) if is_timeout(exc) else GatewayError(
             502, f"The lane's stream broke off: {describe_failure(exc)}; the request is not sent again.",
             code="upstream_stream_interrupted", type_="server_error", retryable=False)
@@ -161,12 +176,13 @@ async def stream_tail(
 ) -> bytes:
     """What ends the client's stream once the lane's has ended (or the client left): an
     error event if the lane broke it off or closed it before [DONE], else what the filter
-    held back, with the usage chunk counted here if the lane sent none. Feeds the breaker."""
+    held back, with the usage chunk counted here if the lane sent none. Feeds the breaker
+    (a failure that was an exception was judged where it was caught)."""
     if failure is None and not stream_filter.saw_done and not outcome.gone.is_set():
         failure = GatewayError(502, "The lane closed the stream before it finished; the request is not sent again.",
                                code="upstream_stream_interrupted", type_="server_error", retryable=False)
-    if failure is not None:
         breaker.record_failure()
+    if failure is not None:
         outcome.error_code = failure.code
         return error_event(failure.message, type_=failure.type, code=failure.code) + SSE_DONE
     breaker.record_success()

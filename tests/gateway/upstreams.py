@@ -3,7 +3,10 @@ request arrived (no answer at all); usage riding on a final chunk that also has 
 (some OpenAI-compatible servers do it; vLLM never does); and llama.cpp's server's ways — a
 500 carrying a Python-style traceback for a body it chokes on, no usage at all
 (`include_usage` ignored) and no `/tokenize`; a lane that holds its answer's headers (`hold`,
-until `let_go()` or the end of the test). Otherwise it answers like a plain
+until `let_go()` or the end of the test); a strict server that answers 500 to a field
+set to null (`strict_null`: `"temperature": null` is valid for OpenAI, not for it); a full
+lane that runs one request at a time and queues the rest (`one_at_a_time`, words
+`word_delay_s` apart). Otherwise it answers like a plain
 OpenAI-compatible server, and it counts every request it receives.
 """
 
@@ -20,7 +23,7 @@ from aiohttp import web
 
 from tests.conftest import free_port
 
-MODES = {"ok", "reset", "usage_on_choices", "traceback_500", "linger_after_done", "hold"}
+MODES = {"ok", "reset", "usage_on_choices", "traceback_500", "linger_after_done", "hold", "strict_null"}
 TEXT = "Hello from the hand-written upstream."
 # What llama.cpp's server answered to a body it could not handle (server paths included).
 TRACEBACK = ('Traceback (most recent call last):\n  File "/srv/llama/server/handlers.py", line 212, in chat\n'
@@ -39,6 +42,10 @@ class CountingUpstream:
         self.raw_bodies: list[bytes] = []  # the completion requests' bodies, byte for byte
         self.event_end = b"\n\n"  # how its streams end an event (b"\r\n\r\n": some servers' default)
         self.streams: list[bytes] = []  # every stream it sent, byte for byte
+        self.text = TEXT  # what a stream says, a word a chunk
+        self.one_at_a_time = False
+        self.word_delay_s = 0.0
+        self._slot = asyncio.Semaphore(1)
         self.usage_nulls = False  # True: `"usage": null` on every chunk when usage was asked, as OpenAI does
         self._loop = asyncio.new_event_loop()
         self._let_go = asyncio.Event()
@@ -104,6 +111,15 @@ class CountingUpstream:
             return web.Response(status=500)
         if self.mode == "hold":  # the request arrived; its headers wait
             await self._let_go.wait()
+        if self.mode == "strict_null" and any(value is None for value in body.values()):
+            return web.json_response({"error": {"code": 500, "message": "null field", "type": "server_error"}},
+                                     status=500)
+        if self.one_at_a_time:
+            async with self._slot:  # the others wait in its queue, without a byte of answer
+                return await self._answer(request, body)
+        return await self._answer(request, body)
+
+    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         if self.mode == "traceback_500":
             return web.json_response({"error": {"code": 500, "message": TRACEBACK, "type": "server_error"}},
                                      status=500)
@@ -135,9 +151,10 @@ class CountingUpstream:
                 payload = {**payload, "usage": None}  # as OpenAI (and vLLM) do when usage was asked
             await write(b"data: " + json.dumps(payload).encode() + self.event_end)
 
-        words = TEXT.split(" ")
+        words = self.text.split(" ")
         for word in words:
             await emit({**base, "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
+            await asyncio.sleep(self.word_delay_s)
         final = [{"index": 0, "delta": {}, "finish_reason": "stop"}]
         usage = {"prompt_tokens": 11, "completion_tokens": len(words), "total_tokens": 11 + len(words)}
         if self.mode == "usage_on_choices":
