@@ -23,6 +23,7 @@ import orjson
 from django.conf import settings
 
 from gateway import limits
+from gateway.admission import admit, refuse, release
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.guard import check_context
@@ -34,7 +35,6 @@ from gateway.http import (
     check_declared_length,
     header,
     read_body,
-    send_bytes,
     send_error,
 )
 from gateway.keys import key_names, key_namespace
@@ -42,7 +42,7 @@ from gateway.large import request_of
 from gateway.large_pool import HELD, POOL, Holding
 from gateway.mirror import LARGE_MIRRORS, mirror_enabled, mirror_replay, text_of_stream
 from gateway.models import RouteReason
-from gateway.outcome import SSE_HEADERS, Outcome, new_request_id
+from gateway.outcome import Outcome, new_request_id
 from gateway.relay import judge_failure, lost_request_recorded, relay_stream, relay_whole, watch_disconnect
 from gateway.replicas import affinity_key
 from gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
@@ -178,14 +178,8 @@ async def admit_and_send(
 ) -> None:
     idem_key, idem_mode, fingerprint = idempotency_of(scope, raw, request)
     names = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), idem_key)
-    # While in flight, the idempotency record and the in-flight slot outlive the longest
-    # possible upstream call, so a crashed process cannot hold them forever.
-    lease_s = int(settings.GATEWAY_READ_TIMEOUT_S + 60)
-    reply = await rt.admit_script(
-        keys=names, args=[key.rpm, key.tpm, key.max_parallel, outcome.request_id, lease_s * 1000, lease_s, idem_mode,
-                          fingerprint],
-    )
-    admission = limits.admission_from_reply(reply, rpm=key.rpm, tpm=key.tpm)
+    admission = await admit(rt, key=key, names=names, mode=idem_mode, fingerprint=fingerprint,
+                            request_id=outcome.request_id)
     if admission.code != limits.ALLOWED:
         await refuse(send, admission, outcome)
         return
@@ -223,56 +217,8 @@ async def admit_and_send(
                      and (request.stream or outcome.status == 499)):
             record = b"D" + str(outcome.status or 502).encode() + b"X|" + outcome.lane.encode() + b"|"
         if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm:
-            in_flight = f"I{fingerprint}{outcome.request_id}"
-            rt.spawn(rt.release(
-                keys=[names[4], names[3], names[1]],
-                args=[outcome.request_id, tokens, "keep" if keep else "forget",
-                      limits.stored_record(record, fingerprint) if keep else b"",
-                      settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000, in_flight],
-            ))
-
-
-async def refuse(send: Send, admission: limits.Admission, outcome: Outcome) -> None:
-    code = admission.code
-    if code == limits.REVOKED:
-        error = GatewayError(401, "This API key has been revoked.", code="invalid_api_key", type_="authentication_error")
-    elif code == limits.IDEMPOTENT_IN_FLIGHT:
-        error = GatewayError(409, "The same request (same Idempotency-Key, or a retry of the same body) is still in progress; "
-                             "it is not sent twice. "
-                             "Retry later to receive its answer.", code="idempotent_request_in_flight",
-                             type_="conflict_error", retry_after_s=2, retryable=True)
-    elif code == limits.IDEMPOTENT_DONE:
-        await replay(send, limits.record_content(admission.record), outcome)
-        return
-    elif code == limits.IDEMPOTENCY_MISMATCH:
-        error = GatewayError(422, "This Idempotency-Key was already used with a different request body. "
-                             "Use a new key for a new request.", code="idempotency_key_reused",
-                             param="Idempotency-Key", retryable=False)
-    else:
-        what = {limits.RPM_EXCEEDED: "requests per minute", limits.TPM_EXCEEDED: "tokens per minute",
-                limits.PARALLEL_EXCEEDED: "requests in flight"}[code]
-        error = GatewayError(429, f"Rate limit reached for this API key: {what}.", code="rate_limit_exceeded",
-                             type_="rate_limit_error", retry_after_s=admission.retry_after_s, retryable=True)
-    outcome.status, outcome.error_code = error.status, error.code
-    await send_error(send, error, outcome.headers())
-
-
-async def replay(send: Send, record: bytes, outcome: Outcome) -> None:
-    status, kind = int(record[1:4]), record[4:5]
-    lane, _, body = record[6:].partition(b"|")
-    outcome.lane, outcome.reason, outcome.status, outcome.error_code = lane.decode(), "replay", status, "replayed"
-    headers = [*outcome.headers(), (b"x-idempotent-replay", b"true")]
-    if kind == b"X":
-        error = GatewayError(409, "This request was already sent to the lane; its answer cannot be replayed "
-                             "(too large, or its client left before the whole answer: outcome unknown), "
-                             "and it is not sent twice.", code="idempotent_request_done",
-                             type_="conflict_error", retryable=False)
-        await send_error(send, error, headers)
-        return
-    if kind == b"S":
-        await send_bytes(send, status, body, [*headers, *SSE_HEADERS[1:]], content_type=b"text/event-stream")
-    else:
-        await send_bytes(send, status, body, [*headers, (b"x-should-retry", b"false")] if status >= 400 else headers)
+            release(rt, names=names, mode=idem_mode, fingerprint=fingerprint, request_id=outcome.request_id,
+                    tokens=tokens, record=record if keep else None)
 
 
 async def send_once(
