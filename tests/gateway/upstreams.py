@@ -38,6 +38,7 @@ class CountingUpstream:
         self.counts: Counter[str] = Counter()
         self.sends_usage = True  # False: like llama.cpp, never any usage (include_usage ignored)
         self.has_tokenize = True  # False: /tokenize answers 404, like an engine without it
+        self.tokenize_counts = True  # False: /tokenize answers 200 without a count
         self.tokenize_bodies: list[dict[str, Any]] = []
         self.raw_bodies: list[bytes] = []  # the completion requests' bodies, byte for byte
         self.event_end = b"\n\n"  # how its streams end an event (b"\r\n\r\n": some servers' default)
@@ -92,6 +93,8 @@ class CountingUpstream:
         self.counts["/tokenize"] += 1
         if not self.has_tokenize:
             raise web.HTTPNotFound()
+        if not self.tokenize_counts:  # like llama.cpp's: an answer, but no count
+            return web.json_response({"tokens": []})
         body = await request.json()
         self.tokenize_bodies.append(body)
         if "messages" not in body:  # a text (the gateway counting an answer): its words
