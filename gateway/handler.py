@@ -43,7 +43,15 @@ from gateway.large_pool import HELD, POOL, Holding
 from gateway.mirror import LARGE_MIRRORS, mirror_enabled, mirror_replay, text_of_stream
 from gateway.models import RouteReason
 from gateway.outcome import Outcome, new_request_id
-from gateway.relay import judge_failure, lost_request_recorded, relay_stream, relay_whole, watch_disconnect
+from gateway.relay import (
+    judge_failure,
+    lane_ignores_n,
+    lost_request_recorded,
+    n_unsupported,
+    relay_stream,
+    relay_whole,
+    watch_disconnect,
+)
 from gateway.replicas import affinity_key
 from gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
 from gateway.runtime import GatewayRuntime, runtime
@@ -232,6 +240,9 @@ async def send_once(
         if not lane.serving:
             unavailable.append(f"{lane.name} is {lane.observed_state}")
             continue
+        n = request.body.get("n")
+        if isinstance(n, int) and n > 1 and lane_ignores_n(rt, lane.name):
+            raise n_unsupported(lane.name)  # learned from its answers: refused before sending
         await check_context(rt, lane, request)
         several = len(lane.replicas) > 1
         order = rt.health.order(lane, affinity_key(request.body) if several else None)

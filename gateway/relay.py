@@ -101,6 +101,14 @@ async def relay_whole(send: Send, response: UpstreamResponse, breaker: Any, outc
     except orjson.JSONDecodeError:
         payload = None
     outcome.usage = usage_from(payload)
+    if isinstance(payload, dict) and answered_fewer_choices(payload, request):
+        rt.ignores_n[lane.name] = time.monotonic()
+        error = n_unsupported(lane.name)
+        outcome.status, outcome.error_code = error.status, error.code
+        outcome.record = make_record(error.status, b"J", outcome.lane, error.body())
+        outcome.answered = True
+        await send_error(send, error, outcome.headers())
+        return
     if isinstance(payload, dict) and (outcome.usage.prompt_tokens is None or outcome.usage.completion_tokens is None):
         # The lane reported no usage: count it, and give the client the usage OpenAI always sends.
         outcome.usage, outcome.usage_source = await count_usage(rt, lane, request, answer_text(payload),
@@ -111,6 +119,30 @@ async def relay_whole(send: Send, response: UpstreamResponse, breaker: Any, outc
     outcome.record = make_record(200, b"J", outcome.lane, content)  # cheap: kept only if needed
     outcome.answered = True
     await send_bytes(send, 200, content, outcome.headers())
+
+
+def answered_fewer_choices(payload: dict[str, Any], request: ParsedRequest) -> bool:
+    n = request.body.get("n")
+    choices = payload.get("choices")
+    return isinstance(n, int) and n > 1 and isinstance(choices, list) and len(choices) < n
+
+
+IGNORES_N_REMEMBER_S = 600.0  # a relaunched lane may run another engine: ask again later
+
+
+def lane_ignores_n(rt: GatewayRuntime, lane: str) -> bool:
+    since = rt.ignores_n.get(lane)
+    if since is not None and time.monotonic() - since > IGNORES_N_REMEMBER_S:
+        del rt.ignores_n[lane]
+        return False
+    return since is not None
+
+
+def n_unsupported(lane: str) -> GatewayError:
+    """A lane that ignores `n` (llama.cpp answers one choice): refused, never a short answer."""
+    return GatewayError(400, f"The lane `{lane}` does not support `n` > 1 (it answers a single choice); "
+                        "send n=1, or one request per choice.", code="unsupported_value", param="n",
+                        retryable=False)
 
 
 async def relay_stream(

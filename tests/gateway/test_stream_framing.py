@@ -45,3 +45,21 @@ def test_a_client_that_did_not_ask_for_usage_gets_the_chunks_openai_would_send(
     direct = stream(f"{upstream.url}/v1", {})  # what the lane sends a client that did not ask
     assert b'"usage"' not in relayed
     assert CREATED.sub(b"", relayed) == CREATED.sub(b"", direct)
+
+
+def test_n_above_one_to_a_lane_that_ignores_it_is_refused_naming_n(
+    fault_gateway: Gateway, upstream: CountingUpstream
+) -> None:
+    """The hand-written upstream, like llama.cpp, answers one choice whatever `n` asks: the
+    client gets a 400 naming `n`, never a 200 with fewer choices; then the lane is known and
+    n>1 is refused before it is sent."""
+    for sent in (1, 1):
+        refused = httpx.post(f"{fault_gateway.base_url}/chat/completions", headers=fault_gateway.headers(),
+                             json={"model": "qwen", "messages": MESSAGES, "n": 2}, timeout=30)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["param"] == "n" and error["code"] == "unsupported_value" and "`n`" in error["message"]
+        assert upstream.completions == sent
+    plain = httpx.post(f"{fault_gateway.base_url}/chat/completions", headers=fault_gateway.headers(),
+                       json={"model": "qwen", "messages": MESSAGES, "n": 1}, timeout=30)
+    assert plain.status_code == 200 and upstream.completions == 2
