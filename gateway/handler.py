@@ -23,7 +23,7 @@ import orjson
 from django.conf import settings
 
 from gateway import limits
-from gateway.admission import admit, refuse, release
+from gateway.admission import admit, refuse, release, trace_when_gone
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.guard import check_context
@@ -203,6 +203,10 @@ async def admit_and_send(
     # that marks its retries) and the answer is a whole one: then the lane finishes, and
     # the retry gets that answer instead of a second run (never twice).
     cancel_on_leave = idem_mode == limits.IDEM_NONE or request.stream
+    trace = None  # an SDK's request is traced in the database only if its client leaves (gateway.durable)
+    if idem_mode in (limits.IDEM_REGISTER, limits.IDEM_RETRY):
+        trace = asyncio.create_task(trace_when_gone(outcome.gone, name=names[1], fingerprint=fingerprint,
+                                                    request_id=outcome.request_id))
     this_task = asyncio.current_task()
     watcher = asyncio.create_task(watch_disconnect(receive, outcome, this_task if cancel_on_leave else None))
     try:
@@ -226,7 +230,8 @@ async def admit_and_send(
             record = b"D" + str(outcome.status or 502).encode() + b"X|" + outcome.lane.encode() + b"|"
         if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm:
             release(rt, names=names, mode=idem_mode, fingerprint=fingerprint, request_id=outcome.request_id,
-                    tokens=tokens, record=record if keep else None)
+                    tokens=tokens, record=record if keep else None, trace=trace,
+                    gone=outcome.gone.is_set())
 
 
 async def send_once(

@@ -47,24 +47,38 @@ def test_a_finished_keyed_request_resent_after_a_redis_restart_is_not_sent_again
 def test_a_keyed_request_in_flight_across_a_redis_restart_is_not_sent_again(
     own_redis: RedisServer, fault_gateway: Gateway, upstream: CountingUpstream
 ) -> None:
+    """An explicit key's first attempt waits for its answer; an SDK's first attempt times out
+    (its client leaves, as the SDK does before it retries) while Redis restarts."""
     upstream.mode = "hold"
     key = {"idempotency-key": "in-flight-restart"}
     sdk_first, sdk_retry = {"x-stainless-retry-count": "0"}, {"x-stainless-retry-count": "1"}
     first: dict[str, httpx.Response] = {}
+    gave_up: list[BaseException] = []
+
+    def impatient_sdk() -> None:
+        try:
+            httpx.post(f"{fault_gateway.base_url}/chat/completions", headers={**fault_gateway.headers(), **sdk_first},
+                       json={"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9},
+                       timeout=httpx.Timeout(30, read=3.0))
+        except httpx.ReadTimeout as exc:
+            gave_up.append(exc)
+
     threads = [threading.Thread(target=lambda: first.setdefault("key", post(fault_gateway, key))),
-               threading.Thread(target=lambda: first.setdefault("sdk", post(fault_gateway, sdk_first, max_tokens=9)))]
+               threading.Thread(target=impatient_sdk)]
     for thread in threads:
         thread.start()
     wait_for(lambda: upstream.completions == 2, what="both requests upstream")
     own_redis.restart()
     again = once_redis_answers(lambda: post(fault_gateway, key))
     assert again.status_code == 409 and again.json()["error"]["code"] == "idempotent_request_in_flight", again.text
-    retried = post(fault_gateway, sdk_retry, max_tokens=9)  # the SDK's retry of the same body
+    threads[1].join(30)
+    assert gave_up  # the SDK's client left; its retry of the same body follows
+    wait_for(lambda: KeyedRequest.objects.count() == 2, what="the left request's durable trace")
+    retried = post(fault_gateway, sdk_retry, max_tokens=9)
     assert retried.status_code == 409 and retried.json()["error"]["code"] == "idempotent_request_in_flight"
     upstream.let_go()
-    for thread in threads:
-        thread.join(30)
-    assert first["key"].status_code == 200 and first["sdk"].status_code == 200
+    threads[0].join(30)
+    assert first["key"].status_code == 200
     # It finished after the restart: its answer is in the new Redis, and is replayed.
     replay = wait_for(lambda: (r := post(fault_gateway, key)).headers.get("x-idempotent-replay") and r,
                       what="the first one's answer kept")
