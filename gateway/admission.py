@@ -11,7 +11,6 @@ request is still in progress."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from django.conf import settings
@@ -69,7 +68,7 @@ async def admit(rt: GatewayRuntime, *, key: KeyInfo, names: list[str], mode: str
         admission.memory_age_s < settings.GATEWAY_IDEMPOTENCY_TTL_S)
     explicit = mode == limits.IDEM_EXPLICIT
     if not (check or explicit):
-        return admission  # an SDK's request: its row is written only if its client leaves (trace_when_gone)
+        return admission  # an SDK's request: its row is written only if its client leaves (trace_left)
     try:
         verdict = await db_call(keyed_request_admit, name=names[1], fingerprint=fingerprint, request_id=request_id,
                                 lease_s=lease, check=check, write=explicit)
@@ -93,10 +92,9 @@ def take_back(rt: GatewayRuntime, *, names: list[str], fingerprint: str, request
                         args=[request_id, 0, "forget", b"", 0, f"I{fingerprint}{request_id}"]))
 
 
-async def trace_when_gone(gone: asyncio.Event, *, name: str, fingerprint: str, request_id: str) -> None:
-    """An SDK's request whose client leaves before its answer will be retried: its durable
+async def trace_left(*, name: str, fingerprint: str, request_id: str) -> None:
+    """An SDK's request whose client left before its answer will be retried: its durable
     row is written now, before the retry comes."""
-    await gone.wait()
     try:
         await db_call(keyed_request_admit, name=name, fingerprint=fingerprint, request_id=request_id,
                       lease_s=lease_s(), check=False)
@@ -105,10 +103,10 @@ async def trace_when_gone(gone: asyncio.Event, *, name: str, fingerprint: str, r
 
 
 def release(rt: GatewayRuntime, *, names: list[str], mode: str, fingerprint: str, request_id: str, tokens: int,
-            record: bytes | None, trace: asyncio.Task[None] | None = None, gone: bool = False) -> None:
+            record: bytes | None, trace: asyncio.Task[None] | None = None) -> None:
     """After the answer: free the slot, count the tokens, keep `record` for a retry (None:
-    forget it), in Redis and in the durable trace (an SDK's request has a row only when
-    its `trace` ran: its client left)."""
+    forget it), in Redis and in the durable trace (an SDK's request has a row only when its
+    client left: `trace` wrote it)."""
     keep = record is not None
     rt.spawn(rt.release(
         keys=[names[4], names[3], names[1]],
@@ -116,17 +114,13 @@ def release(rt: GatewayRuntime, *, names: list[str], mode: str, fingerprint: str
               limits.stored_record(record, fingerprint) if record is not None else b"",
               settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000, f"I{fingerprint}{request_id}"],
     ))
-    traced = trace is not None and gone  # the trace runs once its client left
-    if trace is not None and not traced:
-        trace.cancel()  # the client stayed for its answer: no row, no database call
-    if mode == limits.IDEM_EXPLICIT or traced:
+    if mode == limits.IDEM_EXPLICIT or trace is not None:
         rt.spawn(durable_release(name=names[1], request_id=request_id, keep=keep, after=trace))
 
 
 async def durable_release(*, name: str, request_id: str, keep: bool, after: asyncio.Task[None] | None) -> None:
     if after is not None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await after  # its row first: the release marks it done
+        await after  # its row first: the release marks it done
     try:
         await db_call(keyed_request_release, name=name, request_id=request_id, keep=keep,
                       ttl_s=settings.GATEWAY_IDEMPOTENCY_TTL_S)

@@ -23,7 +23,7 @@ import orjson
 from django.conf import settings
 
 from gateway import limits
-from gateway.admission import admit, refuse, release, trace_when_gone
+from gateway.admission import admit, refuse, release, trace_left
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.guard import check_context
@@ -203,12 +203,17 @@ async def admit_and_send(
     # that marks its retries) and the answer is a whole one: then the lane finishes, and
     # the retry gets that answer instead of a second run (never twice).
     cancel_on_leave = idem_mode == limits.IDEM_NONE or request.stream
-    trace = None  # an SDK's request is traced in the database only if its client leaves (gateway.durable)
-    if idem_mode in (limits.IDEM_REGISTER, limits.IDEM_RETRY):
-        trace = asyncio.create_task(trace_when_gone(outcome.gone, name=names[1], fingerprint=fingerprint,
-                                                    request_id=outcome.request_id))
+    # An SDK's request is traced in the database only if its client leaves (gateway.durable).
+    traces: list[asyncio.Task[None]] = []
+
+    def trace_on_leave() -> None:
+        traces.append(asyncio.create_task(trace_left(name=names[1], fingerprint=fingerprint,
+                                                     request_id=outcome.request_id)))
+
     this_task = asyncio.current_task()
-    watcher = asyncio.create_task(watch_disconnect(receive, outcome, this_task if cancel_on_leave else None))
+    watcher = asyncio.create_task(watch_disconnect(
+        receive, outcome, this_task if cancel_on_leave else None,
+        trace_on_leave if idem_mode in (limits.IDEM_REGISTER, limits.IDEM_RETRY) else None))
     try:
         await send_once(rt, send, key, request, decision, lanes, endpoint, outcome)
     except asyncio.CancelledError:
@@ -230,8 +235,7 @@ async def admit_and_send(
             record = b"D" + str(outcome.status or 502).encode() + b"X|" + outcome.lane.encode() + b"|"
         if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm:
             release(rt, names=names, mode=idem_mode, fingerprint=fingerprint, request_id=outcome.request_id,
-                    tokens=tokens, record=record if keep else None, trace=trace,
-                    gone=outcome.gone.is_set())
+                    tokens=tokens, record=record if keep else None, trace=traces[0] if traces else None)
 
 
 async def send_once(

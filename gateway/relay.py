@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -241,15 +242,18 @@ async def counted_usage_tail(rt: GatewayRuntime, lane: LaneInfo, request: Parsed
     return head + SSE_DONE
 
 
-async def watch_disconnect(receive: Receive, outcome: Outcome, cancel: asyncio.Task[Any] | None) -> None:
-    """Set `outcome.gone` (and cancel the request's task, if given) when the client leaves
-    before its whole answer was sent; the server also reports a disconnect once the
-    response is complete, which is not a client leaving."""
+async def watch_disconnect(receive: Receive, outcome: Outcome, cancel: asyncio.Task[Any] | None,
+                           on_leave: Callable[[], None] | None = None) -> None:
+    """Set `outcome.gone` (call `on_leave`, and cancel the request's task, if given) when the
+    client leaves before its whole answer was sent; the server also reports a disconnect
+    once the response is complete, which is not a client leaving."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             if not outcome.answered:
                 outcome.gone.set()
+                if on_leave is not None:
+                    on_leave()
                 if cancel is not None:
                     cancel.cancel()
             return
