@@ -171,7 +171,7 @@ class StreamFilter:
             # The hot path: no event here needs a look inside; relayed byte for byte.
             if self.client_wants_usage or b'"usage"' not in whole:
                 return whole
-            return USAGE_NULL.sub(b"", whole)
+            return without_usage_null(whole)
         out, consumed = [], 0
         for match in EVENT.finditer(whole):
             out.append(self._event(match[1], match[2]))
@@ -197,7 +197,7 @@ class StreamFilter:
         except orjson.JSONDecodeError:
             return event + end
         if not isinstance(payload, dict) or not isinstance(payload.get("usage"), dict):
-            return event + end if self.client_wants_usage else USAGE_NULL.sub(b"", event) + end
+            return event + end if self.client_wants_usage else without_usage_null(event) + end
         self.usage = usage_from(payload)
         self.usage_seen = True
         choices = payload.get("choices") or []
@@ -224,11 +224,21 @@ class StreamFilter:
 
 def last_event_end(buffer: bytes) -> int:
     """Where the buffer's last whole event ends (after its blank line), or -1."""
+    if b"\r" not in buffer:  # the common framing (LF only): one scan
+        at = buffer.rfind(b"\n\n")
+        return at + 2 if at >= 0 else -1
     at = max(buffer.rfind(b"\n\n"), buffer.rfind(b"\n\r"), buffer.rfind(b"\r\r"))
     if at < 0:
         return -1
     match = EVENT_END.match(buffer, at)
     return match.end() if match else -1
+
+
+def without_usage_null(data: bytes) -> bytes:
+    """`"usage": null` taken out of compact JSON by a plain replace (vLLM's and sparksim's
+    form: the hot path), any other spacing by the pattern."""
+    data = data.replace(b',"usage":null', b"")
+    return USAGE_NULL.sub(b"", data) if b'"usage"' in data else data
 
 
 def sse_events(sse: bytes) -> list[bytes]:
