@@ -8,8 +8,7 @@ The admission script therefore reports how long this Redis has kept its memory: 
 of an epoch marker it writes the first time it finds none. While that age is below the
 idempotency TTL, Redis may have lost records still alive, and a keyed request that Redis
 does not know is checked against the durable rows before it may go upstream. After that,
-Redis alone is enough; the row is still written (awaited, before the send), ready for
-the next restart.
+Redis alone is enough; rows are still written, ready for the next restart.
 
 Which requests write a row: one with an explicit Idempotency-Key, at admission (awaited,
 before the send: its client may retry at any time). An SDK's request (marked by its retry
