@@ -23,6 +23,7 @@ import orjson
 from django.conf import settings
 
 from gateway import limits
+from gateway.admission import admit, refuse, release, trace_left
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.guard import check_context
@@ -34,7 +35,6 @@ from gateway.http import (
     check_declared_length,
     header,
     read_body,
-    send_bytes,
     send_error,
 )
 from gateway.keys import key_names, key_namespace
@@ -42,8 +42,16 @@ from gateway.large import request_of
 from gateway.large_pool import HELD, POOL, Holding
 from gateway.mirror import LARGE_MIRRORS, mirror_enabled, mirror_replay, text_of_stream
 from gateway.models import RouteReason
-from gateway.outcome import SSE_HEADERS, Outcome, new_request_id
-from gateway.relay import lost_request_recorded, relay_stream, relay_whole, watch_disconnect
+from gateway.outcome import Outcome, new_request_id
+from gateway.relay import (
+    judge_failure,
+    lane_ignores_n,
+    lost_request_recorded,
+    n_unsupported,
+    relay_stream,
+    relay_whole,
+    watch_disconnect,
+)
 from gateway.replicas import affinity_key
 from gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
 from gateway.runtime import GatewayRuntime, runtime
@@ -178,14 +186,8 @@ async def admit_and_send(
 ) -> None:
     idem_key, idem_mode, fingerprint = idempotency_of(scope, raw, request)
     names = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), idem_key)
-    # While in flight, the idempotency record and the in-flight slot outlive the longest
-    # possible upstream call, so a crashed process cannot hold them forever.
-    lease_s = int(settings.GATEWAY_READ_TIMEOUT_S + 60)
-    reply = await rt.admit_script(
-        keys=names, args=[key.rpm, key.tpm, key.max_parallel, outcome.request_id, lease_s * 1000, lease_s, idem_mode,
-                          fingerprint],
-    )
-    admission = limits.admission_from_reply(reply, rpm=key.rpm, tpm=key.tpm)
+    admission = await admit(rt, key=key, names=names, mode=idem_mode, fingerprint=fingerprint,
+                            request_id=outcome.request_id)
     if admission.code != limits.ALLOWED:
         await refuse(send, admission, outcome)
         return
@@ -201,8 +203,17 @@ async def admit_and_send(
     # that marks its retries) and the answer is a whole one: then the lane finishes, and
     # the retry gets that answer instead of a second run (never twice).
     cancel_on_leave = idem_mode == limits.IDEM_NONE or request.stream
+    # An SDK's request is traced in the database only if its client leaves (gateway.durable).
+    traces: list[asyncio.Task[None]] = []
+
+    def trace_on_leave() -> None:
+        traces.append(asyncio.create_task(trace_left(name=names[1], fingerprint=fingerprint,
+                                                     request_id=outcome.request_id)))
+
     this_task = asyncio.current_task()
-    watcher = asyncio.create_task(watch_disconnect(receive, outcome, this_task if cancel_on_leave else None))
+    watcher = asyncio.create_task(watch_disconnect(
+        receive, outcome, this_task if cancel_on_leave else None,
+        trace_on_leave if idem_mode in (limits.IDEM_REGISTER, limits.IDEM_RETRY) else None))
     try:
         await send_once(rt, send, key, request, decision, lanes, endpoint, outcome)
     except asyncio.CancelledError:
@@ -223,55 +234,8 @@ async def admit_and_send(
                      and (request.stream or outcome.status == 499)):
             record = b"D" + str(outcome.status or 502).encode() + b"X|" + outcome.lane.encode() + b"|"
         if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm:
-            in_flight = f"I{fingerprint}{outcome.request_id}"
-            rt.spawn(rt.release(
-                keys=[names[4], names[3], names[1]],
-                args=[outcome.request_id, tokens, "keep" if keep else "forget",
-                      limits.stored_record(record, fingerprint) if keep else b"",
-                      settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000, in_flight],
-            ))
-
-
-async def refuse(send: Send, admission: limits.Admission, outcome: Outcome) -> None:
-    code = admission.code
-    if code == limits.REVOKED:
-        error = GatewayError(401, "This API key has been revoked.", code="invalid_api_key", type_="authentication_error")
-    elif code == limits.IDEMPOTENT_IN_FLIGHT:
-        error = GatewayError(409, "The same request (same Idempotency-Key, or a retry of the same body) is still in progress; "
-                             "it is not sent twice. "
-                             "Retry later to receive its answer.", code="idempotent_request_in_flight",
-                             type_="conflict_error", retry_after_s=2, retryable=True)
-    elif code == limits.IDEMPOTENT_DONE:
-        await replay(send, limits.record_content(admission.record), outcome)
-        return
-    elif code == limits.IDEMPOTENCY_MISMATCH:
-        error = GatewayError(422, "This Idempotency-Key was already used with a different request body. "
-                             "Use a new key for a new request.", code="idempotency_key_reused",
-                             param="Idempotency-Key", retryable=False)
-    else:
-        what = {limits.RPM_EXCEEDED: "requests per minute", limits.TPM_EXCEEDED: "tokens per minute",
-                limits.PARALLEL_EXCEEDED: "requests in flight"}[code]
-        error = GatewayError(429, f"Rate limit reached for this API key: {what}.", code="rate_limit_exceeded",
-                             type_="rate_limit_error", retry_after_s=admission.retry_after_s, retryable=True)
-    outcome.status, outcome.error_code = error.status, error.code
-    await send_error(send, error, outcome.headers())
-
-
-async def replay(send: Send, record: bytes, outcome: Outcome) -> None:
-    status, kind = int(record[1:4]), record[4:5]
-    lane, _, body = record[6:].partition(b"|")
-    outcome.lane, outcome.reason, outcome.status, outcome.error_code = lane.decode(), "replay", status, "replayed"
-    headers = [*outcome.headers(), (b"x-idempotent-replay", b"true")]
-    if kind == b"X":
-        error = GatewayError(409, "This request already ran; its answer cannot be replayed (too large, or the "
-                             "client left mid-stream), and it is not sent twice.", code="idempotent_request_done",
-                             type_="conflict_error", retryable=False)
-        await send_error(send, error, headers)
-        return
-    if kind == b"S":
-        await send_bytes(send, status, body, [*headers, *SSE_HEADERS[1:]], content_type=b"text/event-stream")
-    else:
-        await send_bytes(send, status, body, [*headers, (b"x-should-retry", b"false")] if status >= 400 else headers)
+            release(rt, names=names, mode=idem_mode, fingerprint=fingerprint, request_id=outcome.request_id,
+                    tokens=tokens, record=record if keep else None, trace=traces[0] if traces else None)
 
 
 async def send_once(
@@ -285,6 +249,9 @@ async def send_once(
         if not lane.serving:
             unavailable.append(f"{lane.name} is {lane.observed_state}")
             continue
+        n = request.body.get("n")
+        if isinstance(n, int) and n > 1 and lane_ignores_n(rt, lane.name):
+            raise n_unsupported(lane.name)  # learned from its answers: refused before sending
         await check_context(rt, lane, request)
         several = len(lane.replicas) > 1
         order = rt.health.order(lane, affinity_key(request.body) if several else None)
@@ -295,23 +262,26 @@ async def send_once(
         body = upstream_body(request, upstream_model=lane.public_model_name)
         for replica in order:
             where = f"{lane.name} replica {replica.index}" if several else lane.name
-            breaker = rt.health.breaker(lane.name, replica.index)
+            breaker = rt.health.breaker(lane.name, replica.index, source=str(key.id))
             if not breaker.allows():
                 unavailable.append(f"{where}'s circuit is open")
                 continue
             rt.health.acquire(lane.name, replica.index)
             try:
                 sent_at = time.perf_counter()
+                # Sent from the moment its first byte may leave, so a client that leaves
+                # during the send (its task cancelled here) leaves the request marked sent;
+                # only a refused connection, below, proves that nothing left.
+                outcome.sent_upstream, outcome.replica = True, replica.index
                 try:
                     response = await upstream_send(rt.transport, f"{replica.base_url}{UPSTREAM_PATHS[endpoint]}", body)
                 except Exception as exc:
-                    breaker.record_failure()
+                    judge_failure(breaker, exc, sent_at)
                     if provably_not_received(exc):  # the next replica (or lane) may have it: never twice
+                        outcome.sent_upstream, outcome.replica = False, None
                         unavailable.append(f"{where} refused the connection")
                         continue
-                    outcome.sent_upstream, outcome.replica = True, replica.index
                     raise lost_request_recorded(exc, outcome) from None
-                outcome.sent_upstream, outcome.replica = True, replica.index
                 try:
                     if request.stream and response.status_code == 200:
                         await relay_stream(send, response, request, breaker, outcome, sent_at, rt=rt, lane=lane)

@@ -27,4 +27,5 @@ def key_names(prefix: str, namespace: str, idempotency_key: str) -> list[str]:
         f"{base}:rpm",
         f"{base}:tpm",
         f"{base}:inflight",
+        f"{prefix}:gw:epoch",  # when this Redis's memory began (gateway.durable)
     ]

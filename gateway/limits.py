@@ -62,7 +62,8 @@ IDEMPOTENCY_MISMATCH = 7
 
 FINGERPRINT_CHARS = 32
 
-# KEYS: 1 revoked marker, 2 idempotency record, 3 rpm prefix, 4 tpm prefix, 5 in-flight zset
+# KEYS: 1 revoked marker, 2 idempotency record, 3 rpm prefix, 4 tpm prefix, 5 in-flight zset,
+#       6 the epoch marker (when this Redis's memory began: written the first time it is missing)
 # ARGV: 1 rpm limit (0 = none), 2 tpm limit, 3 max parallel, 4 request id,
 #       5 idempotency ttl (ms), 6 in-flight lease (s), 7 idempotency mode (IDEM_*),
 #       8 the body's fingerprint (FINGERPRINT_CHARS hex)
@@ -80,6 +81,11 @@ if ARGV[7] == '1' or ARGV[7] == '2' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local epoch = tonumber(redis.call('GET', KEYS[6]) or '')
+if not epoch then
+  epoch = now
+  redis.call('SET', KEYS[6], tostring(now))
+end
 local window = 60
 local slot = math.floor(now / window)
 local elapsed = now - slot * window
@@ -113,7 +119,7 @@ if par > 0 then
   redis.call('EXPIRE', KEYS[5], tonumber(ARGV[6]) + 5)
 end
 if ARGV[7] ~= '0' then redis.call('SET', KEYS[2], 'I' .. ARGV[8] .. ARGV[4], 'PX', ARGV[5]) end
-return {0, 0, ''}
+return {0, tostring(now - epoch), ''}
 """
 
 
@@ -122,6 +128,7 @@ class Admission:
     code: int
     retry_after_s: float = 0.0
     record: bytes = b""
+    memory_age_s: float = 0.0  # admitted: how long this Redis has kept its memory (the epoch marker's age)
 
 
 def admission_from_reply(reply: list[object], *, rpm: int, tpm: int) -> Admission:
@@ -140,6 +147,8 @@ def admission_from_reply(reply: list[object], *, rpm: int, tpm: int) -> Admissio
         return Admission(code, retry_after_s=max(wait, 0.5))
     if code == PARALLEL_EXCEEDED:
         return Admission(code, retry_after_s=1.0)
+    if code == ALLOWED:
+        return Admission(code, memory_age_s=float(reply[1]))  # type: ignore[arg-type]
     return Admission(code, record=record)
 
 

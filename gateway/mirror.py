@@ -28,7 +28,7 @@ from core.db import db_call
 from gateway.body import StreamedBody
 from gateway.models import MirrorSample
 from gateway.upstream import body_arguments
-from gateway.wire import completion_text, usage_from
+from gateway.wire import completion_text, sse_events, usage_from
 
 log = logging.getLogger(__name__)
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -89,7 +89,7 @@ def divergence(first: str, second: str) -> float:
 def text_of_stream(sse: bytes) -> str:
     """The answer text carried by an SSE stream (choices' content or text deltas)."""
     parts: list[str] = []
-    for event in sse.split(b"\n\n"):
+    for event in sse_events(sse):
         event = event.strip()
         if not event.startswith(b"data:") or event == b"data: [DONE]":
             continue

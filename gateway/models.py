@@ -140,3 +140,19 @@ class MirrorSample(models.Model):
 
     def __str__(self) -> str:
         return f"mirror {self.request_id} → {self.external_model}"
+
+
+class KeyedRequest(models.Model):
+    """The durable trace of a keyed request (an Idempotency-Key, or an SDK's retry marker):
+    admitted, and so possibly sent, then done. Redis holds the same record for the hot
+    path; this row outlives a Redis that lost its memory (gateway.durable), so a retry
+    after a Redis restart is still never sent twice. No answer is kept here."""
+
+    name = models.CharField(max_length=300, unique=True)  # the Redis record's name (gateway.keys.key_names)
+    fingerprint = models.CharField(max_length=32)
+    request_id = models.CharField(max_length=40)
+    done = models.BooleanField(default=False)
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} {'done' if self.done else 'in flight'}"

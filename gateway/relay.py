@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -58,20 +59,32 @@ def judge_answer(breaker: Any, status: int, *, validated: bool) -> None:
     """Feed the lane's breaker from an HTTP answer. A lane that answers is alive: a 500 to a
     body carrying fields the gateway could not check (engine extras) may be that body's
     fault, not the lane's, so it counts as an answer like any other. 502/503/504
-    (overloaded, dying) and a 500 to a fully validated body count as failures."""
+    (overloaded, dying) and a 500 to a fully validated body are error answers: evidence
+    only across keys (gateway.breaker)."""
     if status >= 500 and (validated or status != 500):
-        breaker.record_failure()
+        breaker.record_error_answer()
     else:
         breaker.record_success()
 
 
+def judge_failure(breaker: Any, exc: BaseException, sent_at: float) -> None:
+    """Feed the lane's breaker from a send or read that failed: a timeout counts only when
+    the replica made no progress meanwhile (gateway.breaker); anything else always."""
+    if is_timeout(exc):
+        breaker.record_timeout(sent_at)
+    else:
+        breaker.record_failure()
+
+
 async def relay_whole(send: Send, response: UpstreamResponse, breaker: Any, outcome: Outcome, sent_at: float,
                       *, rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> None:
+    headers_at = breaker.note_progress()
     try:
         content = await response.aread()
     except Exception as exc:
-        breaker.record_failure()
+        judge_failure(breaker, exc, headers_at)
         raise lost_request_recorded(exc, outcome) from None
+    breaker.note_progress()
     outcome.upstream_ms = (time.perf_counter() - sent_at) * 1000
     judge_answer(breaker, response.status_code, validated=request.validated)
     if response.status_code != 200:
@@ -89,6 +102,14 @@ async def relay_whole(send: Send, response: UpstreamResponse, breaker: Any, outc
     except orjson.JSONDecodeError:
         payload = None
     outcome.usage = usage_from(payload)
+    if isinstance(payload, dict) and answered_fewer_choices(payload, request):
+        rt.ignores_n[lane.name] = time.monotonic()
+        error = n_unsupported(lane.name)
+        outcome.status, outcome.error_code = error.status, error.code
+        outcome.record = make_record(error.status, b"J", outcome.lane, error.body())
+        outcome.answered = True
+        await send_error(send, error, outcome.headers())
+        return
     if isinstance(payload, dict) and (outcome.usage.prompt_tokens is None or outcome.usage.completion_tokens is None):
         # The lane reported no usage: count it, and give the client the usage OpenAI always sends.
         outcome.usage, outcome.usage_source = await count_usage(rt, lane, request, answer_text(payload),
@@ -99,6 +120,30 @@ async def relay_whole(send: Send, response: UpstreamResponse, breaker: Any, outc
     outcome.record = make_record(200, b"J", outcome.lane, content)  # cheap: kept only if needed
     outcome.answered = True
     await send_bytes(send, 200, content, outcome.headers())
+
+
+def answered_fewer_choices(payload: dict[str, Any], request: ParsedRequest) -> bool:
+    n = request.body.get("n")
+    choices = payload.get("choices")
+    return isinstance(n, int) and n > 1 and isinstance(choices, list) and len(choices) < n
+
+
+IGNORES_N_REMEMBER_S = 600.0  # a relaunched lane may run another engine: ask again later
+
+
+def lane_ignores_n(rt: GatewayRuntime, lane: str) -> bool:
+    since = rt.ignores_n.get(lane)
+    if since is not None and time.monotonic() - since > IGNORES_N_REMEMBER_S:
+        del rt.ignores_n[lane]
+        return False
+    return since is not None
+
+
+def n_unsupported(lane: str) -> GatewayError:
+    """A lane that ignores `n` (llama.cpp answers one choice): refused, never a short answer."""
+    return GatewayError(400, f"The lane `{lane}` does not support `n` > 1 (it answers a single choice); "
+                        "send n=1, or one request per choice.", code="unsupported_value", param="n",
+                        retryable=False)
 
 
 async def relay_stream(
@@ -116,8 +161,10 @@ async def relay_stream(
     outcome.status = 200
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *outcome.headers()]})
     failure: GatewayError | None = None
+    last_byte = breaker.note_progress()  # a stall counts against the lane unless another request progressed since
     try:
         async for chunk in response.stream:
+            last_byte = breaker.note_progress()
             if outcome.ttft_ms is None:
                 outcome.ttft_ms = (time.perf_counter() - outcome.started) * 1000
             out = stream_filter.feed(chunk)
@@ -139,6 +186,7 @@ async def relay_stream(
             if gone.is_set():  # the client left: stop the lane's work too
                 break
     except Exception as exc:
+        judge_failure(breaker, exc, last_byte)
         failure = lost_request(exc) if is_timeout(exc) else GatewayError(
             502, f"The lane's stream broke off: {describe_failure(exc)}; the request is not sent again.",
             code="upstream_stream_interrupted", type_="server_error", retryable=False)
@@ -161,12 +209,13 @@ async def stream_tail(
 ) -> bytes:
     """What ends the client's stream once the lane's has ended (or the client left): an
     error event if the lane broke it off or closed it before [DONE], else what the filter
-    held back, with the usage chunk counted here if the lane sent none. Feeds the breaker."""
+    held back, with the usage chunk counted here if the lane sent none. Feeds the breaker
+    (a failure that was an exception was judged where it was caught)."""
     if failure is None and not stream_filter.saw_done and not outcome.gone.is_set():
         failure = GatewayError(502, "The lane closed the stream before it finished; the request is not sent again.",
                                code="upstream_stream_interrupted", type_="server_error", retryable=False)
-    if failure is not None:
         breaker.record_failure()
+    if failure is not None:
         outcome.error_code = failure.code
         return error_event(failure.message, type_=failure.type, code=failure.code) + SSE_DONE
     breaker.record_success()
@@ -193,15 +242,18 @@ async def counted_usage_tail(rt: GatewayRuntime, lane: LaneInfo, request: Parsed
     return head + SSE_DONE
 
 
-async def watch_disconnect(receive: Receive, outcome: Outcome, cancel: asyncio.Task[Any] | None) -> None:
-    """Set `outcome.gone` (and cancel the request's task, if given) when the client leaves
-    before its whole answer was sent; the server also reports a disconnect once the
-    response is complete, which is not a client leaving."""
+async def watch_disconnect(receive: Receive, outcome: Outcome, cancel: asyncio.Task[Any] | None,
+                           on_leave: Callable[[], None] | None = None) -> None:
+    """Set `outcome.gone` (call `on_leave`, and cancel the request's task, if given) when the
+    client leaves before its whole answer was sent; the server also reports a disconnect
+    once the response is complete, which is not a client leaving."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             if not outcome.answered:
                 outcome.gone.set()
+                if on_leave is not None:
+                    on_leave()
                 if cancel is not None:
                     cancel.cancel()
             return

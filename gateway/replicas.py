@@ -109,11 +109,13 @@ def balance(lane: str, replicas: Sequence[ReplicaInfo], key: bytes | None, load:
 
 
 class ReplicaBreaker:
-    """A replica's breaker as the relay sees it (allows / record_success / record_failure):
-    this worker's CircuitBreaker, plus what every worker and the watcher said."""
+    """A replica's breaker as one request's relay sees it (allows / record_success /
+    record_failure / record_error_answer / record_timeout): this worker's CircuitBreaker,
+    plus what every worker and the watcher said. `source` is the request's API key (5xx
+    answers count by key: gateway.breaker)."""
 
-    def __init__(self, health: SharedHealth, lane: str, index: int, local: CircuitBreaker) -> None:
-        self.health, self.field, self.local = health, field_name(lane, index), local
+    def __init__(self, health: SharedHealth, lane: str, index: int, local: CircuitBreaker, source: str = "") -> None:
+        self.health, self.field, self.local, self.source = health, field_name(lane, index), local, source
 
     def allows(self) -> bool:
         if self.health.shared_open(self.field):
@@ -129,6 +131,25 @@ class ReplicaBreaker:
     def record_failure(self) -> None:
         was_open = self.local.opened_at is not None
         self.local.record_failure()
+        self._announce(was_open)
+
+    def record_error_answer(self) -> None:
+        was_open = self.local.opened_at is not None
+        self.local.record_error_answer(self.source)
+        self._announce(was_open)
+
+    def record_timeout(self, sent_at: float) -> None:
+        """A timeout is a failure only when the replica made no progress at all since the
+        request was sent; else it waited in a full lane (overload), which counts neither way."""
+        if not self.health.progressed_since(self.field, sent_at):
+            self.record_failure()
+
+    def note_progress(self) -> float:
+        """Bytes arrived from the replica (an answer's headers, a stream's chunk): when."""
+        now = self.health.progress[self.field] = time.perf_counter()
+        return now
+
+    def _announce(self, was_open: bool) -> None:
         if self.local.opened_at is not None and (not was_open or self.local.failures >= self.local.failures_to_open):
             self.health.announce_open(self.field, self.local.cooldown_s)
 
@@ -145,6 +166,7 @@ class SharedHealth:
     local_load: dict[str, int] = field(default_factory=dict)
     remote_load: dict[str, int] = field(default_factory=dict)
     open_until: dict[str, float] = field(default_factory=dict)  # epoch seconds
+    progress: dict[str, float] = field(default_factory=dict)  # last bytes from a replica (perf_counter)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     synced_at: float = 0.0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -152,14 +174,17 @@ class SharedHealth:
     closed: bool = False
 
     # --- hot path: process memory only ----------------------------------------------------
-    def breaker(self, lane: str, index: int) -> ReplicaBreaker:
+    def breaker(self, lane: str, index: int, source: str = "") -> ReplicaBreaker:
         name = field_name(lane, index)
         local = self.breakers.get(name)
         if local is None:
             local = self.breakers[name] = CircuitBreaker(
                 failures_to_open=settings.GATEWAY_BREAKER_FAILURES, cooldown_s=settings.GATEWAY_BREAKER_COOLDOWN_S)
         self._ensure_running()
-        return ReplicaBreaker(self, lane, index, local)
+        return ReplicaBreaker(self, lane, index, local, source)
+
+    def progressed_since(self, name: str, since: float) -> bool:
+        return self.progress.get(name, float("-inf")) > since
 
     def shared_open(self, name: str) -> bool:
         until = self.open_until.get(name)

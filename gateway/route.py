@@ -121,9 +121,12 @@ def _fits(lane: LaneInfo, tokens: int) -> bool:
 async def route_auto(
     rt: RouterRuntime, *, body: Mapping[str, Any], key: KeyInfo, lanes: Mapping[str, LaneInfo], raw_bytes: int,
 ) -> AutoRoute | None:
-    """The router's lane, or None when no version is published (the gateway's default then).
-    Raises a 503 naming the reason when the router cannot run (no model, broken model)."""
+    """The router's lane, or None when no version is published (the gateway's default then,
+    whether or not the router's model can load). Raises a 503 naming the reason when a
+    published version cannot run (no model, broken model)."""
     state = await rt.published.state()
+    if state.encoder is None and not state.any_published:
+        return None  # nothing to route by: the default lane, encoder or not
     if state.encoder is None:
         raise GatewayError(503, f'model="auto" is unavailable: {state.unavailable}. Name a lane in `model` instead.',
                            code="router_unavailable", type_="server_error", param="model", retryable=False)

@@ -70,6 +70,7 @@ class GatewayRuntime:
         # Per replica: circuit breakers and requests in flight, shared with every worker.
         self.health = SharedHealth(self.redis)
         self.no_tokenize: dict[str, float] = {}  # lane -> when its /tokenize was found missing
+        self.ignores_n: dict[str, float] = {}  # lane -> when it answered fewer choices than `n` asked
         self.log_writer = RequestLogWriter()
         self.router = RouterRuntime(self.redis)
         self.background: set[asyncio.Task[Any]] = set()

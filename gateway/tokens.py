@@ -2,8 +2,8 @@
 usage of an answer whose lane sent none (llama.cpp ignores `include_usage`), so that
 tokens-per-minute limits and the request log still count every answer.
 
-Exact counts come from the lane's own `/tokenize` (vLLM's route). A lane without one is
-remembered for a while, so a prompt is never posted to it again and again; then, and for
+Exact counts come from the lane's own `/tokenize` (vLLM's route). A lane without one (or
+whose /tokenize answers without a count) is remembered for a while, so a prompt is never posted to it again and again; then, and for
 anything larger than the cap below, the count is an estimate of one token per
 CHARS_PER_TOKEN characters (the request log marks such rows `estimate`)."""
 
@@ -87,8 +87,13 @@ async def tokenize(rt: GatewayRuntime, lane: LaneInfo, body: dict[str, Any] | Ca
     try:
         count = orjson.loads(response.content).get("count")
     except (orjson.JSONDecodeError, AttributeError):
+        count = None
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        # It answers, but gives no count (llama.cpp's /tokenize reads another body and
+        # answers only tokens): as good as none, and remembered so, not asked again.
+        rt.no_tokenize[lane.name] = time.monotonic()
         return None
-    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+    return count
 
 
 def prompt_fields(request: ParsedRequest) -> dict[str, Any]:

@@ -5,12 +5,22 @@ rule is tested directly."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 SSE_DONE = b"data: [DONE]\n\n"
+# An event ends at a blank line, and the SSE spec lets a line end with CRLF, LF or CR (some
+# servers frame with CRLF CRLF). Every blank line holds one of \n\n, \n\r or \r\r (a CR
+# before LF is one CRLF); a CR that ends it may be followed by the LF of its CRLF.
+EVENT_END = re.compile(rb"\n\n|\n\r\n?|\r\r\n?")
+EVENT = re.compile(rb"(.*?)(\n\n|\n\r\n?|\r\r\n?)", re.S)
+# The lane is always asked for usage; OpenAI sends no usage field at all to a client that
+# did not ask (`"usage":null` on every chunk only with include_usage). A raw `"usage"`
+# followed by `:` can only be a key: a quote inside a JSON string is escaped.
+USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,\s*')
 
 
 class GatewayError(Exception):
@@ -148,27 +158,29 @@ class StreamFilter:
     saw_done: bool = False
     usage_seen: bool = False
     held_done: bool = False  # [DONE] withheld: no usage came before it
-    events: int = 0
     _pending: bytes = b""
 
     def feed(self, data: bytes) -> bytes:
         buffer = self._pending + data if self._pending else data
-        end = buffer.rfind(b"\n\n")
+        end = last_event_end(buffer)
         if end < 0:
             self._pending = buffer
             return b""
-        whole, self._pending = buffer[: end + 2], buffer[end + 2 :]
+        whole, self._pending = buffer[:end], buffer[end:]
         if b'"usage":{' not in whole and b'"usage": {' not in whole and b"[DONE]" not in whole:
-            # The hot path: no event here needs a look inside.
-            self.events += whole.count(b"\n\n")
-            return whole
-        out = []
-        for event in whole.split(b"\n\n")[:-1]:
-            out.append(self._event(event))
+            # The hot path: no event here needs a look inside; relayed byte for byte.
+            if self.client_wants_usage or b'"usage"' not in whole:
+                return whole
+            return without_usage_null(whole)
+        out, consumed = [], 0
+        for match in EVENT.finditer(whole):
+            out.append(self._event(match[1], match[2]))
+            consumed = match.end()
+        if consumed < len(whole):  # a lone line ending after the last event: it starts the next
+            self._pending = whole[consumed:] + self._pending
         return b"".join(out)
 
-    def _event(self, event: bytes) -> bytes:
-        self.events += 1
+    def _event(self, event: bytes, end: bytes) -> bytes:
         stripped = event.strip()
         if stripped == b"data: [DONE]":
             self.saw_done = True
@@ -177,34 +189,61 @@ class StreamFilter:
                 # and sends the usage chunk before [DONE] itself.
                 self.held_done = True
                 return b""
-            return event + b"\n\n"
+            return event + end
         if not stripped.startswith(b"data:") or b'"usage"' not in stripped:
-            return event + b"\n\n"
+            return event + end
         try:
             payload = orjson.loads(stripped[5:])
         except orjson.JSONDecodeError:
-            return event + b"\n\n"
+            return event + end
         if not isinstance(payload, dict) or not isinstance(payload.get("usage"), dict):
-            return event + b"\n\n"
+            return event + end if self.client_wants_usage else without_usage_null(event) + end
         self.usage = usage_from(payload)
         self.usage_seen = True
         choices = payload.get("choices") or []
         if not choices:
-            return event + b"\n\n" if self.client_wants_usage else b""
+            return event + end if self.client_wants_usage else b""
         # Usage riding on a chunk with choices: send the choices alone, then (if asked)
         # a separate usage-only chunk, as OpenAI does.
         usage = payload["usage"]
-        payload["usage"] = None
-        out = b"data: " + orjson.dumps(payload) + b"\n\n"
+        if self.client_wants_usage:
+            payload["usage"] = None
+        else:
+            del payload["usage"]
+        out = b"data: " + orjson.dumps(payload) + end
         if self.client_wants_usage:
             tail = {**payload, "choices": [], "usage": usage}
-            out += b"data: " + orjson.dumps(tail) + b"\n\n"
+            out += b"data: " + orjson.dumps(tail) + end
         return out
 
     def leftover(self) -> bytes:
         """Bytes after the last complete event when the upstream ended (normally none)."""
         pending, self._pending = self._pending, b""
         return pending
+
+
+def last_event_end(buffer: bytes) -> int:
+    """Where the buffer's last whole event ends (after its blank line), or -1."""
+    if b"\r" not in buffer:  # the common framing (LF only): one scan
+        at = buffer.rfind(b"\n\n")
+        return at + 2 if at >= 0 else -1
+    at = max(buffer.rfind(b"\n\n"), buffer.rfind(b"\n\r"), buffer.rfind(b"\r\r"))
+    if at < 0:
+        return -1
+    match = EVENT_END.match(buffer, at)
+    return match.end() if match else -1
+
+
+def without_usage_null(data: bytes) -> bytes:
+    """`"usage": null` taken out of compact JSON by a plain replace (vLLM's and sparksim's
+    form: the hot path), any other spacing by the pattern."""
+    data = data.replace(b',"usage":null', b"")
+    return USAGE_NULL.sub(b"", data) if b'"usage"' in data else data
+
+
+def sse_events(sse: bytes) -> list[bytes]:
+    """A stream's events (whatever line endings frame them), a trailing partial one included."""
+    return EVENT_END.split(sse)
 
 
 # --- usage the upstream did not send ------------------------------------------------------
@@ -246,7 +285,7 @@ def answer_text(payload: Any) -> str:
 def stream_answer(sse: bytes) -> StreamAnswer:
     answer = StreamAnswer()
     parts: list[str] = []
-    for event in sse.split(b"\n\n"):
+    for event in sse_events(sse):
         event = event.strip()
         if not event.startswith(b"data:") or event == b"data: [DONE]":
             continue

@@ -16,6 +16,7 @@ from django.db.models import Aggregate, Count, FloatField, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, TruncDate
 
+from gateway.durable import keyed_request_purge
 from gateway.models import RequestLog
 from gateway.services import request_log_purge
 from metrics.models import (
@@ -274,6 +275,7 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
     started = time.perf_counter()
     hour_cutoff = now - timedelta(days=settings.METRICS_HOUR_RETENTION_DAYS)
     report["deleted"]["SampleHour"] = SampleHour.objects.filter(ts__lt=hour_cutoff).delete()[0]
+    report["deleted"]["KeyedRequest"] = keyed_request_purge(now=now)  # expired durable idempotency traces
     with transaction.atomic():
         # Hours before the previous one are final (the rollup recomputes only the current and
         # previous hours): fold them into /metrics' running totals, then delete the old ones —

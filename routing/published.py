@@ -53,6 +53,9 @@ class RouterState:
     shadow: RouterSnapshot | None
     unavailable: str | None  # why model="auto" cannot be routed, when it cannot
     encoder: Encoder | None
+    # Without an encoder: whether a version is published at all (none: model="auto" takes the
+    # default lane, as it does with an encoder and nothing published).
+    any_published: bool = True
 
 
 def version_config(version: RouterVersion) -> RouterConfig:
@@ -76,7 +79,8 @@ def load_router_state(token: str) -> RouterState:
     try:
         encoder = router_encoder()
     except EncoderUnavailable as exc:
-        return RouterState(token, None, None, f"the router is off: {exc}", None)
+        any_published = RouterVersion.objects.filter(status=VersionStatus.PUBLISHED).exists()
+        return RouterState(token, None, None, f"the router is off: {exc}", None, any_published=any_published)
     versions = list(RouterVersion.objects.filter(status=VersionStatus.PUBLISHED) | RouterVersion.objects.filter(shadow=True))
     published = next((v for v in versions if v.status == VersionStatus.PUBLISHED), None)
     shadow = next((v for v in versions if v.shadow and v.status == VersionStatus.DRAFT), None)

@@ -27,6 +27,7 @@ from gateway.services import api_key_create
 from lanes.models import Lane, LaneNode, Node
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, AsgiServer, free_port, wait_for
+from tests.gateway.redis_server import RedisServer
 from tests.gateway.upstreams import CountingUpstream
 
 T = TypeVar("T")
@@ -275,3 +276,13 @@ class FreezableProxy:
     def close(self) -> None:
         if self.server is not None:
             self.server.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Any, settings: Any) -> Iterator[RedisServer]:
+    """The gateway (and everything else in this process) on a redis-server of the test's
+    own; ask for it before the gateway fixtures, so the gateway connects to it."""
+    server = RedisServer(tmp_path).start()
+    settings.REDIS_URL = server.url
+    yield server
+    server.stop()

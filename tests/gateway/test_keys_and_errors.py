@@ -198,7 +198,8 @@ def test_prompt_text_is_logged_only_for_keys_that_opt_in(
 def test_without_redis_the_gateway_fails_closed_in_openai_shape(
     asgi_server: Any, key_owner: User, qwen_engine: EngineHandle, settings: Any
 ) -> None:
-    """Limits and idempotency cannot be checked: refuse (500, no retry hint) rather than risk a double."""
+    """Limits and idempotency cannot be checked: refuse rather than risk a double — a 503 the
+    client may retry (nothing was sent upstream), never a 500."""
     from tests.conftest import free_port
 
     make_lane("qwen", qwen_engine.port, served=SIM_SERVED)
@@ -206,8 +207,9 @@ def test_without_redis_the_gateway_fails_closed_in_openai_shape(
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # read when the gateway's runtime starts
     response = httpx.post(f"{asgi_server.url}/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
                           json={"model": "qwen", "messages": MESSAGES}, timeout=30)
-    error = assert_error(response, 500, "internal_error")
-    assert error["type"] == "server_error" and response.headers["x-should-retry"] == "false"
+    error = assert_error(response, 503, "service_unavailable")
+    assert error["type"] == "server_error" and response.headers["x-should-retry"] == "true"
+    assert int(response.headers["retry-after"]) >= 1
     assert sent(qwen_engine) == 0
 
 
@@ -225,8 +227,9 @@ def test_a_redis_that_takes_calls_and_never_answers_fails_closed_in_bounded_time
         response = httpx.post(f"{asgi_server.url}/v1/chat/completions",
                               headers={"authorization": f"Bearer {secret}"},
                               json={"model": "qwen", "messages": MESSAGES}, timeout=30)
-    error = assert_error(response, 500, "internal_error")
-    assert error["type"] == "server_error" and response.headers["x-should-retry"] == "false"
+    error = assert_error(response, 503, "service_unavailable")
+    assert error["type"] == "server_error" and response.headers["x-should-retry"] == "true"
+    assert int(response.headers["retry-after"]) >= 1
     assert sent(qwen_engine) == 0
 
 

@@ -76,3 +76,21 @@ def test_retry_after_is_never_shorter_than_the_real_wait() -> None:
         wait = seconds_until_below(limit, previous, current, elapsed)
         assert count_after(60, previous, current, elapsed, wait + 1e-6) + 1 <= limit + 1e-6, (
             limit, previous, current, elapsed, wait)
+
+
+def test_5xx_answers_open_the_breaker_only_across_keys() -> None:
+    breaker = CircuitBreaker(failures_to_open=2, cooldown_s=10, clock=Clock())
+    for _ in range(10):
+        breaker.record_error_answer("key-x")
+    assert breaker.allows() and breaker.state == "closed"
+    breaker.record_error_answer("key-y")
+    assert not breaker.allows() and breaker.state == "open"
+
+
+def test_an_answer_that_never_came_is_evidence_whatever_the_key() -> None:
+    breaker = CircuitBreaker(failures_to_open=2, cooldown_s=10, clock=Clock())
+    breaker.record_error_answer("key-x")
+    breaker.record_failure()
+    assert not breaker.allows()
+    breaker.record_success()
+    assert breaker.allows() and not breaker.sources and not breaker.unanswered

@@ -11,12 +11,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from django.contrib.auth.models import User
 
 from lanes.models import Lane
 from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for
 from tests.gateway.conftest import (
     Gateway,
+    create_key,
     engine_received,
     make_lane,
     set_engine_faults,
@@ -201,16 +203,18 @@ def test_a_lane_that_is_not_serving_goes_to_its_fallback_else_503(
 
 
 def test_an_open_circuit_sends_to_the_fallback_without_touching_the_lane(
-    gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle, settings: Any
+    gateway: Gateway, qwen_engine: EngineHandle, second_engine: EngineHandle, settings: Any, key_owner: User
 ) -> None:
     settings.GATEWAY_BREAKER_FAILURES = 2
     settings.GATEWAY_BREAKER_COOLDOWN_S = 60
     set_engine_faults(qwen_engine, die=True)
     Lane.objects.filter(name="qwen").update(fallback=make_lane("deepseek", second_engine.port, served="deepseek-test"))
     plain = client(gateway, max_retries=0)
-    for _ in range(2):
+    other_secret, _ = create_key(key_owner, name="other-team")
+    other = openai.OpenAI(base_url=gateway.base_url, api_key=other_secret, max_retries=0)
+    for caller in (plain, other):  # 5xx answers are evidence against the lane across keys (gateway.breaker)
         with pytest.raises(openai.InternalServerError):
-            plain.chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
+            caller.chat.completions.create(model="qwen", messages=MESSAGES)  # type: ignore[arg-type]
     raw = plain.chat.completions.with_raw_response.create(model="qwen", max_tokens=8, messages=MESSAGES)  # type: ignore[arg-type]
     assert raw.headers["x-spark-lane"] == "deepseek"
     assert sent(qwen_engine) == 2 and sent(second_engine) == 1

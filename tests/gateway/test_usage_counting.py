@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import httpx
 import openai
+import pytest
 from django.contrib.auth.models import User
 
 from gateway.models import RequestLog
@@ -86,11 +87,15 @@ def test_without_tokenize_the_usage_is_an_estimate_marked_in_the_log_and_tokeniz
     assert {row.usage_source for row in rows} == {"estimate"}
 
 
+@pytest.mark.parametrize("tokenize", ["missing", "answers_without_count"])
 def test_the_context_guard_never_posts_a_prompt_to_a_lane_without_tokenize_again(
-    fault_gateway: Gateway, second_upstream: CountingUpstream
+    fault_gateway: Gateway, second_upstream: CountingUpstream, tokenize: str
 ) -> None:
     gateway = fault_gateway
-    second_upstream.has_tokenize = False
+    if tokenize == "missing":
+        second_upstream.has_tokenize = False
+    else:
+        second_upstream.tokenize_counts = False
     make_lane("deepseek", second_upstream.port, max_model_len=1000)
     long_prompt = [{"role": "user", "content": "word " * 900}]
     for _ in range(3):

@@ -23,6 +23,8 @@ def sse(payload: object) -> bytes:
 
 
 CHUNK = sse({"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}], "usage": None})
+# The same chunk as OpenAI sends it to a client that did not ask for usage: no usage field.
+PLAIN = sse({"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}]})
 USAGE = sse({"id": "c", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}})
 DONE = b"data: [DONE]\n\n"
 
@@ -56,7 +58,7 @@ def test_it_refuses_bad_requests_naming_the_field(raw: bytes, param: str) -> Non
 def test_the_stream_filter_drops_the_usage_chunk_when_not_asked_but_counts_it() -> None:
     stream_filter = StreamFilter(client_wants_usage=False)
     out = stream_filter.feed(CHUNK + CHUNK + USAGE + DONE)
-    assert out == CHUNK + CHUNK + DONE
+    assert out == PLAIN + PLAIN + DONE
     assert stream_filter.usage.completion_tokens == 5 and stream_filter.saw_done
 
 
@@ -68,8 +70,35 @@ def test_the_stream_filter_keeps_the_usage_chunk_when_asked() -> None:
 def test_the_stream_filter_passes_events_split_across_reads_as_soon_as_whole() -> None:
     stream_filter = StreamFilter(client_wants_usage=False)
     assert stream_filter.feed(CHUNK[:10]) == b""
-    assert stream_filter.feed(CHUNK[10:] + CHUNK[:5]) == CHUNK
-    assert stream_filter.feed(CHUNK[5:]) == CHUNK
+    assert stream_filter.feed(CHUNK[10:] + CHUNK[:5]) == PLAIN
+    assert stream_filter.feed(CHUNK[5:]) == PLAIN
+
+
+@pytest.mark.parametrize("end", [b"\r\n\r\n", b"\r\r", b"\n\r\n", b"\r\n\n", b"\r\n\r"])
+def test_the_stream_filter_splits_events_on_every_line_ending_the_sse_spec_allows(end: bytes) -> None:
+    """CRLF CRLF (some servers' default), CR CR, and mixed endings: relayed byte for byte,
+    usage and [DONE] found, whatever the reads' boundaries."""
+    framed = [e.replace(b"\n\n", end) for e in (CHUNK, CHUNK, USAGE, DONE)]
+    stream = b"".join(framed)
+    for size in (1, 7, len(stream)):
+        stream_filter = StreamFilter(client_wants_usage=True)
+        out = b"".join(stream_filter.feed(stream[at:at + size]) for at in range(0, len(stream), size))
+        out += stream_filter.leftover()
+        assert out == stream, size
+        assert stream_filter.saw_done and not stream_filter.held_done
+        assert stream_filter.usage.completion_tokens == 5
+    not_asked = StreamFilter(client_wants_usage=False)
+    assert not_asked.feed(stream) == framed[0].replace(b', "usage": null', b"") * 2 + framed[3]
+    assert text_of_stream(stream) == "hihi"
+
+
+def test_no_usage_null_reaches_a_client_that_did_not_ask_whatever_the_spacing() -> None:
+    compact = b'data: {"id":"c","usage":null,"choices":[{"delta":{"content":"\\"usage\\":null"}}]}\n\n'
+    last = b'data: {"id":"c","choices":[],"usage":null}\n\n'
+    out = StreamFilter(client_wants_usage=False).feed(compact + last)
+    assert out == (b'data: {"id":"c","choices":[{"delta":{"content":"\\"usage\\":null"}}]}\n\n'
+                   b'data: {"id":"c","choices":[]}\n\n')
+    assert StreamFilter(client_wants_usage=True).feed(compact + last) == compact + last
 
 
 def test_usage_riding_on_a_chunk_with_choices_is_split_off() -> None:
@@ -81,7 +110,7 @@ def test_usage_riding_on_a_chunk_with_choices_is_split_off() -> None:
     assert events[1]["choices"] == [] and events[1]["usage"]["completion_tokens"] == 5
     not_asked = StreamFilter(client_wants_usage=False).feed(sse(final) + DONE)
     events = [orjson.loads(e[6:]) for e in not_asked.split(b"\n\n") if e.startswith(b"data: {")]
-    assert len(events) == 1 and events[0]["usage"] is None
+    assert len(events) == 1 and "usage" not in events[0]
 
 
 def test_upstream_context_errors_get_the_context_length_code() -> None:

@@ -135,3 +135,11 @@ def test_a_missing_model_directory_turns_auto_off_with_the_reason_and_lanes_keep
     explicit = httpx.post(f"{auto_gateway.base_url}/chat/completions", headers=auto_gateway.headers(), timeout=30,
                           json={"model": "qwen", "messages": [user(SHORT)], "max_tokens": 4})
     assert explicit.status_code == 200 and explicit.headers["x-spark-lane"] == "qwen"
+
+
+def test_with_no_model_directory_and_nothing_published_auto_takes_the_default_lane(auto_gateway, settings, tmp_path):
+    RouterVersion.objects.all().delete()
+    settings.ROUTER_MODEL_DIR = tmp_path / "no-model-here"
+    answer = ask(auto_gateway, user(SHORT))
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-spark-route-reason"] == "default"
