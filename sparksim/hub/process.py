@@ -27,14 +27,31 @@ class HubHandle:
                 self.process.wait(5)
 
 
-def start_hub(root: str | Path, log_path: Path, host: str = "127.0.0.1", rate_bytes_s: float = 0.0,
-              timeout: float = 20.0) -> HubHandle:
+def start_hub(
+    root: str | Path, log_path: Path, host: str = "127.0.0.1", rate_bytes_s: float = 0.0, timeout: float = 20.0
+) -> HubHandle:
     port, cdn_port = free_port(host), free_port(host)
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "sparksim", "hub", "--root", str(root), "--host", host, "--port", str(port), "--cdn-port", str(cdn_port),
-         "--rate-bytes-s", str(rate_bytes_s)],
-        stdout=log, stderr=subprocess.STDOUT, cwd=PACKAGE_ROOT,
+        [
+            sys.executable,
+            "-m",
+            "sparksim",
+            "hub",
+            "--root",
+            str(root),
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--cdn-port",
+            str(cdn_port),
+            "--rate-bytes-s",
+            str(rate_bytes_s),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=PACKAGE_ROOT,
     )
     handle = HubHandle(process, f"http://{host}:{port}", log_path)
     deadline = time.monotonic() + timeout

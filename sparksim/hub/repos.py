@@ -72,8 +72,14 @@ def deterministic_bytes(seed: str, size: int) -> bytes:
     return bytes(out[:size])
 
 
-def create_repo(root: str | Path, repo_id: str, files: dict[str, bytes | int], *, gated: bool = False,
-                tokens: list[str] | None = None) -> Repo:
+def create_repo(
+    root: str | Path,
+    repo_id: str,
+    files: dict[str, bytes | int],
+    *,
+    gated: bool = False,
+    tokens: list[str] | None = None,
+) -> Repo:
     """Write a repository; an int stands for that many reproducible bytes. The commit is a
     hash of the listing, so the same files give the same commit."""
     directory = repo_dir(Path(root), repo_id)
@@ -92,8 +98,13 @@ def create_repo(root: str | Path, repo_id: str, files: dict[str, bytes | int], *
     listing = "\n".join(f"{item.path} {item.blob_id}" for item in entries)
     commit = hashlib.sha1(f"{repo_id}\n{listing}".encode(), usedforsecurity=False).hexdigest()
     repo = Repo(repo_id, commit, gated, list(tokens or []), entries, directory)
-    document = {"repo_id": repo_id, "commit": commit, "gated": gated, "tokens": repo.tokens,
-                "files": [vars(item) for item in entries]}
+    document = {
+        "repo_id": repo_id,
+        "commit": commit,
+        "gated": gated,
+        "tokens": repo.tokens,
+        "files": [vars(item) for item in entries],
+    }
     write_atomically(directory / "repo.json", json.dumps(document, indent=1))
     return repo
 

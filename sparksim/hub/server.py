@@ -20,8 +20,9 @@ LAST_MODIFIED = "2026-05-01T00:00:00.000Z"
 
 
 def error(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status,
-                             headers={"X-Error-Code": code, "X-Error-Message": message})
+    return web.json_response(
+        {"error": message}, status=status, headers={"X-Error-Code": code, "X-Error-Message": message}
+    )
 
 
 class HubServer:
@@ -30,6 +31,8 @@ class HubServer:
         # LFS bytes come from another origin, as the hub's CDN: the client reads a file's
         # metadata on the redirect itself and follows it only to download.
         self.cdn_origin = cdn_origin
+        self.paced_since = time.monotonic()
+        self.paced_bytes = 0
         self.rate_bytes_s = rate_bytes_s
         # What arrived, for tests: path, method, range, and whether a token came (never its value).
         self.requests: deque[dict[str, object]] = deque(maxlen=1000)
@@ -48,9 +51,14 @@ class HubServer:
     @web.middleware
     async def record(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
         if not request.path.startswith("/_sim/"):
-            self.requests.append({"method": request.method, "path": request.path,
-                                  "range": request.headers.get("Range", ""),
-                                  "authorized": "Authorization" in request.headers})
+            self.requests.append(
+                {
+                    "method": request.method,
+                    "path": request.path,
+                    "range": request.headers.get("Range", ""),
+                    "authorized": "Authorization" in request.headers,
+                }
+            )
         return await handler(request)
 
     # --- lookups ----------------------------------------------------------------------
@@ -70,11 +78,19 @@ class HubServer:
         header = request.headers.get("Authorization", "")
         token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
         if not token:
-            return error(401, "GatedRepo", f"Access to model {repo.repo_id} is restricted. You must have "
-                         "access to it and be authenticated to access it. Please log in.")
+            return error(
+                401,
+                "GatedRepo",
+                f"Access to model {repo.repo_id} is restricted. You must have "
+                "access to it and be authenticated to access it. Please log in.",
+            )
         if token not in repo.tokens:
-            return error(403, "GatedRepo", f"Access to model {repo.repo_id} is restricted and you are not "
-                         "in the authorized list. Visit the model page to ask for access.")
+            return error(
+                403,
+                "GatedRepo",
+                f"Access to model {repo.repo_id} is restricted and you are not "
+                "in the authorized list. Visit the model page to ask for access.",
+            )
         return None
 
     # --- the API ----------------------------------------------------------------------
@@ -82,13 +98,23 @@ class HubServer:
         repo = self.repo_or_error(request)
         if isinstance(repo, web.Response):
             return repo
-        return web.json_response({
-            "_id": repo.commit[:24], "id": repo.repo_id, "modelId": repo.repo_id, "sha": repo.commit,
-            "private": False, "gated": "manual" if repo.gated else False, "disabled": False,
-            "lastModified": LAST_MODIFIED, "tags": [], "downloads": 0, "likes": 0,
-            "siblings": [{"rfilename": item.path} for item in repo.files],
-            "usedStorage": repo.total_bytes(),
-        })
+        return web.json_response(
+            {
+                "_id": repo.commit[:24],
+                "id": repo.repo_id,
+                "modelId": repo.repo_id,
+                "sha": repo.commit,
+                "private": False,
+                "gated": "manual" if repo.gated else False,
+                "disabled": False,
+                "lastModified": LAST_MODIFIED,
+                "tags": [],
+                "downloads": 0,
+                "likes": 0,
+                "siblings": [{"rfilename": item.path} for item in repo.files],
+                "usedStorage": repo.total_bytes(),
+            }
+        )
 
     async def tree(self, request: web.Request) -> web.Response:
         repo = self.repo_or_error(request)
@@ -108,15 +134,20 @@ class HubServer:
             return repo
         item = repo.file(request.match_info["path"])
         if item is None:
-            return error(404, "EntryNotFound", f"{request.match_info['path']} does not exist on \"main\"")
+            return error(404, "EntryNotFound", f'{request.match_info["path"]} does not exist on "main"')
         denied = self.access_error(request, repo)
         if denied is not None:
             return denied
         headers = {"X-Repo-Commit": repo.commit, "Accept-Ranges": "bytes"}
         if item.lfs:
-            headers.update({"X-Linked-Etag": f'"{item.sha256}"', "X-Linked-Size": str(item.size),
-                            "ETag": f'"{item.blob_id}"',
-                            "Location": f"{self.cdn_origin}/_cdn/{repo.repo_id}/{item.sha256}/{item.path}"})
+            headers.update(
+                {
+                    "X-Linked-Etag": f'"{item.sha256}"',
+                    "X-Linked-Size": str(item.size),
+                    "ETag": f'"{item.blob_id}"',
+                    "Location": f"{self.cdn_origin}/_cdn/{repo.repo_id}/{item.sha256}/{item.path}",
+                }
+            )
             return web.Response(status=302, headers=headers)
         headers["ETag"] = f'"{item.blob_id}"'
         return await self.send(request, repo, item, headers)
@@ -129,8 +160,9 @@ class HubServer:
             return web.Response(status=404, text="Not Found")
         return await self.send(request, repo, item, {"ETag": f'"{item.sha256}"', "Accept-Ranges": "bytes"})
 
-    async def send(self, request: web.Request, repo: Repo, item: RepoFile,
-                   headers: dict[str, str]) -> web.StreamResponse:
+    async def send(
+        self, request: web.Request, repo: Repo, item: RepoFile, headers: dict[str, str]
+    ) -> web.StreamResponse:
         start, end = 0, item.size - 1
         ranged = parse_range(request.headers.get("Range", ""), item.size)
         if ranged is not None:
@@ -142,7 +174,6 @@ class HubServer:
         await response.prepare(request)
         if request.method == "HEAD":
             return response
-        began = time.monotonic()
         sent = 0
         with (repo.directory / "files" / item.path).open("rb") as handle:
             handle.seek(start)
@@ -152,14 +183,16 @@ class HubServer:
                     break
                 await response.write(chunk)
                 sent += len(chunk)
-                await self.pace(began, sent)
+                await self.pace(len(chunk))
         await response.write_eof()
         return response
 
-    async def pace(self, began: float, sent: int) -> None:
-        """Hold a download to the configured rate (0: as fast as the disk)."""
+    async def pace(self, sent: int) -> None:
+        """Hold all downloads together to the configured rate (0: as fast as the disk), as
+        one uplink would."""
+        self.paced_bytes += sent
         if self.rate_bytes_s > 0:
-            ahead = sent / self.rate_bytes_s - (time.monotonic() - began)
+            ahead = self.paced_bytes / self.rate_bytes_s - (time.monotonic() - self.paced_since)
             if ahead > 0:
                 await asyncio.sleep(ahead)
 
@@ -169,6 +202,7 @@ class HubServer:
     async def sim_rate(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.rate_bytes_s = float(body.get("rate_bytes_s", 0))
+        self.paced_since, self.paced_bytes = time.monotonic(), 0
         return web.json_response({"rate_bytes_s": self.rate_bytes_s})
 
 
