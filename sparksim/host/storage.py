@@ -139,3 +139,16 @@ def seed_model(node: NodeInfo, repo: Repo, revision: str = "main", only: list[st
     (storage / "trees").mkdir(exist_ok=True)
     (storage / "trees" / f"{repo.commit}.json").write_text(json.dumps({"format_version": 1, "files": tree}))
     return snapshot
+
+
+def seed_placeholder_model(node: NodeInfo, model_id: str, revision: str = "main") -> Path:
+    """A small stand-in of `model_id` (a config and one LFS shard, from the cluster's own hub
+    directory `<root>/_hub`) put whole into the node's cache: what the demo and the launch
+    tests start from, so every rank holds its lane's weights the way a download leaves them."""
+    from sparksim.hub.repos import create_repo, load_repo
+
+    hub_root = node.root / "_hub"
+    repo = load_repo(hub_root, model_id) or create_repo(
+        hub_root, model_id, {"config.json": b'{"architectures": ["SparksimForCausalLM"]}', "model.safetensors": 96 * 1024}
+    )
+    return seed_model(node, repo, revision)
