@@ -146,3 +146,25 @@ def weights_check_command(model_id: str, revision: str) -> str:
         return f"echo {shlex.quote(f'missing: {label}: the model id or revision {problem}')} >&2; exit 1"
     return (f"python3 -c {shlex.quote(WEIGHTS_CHECK)} {cache_repo_shell(model_id)} "
             f"{shlex.quote(wanted_revision(revision))} {shlex.quote(label)}")
+
+
+def node_files_view(inventory: Mapping[str, Any]) -> dict[str, Any]:
+    """What the node page shows of an inventory."""
+    models = [dict(model, size=human(model.get("bytes")), expected=human(model.get("expected_bytes"))
+                   if model.get("expected_bytes") is not None else "?") for model in inventory.get("models") or []]
+    free, disk = inventory.get("free_bytes"), inventory.get("disk_bytes")
+    return {"models": models, "images": list(inventory.get("images") or []), "checked_at": inventory.get("checked_at"),
+            "free": human(free) if free is not None else "?", "disk": human(disk) if disk is not None else "?",
+            "errors": list(inventory.get("errors") or []), "read": bool(inventory)}
+
+
+def lane_files_rows(model_id: str, revision: str, image: str,
+                    nodes: list[tuple[str, Mapping[str, Any]]]) -> list[dict[str, str]]:
+    """Per rank of a lane: does it hold the model (at the lane's revision) and the image."""
+    rows = []
+    for name, inventory in nodes:
+        model_state, model_words = model_presence(inventory, model_id, revision)
+        image_state, image_words = image_presence(inventory, image)
+        rows.append({"node": name, "model": model_state, "model_words": model_words,
+                     "image": image_state, "image_words": image_words})
+    return rows

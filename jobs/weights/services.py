@@ -15,7 +15,7 @@ from lanes.model_files import model_presence
 from lanes.models import Lane, Node
 
 
-def _nodes(names: list[str], field: str) -> list[Node]:
+def named_nodes(names: list[str], field: str) -> list[Node]:
     by_name = {node.name: node for node in Node.objects.filter(name__in=names)}
     unknown = [name for name in names if name not in by_name]
     if unknown:
@@ -49,7 +49,7 @@ def model_sync_create(*, model_id: str, source: str, targets: list[str], user: U
         raise ValidationError({"targets": "give at least one node to copy to"})
     if source in targets:
         raise ValidationError({"targets": f"{source} is the source: it cannot also be a target"})
-    nodes = _nodes([source], "source") + _nodes(targets, "targets")
+    nodes = named_nodes([source], "source") + named_nodes(targets, "targets")
     params: dict[str, Any] = {"model_id": model_id, "revision": revision, "source": source, "targets": targets,
                               "network": network, "bwlimit_mbps": bwlimit_mbps}
     job = job_create(kind=JobKind.MODEL_SYNC, user=user, nodes=nodes, lane=lane, params=params)
@@ -61,7 +61,7 @@ def image_sync_create(*, image: str, targets: list[str], user: UserLike | None, 
                       network: str = "fabric", lane: Lane | None = None) -> Job:
     if not targets:
         raise ValidationError({"targets": "give at least one node"})
-    nodes = (_nodes([source], "source") if source else []) + _nodes([t for t in targets if t != source], "targets")
+    nodes = (named_nodes([source], "source") if source else []) + named_nodes([t for t in targets if t != source], "targets")
     params: dict[str, Any] = {"image": image, "targets": targets, "network": network}
     if source:
         params["source"] = source
