@@ -122,7 +122,7 @@ ref = os.path.join(repo, "refs", want)
 commit = open(ref).read().strip() if os.path.isfile(ref) else want
 snap = os.path.join(repo, "snapshots", commit)
 if not os.path.isdir(snap):
-    sys.exit(f"missing: {label} is not in {repo}")
+    sys.exit(f"missing: {label} is not in {repo} (the lane page's Sync weights copies it from a node that holds it)")
 tree = os.path.join(repo, "trees", commit + ".json")
 files = json.load(open(tree))["files"] if os.path.isfile(tree) else {}
 bad = [p for p, e in files.items() if not os.path.isfile(os.path.join(snap, p))
@@ -143,7 +143,8 @@ def weights_check_command(model_id: str, revision: str) -> str:
     label = f"{model_id} at {wanted_revision(revision)}"
     problem = model_id_error(model_id) or (revision_error(revision) if revision else "")
     if problem:
-        return f"echo {shlex.quote(f'missing: {label}: the model id or revision {problem}')} >&2; exit 1"
+        # The refused value itself stays out of the command (it never reaches a shell).
+        return f"echo {shlex.quote(f'missing: the lane model id or revision {problem}')} >&2; exit 1"
     return (f"python3 -c {shlex.quote(WEIGHTS_CHECK)} {cache_repo_shell(model_id)} "
             f"{shlex.quote(wanted_revision(revision))} {shlex.quote(label)}")
 

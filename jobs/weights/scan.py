@@ -136,6 +136,15 @@ def refresh_inventory(ctx: JobContext, nodes: Iterable[Node], *, quiet: bool = T
     return found
 
 
+def refresh_after_launch(ctx: JobContext) -> None:
+    """A launch that served: its nodes' inventories are read again (what the preflight saw is
+    what the pages show). Never fails the launch."""
+    try:
+        refresh_inventory(ctx, list(ctx.job.nodes.all()))
+    except Exception as exc:  # the lane serves; a stale inventory is only stale
+        ctx.log(f"inventory not refreshed after the launch: {exc}")
+
+
 def run_inventory(ctx: JobContext) -> dict[str, Any]:
     names = list(ctx.job.params.get("nodes") or [])
     nodes = sorted(ctx.job.nodes.all(), key=lambda n: names.index(n.name) if n.name in names else 0)

@@ -94,5 +94,7 @@ def test_pages_show_what_each_node_holds(admin_client, viewer_client, lane):
     assert 'id="lane-sync"' in admin_client.get("/lanes/qwen/").content.decode()
     Node.objects.filter(name="spark3").update(inventory={**INVENTORY, "models": []})
     assert "files-missing" in viewer_client.get("/lanes/qwen/").content.decode()
+    picker = admin_client.get("/lanes/qwen/edit/").content.decode()  # the node picker: holders first
+    assert "weights-complete" in picker and picker.index('data-node="spark1"') < picker.index('data-node="spark3"')
     listed = viewer_client.get("/api/model-files/nodes").json()
     assert {item["node"] for item in listed} == {"spark1", "spark3"}
