@@ -17,7 +17,7 @@ from django.db import connection
 
 from jobs.models import Job, JobKind, JobLogLine, JobState, JobStep
 from jobs.services import job_cancel, lane_job_create, node_network_check_create
-from jobs.weights.services import model_download_create, model_sync_create
+from jobs.weights.services import image_sync_create, model_download_create, model_sync_create
 from lanes.crypto import encrypt_private_key, encrypt_secret
 from lanes.model_files import model_presence
 from lanes.models import Lane, Node
@@ -158,3 +158,28 @@ def test_a_launch_on_a_node_without_the_weights_is_refused_naming_it(ssh_cluster
     step = JobStep.objects.get(job=launch, key="preflight.weights.spark3")
     assert "missing: Qwen/Qwen3.8-27B-FP8 at main is not in" in job_log_text(launch) + step.detail
     assert not JobStep.objects.filter(job=launch, phase="containers", state="succeeded").exists()
+
+
+def test_an_image_copied_with_docker_save_and_load_is_verified_by_its_id(ready, admin_user):
+    from sparksim.shim.images import node_image_id, remove
+    from tests.jobs.conftest import IMAGE
+
+    remove(load_node(ready.node("spark2").sim_dir), [IMAGE])
+    assert image_sync_refused_without_source_image(ready, admin_user)
+    job = run_job(image_sync_create(image=IMAGE, targets=["spark2"], source="spark1", network="management",
+                                    user=admin_user))
+    assert job.state == JobState.SUCCEEDED, job.error + job_log_text(job)
+    want = node_image_id(load_node(ready.node("spark1").sim_dir), IMAGE)
+    assert node_image_id(load_node(ready.node("spark2").sim_dir), IMAGE) == want == job.result["ids"]["spark2"]
+    assert "over the management network" not in job.error
+    inventory = node("spark2").inventory
+    assert inventory["free_bytes"] is not None
+
+
+def image_sync_refused_without_source_image(cluster: SimCluster, user) -> bool:
+    from sparksim.shim.images import remove
+
+    remove(load_node(cluster.node("spark3").sim_dir), ["absent/image:1"])  # sparksim nodes hold any image unless removed
+    job = run_job(image_sync_create(image="absent/image:1", targets=["spark2"], source="spark3", network="management",
+                                    user=user))
+    return job.state == JobState.FAILED and "spark3 does not hold absent/image:1" in job.error
