@@ -55,6 +55,7 @@ class SyncIn(InSchema):
 
 class LaneSyncIn(InSchema):
     network: str = "fabric"
+    bwlimit_mbps: float | None = None
 
 
 class ImageSyncIn(InSchema):
@@ -103,7 +104,8 @@ def sync(request: HttpRequest, payload: SyncIn) -> Any:
 def lane_sync(request: HttpRequest, name: str, payload: LaneSyncIn | None = None) -> Any:
     lane = get_object_or_404(Lane, name=name)
     return _created(lambda: lane_weights_sync_create(lane=lane, user=request.user,
-                                                     network=payload.network if payload else "fabric"))
+                                                     network=payload.network if payload else "fabric",
+                                                     bwlimit_mbps=payload.bwlimit_mbps if payload else None))
 
 
 @router.post("/model-files/images/sync", response={201: JobOut, 409: ErrorOut}, auth=can_operate)

@@ -83,7 +83,8 @@ def lane_weights_gaps(lane: Lane) -> tuple[str | None, list[str]]:
     return source, lacking
 
 
-def lane_weights_sync_create(*, lane: Lane, user: UserLike | None, network: str = "fabric") -> Job:
+def lane_weights_sync_create(*, lane: Lane, user: UserLike | None, network: str = "fabric",
+                             bwlimit_mbps: float | None = None) -> Job:
     source, lacking = lane_weights_gaps(lane)
     if not lacking:
         raise ValidationError({"lane": f"every rank of {lane.name} already holds {lane.model_id} (by the last "
@@ -92,4 +93,4 @@ def lane_weights_sync_create(*, lane: Lane, user: UserLike | None, network: str 
         raise ValidationError({"lane": f"no node holds {lane.model_id} whole (by the last inventory): download it "
                                        "onto one first"})
     return model_sync_create(model_id=lane.model_id, revision=lane.model_revision or "main", source=source,
-                             targets=lacking, user=user, network=network, lane=lane)
+                             targets=lacking, user=user, network=network, lane=lane, bwlimit_mbps=bwlimit_mbps)

@@ -55,5 +55,12 @@ def download_action(request: HttpRequest, name: str) -> HttpResponse:
 def lane_sync_action(request: HttpRequest, name: str) -> HttpResponse:
     lane = get_object_or_404(Lane, name=name)
     network = request.POST.get("network", "fabric")
-    return _start(request, lambda: lane_weights_sync_create(lane=lane, user=request.user, network=network),
+    limit_text = request.POST.get("bwlimit_mbps", "").strip()
+    try:
+        limit = float(limit_text) if limit_text else None
+    except ValueError:
+        messages.error(request, "bwlimit_mbps: must be a number of MB/s")
+        return redirect("lanes:lane_detail", name=lane.name)
+    return _start(request, lambda: lane_weights_sync_create(lane=lane, user=request.user, network=network,
+                                                            bwlimit_mbps=limit),
                   f"Sync of {lane.model_id} for lane {lane.name}")
