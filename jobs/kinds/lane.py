@@ -14,7 +14,6 @@ from jobs.kinds.plan_exec import PlanRunner, StepFailed
 from jobs.models import Job, JobKind
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
 from jobs.transports import TransportError
-from jobs.weights.scan import refresh_after_launch
 from lanes.crypto import CredentialError, decrypt_secret
 from lanes.lane_states import lane_set_desired_state, lane_set_observed_state
 from lanes.models import Lane, LaneReplica, LaneState, Node
@@ -306,9 +305,7 @@ def rolling(ctx: JobContext, action: Callable[[LaneJob], dict[str, Any]],
 
 
 def run_launch(ctx: JobContext) -> dict[str, Any]:
-    result = rolling(ctx, LaneJob.launch)
-    refresh_after_launch(ctx)
-    return result
+    return rolling(ctx, LaneJob.launch)
 
 
 def run_stop(ctx: JobContext) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 that lists the models of its Hugging Face cache against the hub's file lists, the images the
 node's lanes use, and the free disk; parsed here and saved on the node (`Node.inventory`).
 
-Run by the inventory job, and after every download, sync and launch (refresh_inventory)."""
+Run by the inventory job, and at the start and end of every download and sync
+(refresh_inventory). A launch does not read it again: its plan's weights step checks each
+rank live, and the launch runs exactly its dry run."""
 
 from __future__ import annotations
 
@@ -134,15 +136,6 @@ def refresh_inventory(ctx: JobContext, nodes: Iterable[Node], *, quiet: bool = T
         node.inventory = inventory
         found[node.name] = inventory
     return found
-
-
-def refresh_after_launch(ctx: JobContext) -> None:
-    """A launch that served: its nodes' inventories are read again (what the preflight saw is
-    what the pages show). Never fails the launch."""
-    try:
-        refresh_inventory(ctx, list(ctx.job.nodes.all()))
-    except Exception as exc:  # the lane serves; a stale inventory is only stale
-        ctx.log(f"inventory not refreshed after the launch: {exc}")
 
 
 def run_inventory(ctx: JobContext) -> dict[str, Any]:
