@@ -18,6 +18,10 @@ class JobKind(models.TextChoices):
     LATENCY_MATRIX = "latency_matrix", "RDMA latency matrix"
     LINK_BANDWIDTH = "link_bandwidth", "Link bandwidth"
     BENCHMARK = "benchmark", "Benchmark"
+    INVENTORY = "inventory", "Model files inventory"
+    MODEL_DOWNLOAD = "model_download", "Model download"
+    MODEL_SYNC = "model_sync", "Model sync"
+    IMAGE_SYNC = "image_sync", "Image sync"
 
 
 FABRIC_KINDS = (JobKind.NCCL_TEST, JobKind.LATENCY_MATRIX, JobKind.LINK_BANDWIDTH)

@@ -8,9 +8,9 @@ from io import TextIOBase
 
 from django.conf import settings
 
-from lanes.demo_cluster import demo_cluster_up
+from lanes.demo_cluster import demo_cluster_up, demo_seed_weights
 from lanes.lane_services import lane_create
-from lanes.models import Node, Transport
+from lanes.models import Lane, Node, Transport
 from lanes.node_services import node_create
 
 GIB = 1024**3
@@ -21,6 +21,7 @@ DEMO_IMAGE = "ghcr.io/eugr/spark-vllm-b12x@sha256:" + "5d" * 32
 def seed_demo(out: TextIOBase) -> None:
     nodes = demo_cluster_up(settings.SIM_ROOT, settings.SIM_TIME_SCALE)
     if Node.objects.exists():
+        seed_demo_weights()
         out.write(f"lanes: simulated cluster ready at {settings.SIM_ROOT}; nodes already registered\n")
         return
     for name, address, sim_dir in nodes:
@@ -41,4 +42,14 @@ def seed_demo(out: TextIOBase) -> None:
         "max_model_len": 1048576, "kv_cache_memory_bytes": 11 * GIB, "gpu_memory_utilization": None,
         "weights_gib": 145.3, "kv_bytes_per_token": 10302, "degraded_context_limit": 524288, "fallback": "qwen",
     })
+    seed_demo_weights()
     out.write(f"lanes: 3 simulated Sparks at {settings.SIM_ROOT} and lanes deepseek (spark1+spark2), qwen (spark3)\n")
+
+
+def seed_demo_weights() -> None:
+    """Each simulated rank of a lane holds that lane's model (idempotent): the demo launches
+    pass the weights preflight; the node that lacks a model shows how a sync fills it."""
+    for lane in Lane.objects.prefetch_related("members__node"):
+        for member in lane.members.all():
+            if member.node.sim_dir:
+                demo_seed_weights(member.node.sim_dir, lane.model_id, lane.model_revision)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparksim.cluster import cluster_down, cluster_up
+from sparksim.host.node import load_node
+from sparksim.host.storage import seed_placeholder_model
 
 DEMO_NODES = ["spark1", "spark2", "spark3"]
 DEMO_BASE_ADDRESS = "127.0.0.11"
@@ -22,3 +24,8 @@ def demo_cluster_down(root: str | Path) -> None:
     """Simulated engines run detached, like containers: stop them with the portal."""
     if Path(root).exists():
         cluster_down(root)
+
+
+def demo_seed_weights(sim_dir: str, model_id: str, revision: str = "") -> None:
+    """Put a lane's model (a small stand-in) into a simulated node's HF cache, whole."""
+    seed_placeholder_model(load_node(sim_dir), model_id, revision or "main")

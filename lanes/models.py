@@ -57,6 +57,13 @@ class Node(models.Model):
     health_failures = models.PositiveIntegerField(default=0)
     network_report = models.JSONField(default=dict, blank=True, validators=JSON)
     network_checked_at = models.DateTimeField(null=True, blank=True)
+    # What the node's disk holds (lanes.model_files): HF cache models, images, free bytes;
+    # written by the inventory read after every inventory, download, sync and launch job.
+    inventory = models.JSONField(default=dict, blank=True, validators=JSON)
+    inventory_at = models.DateTimeField(null=True, blank=True)
+    # Fernet token (lanes.crypto) of the private key this node uses to copy model files to
+    # the other nodes (rsync over SSH); its public key goes into their authorized_keys.
+    transfer_key_encrypted = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lanes import plan_shell as sh
+from lanes.model_files import wanted_revision, weights_check_command
 from lanes.plan_shell import NodeTarget
 
 StepKind = Literal["shell", "wait_health"]
@@ -164,6 +165,7 @@ def _preflight_steps(lane: sh.LaneView) -> list[PlanStep]:
             command=sh.docker(target, "image", "inspect", "--format", "{{.Id}}", lane.image),
             timeout_s=30, collect="image_id",
         ))
+        steps.append(_weights_step(lane, node))
         if target.fabric.ib_hca:
             steps.append(PlanStep(
                 f"preflight.roce.{node}", "preflight", node,
@@ -188,6 +190,16 @@ def _preflight_steps(lane: sh.LaneView) -> list[PlanStep]:
             command=sh.ping(head, worker), on_failure="fail" if head.fabric.has_report else "warn", timeout_s=30,
         ))
     return steps
+
+
+def _weights_step(lane: sh.LaneView, node: str) -> PlanStep:
+    """The lane's model at its revision, whole, in this rank's HF cache (lanes.model_files)."""
+    model, revision = str(lane.config.get("model_id") or ""), str(lane.config.get("model_revision") or "")
+    return PlanStep(
+        f"preflight.weights.{node}", "preflight", node,
+        f"weights of {model} at {wanted_revision(revision)} complete in the HF cache",
+        command=weights_check_command(model, revision), timeout_s=60,
+    )
 
 
 def _ray_steps(lane: sh.LaneView) -> list[PlanStep]:

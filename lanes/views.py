@@ -17,6 +17,7 @@ from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
 from lanes.lane_services import lane_create, lane_delete, lane_update
 from lanes.memory import NodeBudget
+from lanes.model_files import lane_files_rows, node_files_view
 from lanes.models import Lane, LaneState, NodeState
 from lanes.node_picker import node_candidates
 from lanes.node_services import node_confirm_host_key, node_create, node_delete, node_pin_host_key, node_update
@@ -84,6 +85,7 @@ def node_detail_page(request: HttpRequest, name: str) -> HttpResponse:
         "host_key_fingerprint": host_key_fingerprint(node.ssh_host_key),
         "pending_fingerprint": host_key_fingerprint(node.ssh_host_key_pending),
         "report": node.network_report or {},
+        "files": node_files_view(node.inventory or {}),
         "events": AuditEvent.objects.filter(object_type="lanes.node", object_id=str(node.pk))[:20],
     })
 
@@ -181,6 +183,8 @@ def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
         "plan_actions": PLAN_ACTIONS, "plan_text": plan_text, "plan_error": plan_error,
         "replicas": lane_replica_views(lane), "replica_actions": ("launch", "stop", "restart", "status"),
         "revisions": lane_revisions(lane),
+        "weights": lane_files_rows(lane.model_id, lane.model_revision, lane.image,
+                                   [(node.name, node.inventory or {}) for node in lane.ranked_nodes()]),
         "events": AuditEvent.objects.filter(object_type="lanes.lane", object_id=str(lane.pk))[:20],
     })
 

@@ -254,6 +254,9 @@ SIM_ROOT = VAR_DIR / "sparksim"
 # How the worker reaches the portal's own /v1/ gateway (benchmarks through the gateway).
 GATEWAY_URL = env_str("PORTAL_GATEWAY_URL", "http://127.0.0.1:8080")
 SIM_TIME_SCALE = env_float("PORTAL_SIM_TIME_SCALE", 1.0, minimum=0.0001, maximum=100)
+# Where a model download job's huggingface_hub client fetches from (its HF_ENDPOINT): the
+# hub, a mirror, or sparksim's hub stand-in.
+HF_ENDPOINT = env_str("PORTAL_HF_ENDPOINT", "https://huggingface.co")
 # The lane health watcher (lanes.watcher, on the periodic queue): probe interval, and failed probes
 # in a row before a serving lane is failed / a node unreachable.
 LANES_WATCH_INTERVAL_S = env_float("PORTAL_LANES_WATCH_INTERVAL_S", 10.0, minimum=0.2, maximum=3600)

@@ -6,12 +6,13 @@ from benchmarks.api import router as benchmarks_router
 from core.api import api_not_found, build_api
 from gateway.api import router as gateway_router
 from jobs.api import router as jobs_router
+from jobs.weights.api import router as model_files_router
 from lanes.api import router as lanes_router
 from metrics.api import router as metrics_router
 from portal import views
 
 handler400 = "portal.views.bad_request"
-api = build_api([lanes_router, jobs_router, gateway_router, metrics_router, benchmarks_router])
+api = build_api([lanes_router, jobs_router, model_files_router, gateway_router, metrics_router, benchmarks_router])
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -24,6 +25,7 @@ urlpatterns = [
     path("api/<path:rest>", api_not_found),
     path("", include("lanes.urls")),
     path("", include("jobs.urls")),
+    path("", include("jobs.weights.urls")),
     path("", include("gateway.urls")),
     path("", include("routing.urls")),
     path("", include("benchmarks.urls")),

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# System packages the test suite needs: an OpenSSH server (jobs over real SSH), Chromium
+# System packages the test suite needs: an OpenSSH server (jobs over real SSH), rsync (model
+# syncs between simulated nodes), Chromium
 # (browser tests), docker-compose (offline validation of docker-compose.yml) and the
 # PostgreSQL server binaries (a throwaway database when none answers, scripts/test-services.sh).
 set -euo pipefail
@@ -8,6 +9,7 @@ missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v docker-compose >/dev/null || missing+=(docker-compose)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+command -v rsync >/dev/null || missing+=(rsync)  # model syncs between (simulated) nodes
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ]; then

@@ -12,6 +12,7 @@ commands:
   fault --node-dir DIR {link-down DEV|link-up DEV|mtu NETDEV N|slow-rtt USEC|gid-index DEV N|
                         image-missing IMAGE|image-id IMAGE ID|compaction N|
                         engine-args [--sim-* FLAGS...]|clear}
+  hub --root DIR --port P [--host H] [--rate-bytes-s N]   the Hugging Face Hub stand-in
   tool NAME --node-dir DIR ARGS...              nvidia-smi ibdev2netdev ip ping ib_write_lat
                                                 ib_read_lat ib_send_lat ib_write_bw
 """
@@ -49,6 +50,10 @@ def main(argv: list[str]) -> int:
         from sparksim.host.faults import fault_command
 
         return fault_command(rest)
+    if command == "hub":
+        from sparksim.hub.server import hub_command
+
+        return hub_command(rest)
     if command == "tool":
         from sparksim.host.tools import tool_command
 

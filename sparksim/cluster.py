@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from sparksim.host.node import (
+    DEFAULT_DISK_GIB,
     DEFAULT_MEMORY_GIB,
     ROCE_DEVICES,
     NodeInfo,
@@ -23,7 +24,7 @@ from sparksim.host.sysfs import write_node_tree
 from sparksim.rendezvous import cluster_dir
 
 TOOLS = ["nvidia-smi", "ibdev2netdev", "ip", "ping", "ib_write_lat", "ib_read_lat",
-         "ib_send_lat", "ib_write_bw", "mpirun", "all_reduce_perf", "all_gather_perf"]
+         "ib_send_lat", "ib_write_bw", "mpirun", "all_reduce_perf", "all_gather_perf", "df", "ssh"]
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -33,6 +34,7 @@ def cluster_up(
     base_address: str = "127.0.0.11",
     time_scale: float = 1.0,
     memory_gib: float = DEFAULT_MEMORY_GIB,
+    disk_gib: float | None = None,
 ) -> list[NodeInfo]:
     """Create (or refresh) one node directory per name; existing faults are kept."""
     root = Path(root).resolve()
@@ -52,8 +54,10 @@ def cluster_up(
             host_number=int(address.rsplit(".", 1)[1]),
             memory_gib=memory_gib,
             time_scale=time_scale,
+            disk_gib=disk_gib if disk_gib is not None else (previous.disk_gib if previous else DEFAULT_DISK_GIB),
             faults=previous.faults if previous else {},
         )
+        node.hf_home.joinpath("hub").mkdir(parents=True, exist_ok=True)
         save_node(node)
         write_node_tree(node)
         write_proc_tree(node)
@@ -104,6 +108,8 @@ def describe(node: NodeInfo) -> dict[str, object]:
         "name": node.name,
         "address": node.address,
         "sim_dir": node.sim_dir,
+        "hf_home": str(node.hf_home),
+        "disk_gib": node.disk_gib,
         "fabric": {netdev: node.fabric_ip(netdev) for netdev in ROCE_DEVICES.values()},
     }
 
@@ -117,6 +123,7 @@ def cluster_command(argv: list[str]) -> int:
     up.add_argument("--base-address", default="127.0.0.11")
     up.add_argument("--time-scale", type=float, default=1.0)
     up.add_argument("--memory-gib", type=float, default=DEFAULT_MEMORY_GIB)
+    up.add_argument("--disk-gib", type=float, default=None, help="each node's disk (default 3726, a 4 TB NVMe)")
     down = commands.add_parser("down")
     down.add_argument("--root", required=True)
     args = parser.parse_args(argv)
@@ -124,6 +131,6 @@ def cluster_command(argv: list[str]) -> int:
         cluster_down(args.root)
         return 0
     names = [name.strip() for name in args.nodes.split(",") if name.strip()]
-    nodes = cluster_up(args.root, names, args.base_address, args.time_scale, args.memory_gib)
+    nodes = cluster_up(args.root, names, args.base_address, args.time_scale, args.memory_gib, args.disk_gib)
     print(json.dumps([describe(node) for node in nodes], indent=2))
     return 0

@@ -66,7 +66,7 @@ def sim_prefix(sim_dir: str) -> str:
     base = sim_dir.rstrip("/")
     return (
         f"export PATH={shlex.quote(base + '/bin')}:\"$PATH\" SPARK_SYSFS={shlex.quote(base + '/sys')} "
-        f"SPARK_PROCFS={shlex.quote(base + '/proc')}; "
+        f"SPARK_PROCFS={shlex.quote(base + '/proc')} SPARK_HF_HOME={shlex.quote(base + '/hf')}; "
     )
 
 

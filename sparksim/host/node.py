@@ -24,6 +24,8 @@ FABRIC_SUBNETS: dict[str, str] = {
 }
 MANAGEMENT_NETDEV = "enP7s7"
 DEFAULT_MEMORY_GIB = 128.0
+# A DGX Spark's NVMe: 4 TB, which df shows as ~3,726 GiB.
+DEFAULT_DISK_GIB = 3726.0
 
 
 @dataclass
@@ -34,11 +36,17 @@ class NodeInfo:
     host_number: int  # last octet of the fabric IPs
     memory_gib: float = DEFAULT_MEMORY_GIB
     time_scale: float = 1.0
+    disk_gib: float = DEFAULT_DISK_GIB
     faults: dict[str, Any] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
         return Path(self.sim_dir).parent
+
+    @property
+    def hf_home(self) -> Path:
+        """The node's Hugging Face home (`~/.cache/huggingface` on a Spark); models in `hub/`."""
+        return Path(self.sim_dir) / "hf"
 
     def fabric_ip(self, netdev: str) -> str:
         # Both PCIe halves of one port share the subnet, so the second half's host part is

@@ -31,6 +31,10 @@ def tool_command(argv: list[str]) -> int:
         from sparksim.host.ping import ping
 
         return ping(node, rest)
+    if name in ("df", "ssh"):
+        from sparksim.host import storage
+
+        return storage.df(node, rest) if name == "df" else storage.ssh(node, rest)
     if name == "mpirun":
         return mpirun(node, rest)
     if name in PROGRAMS:

@@ -26,6 +26,7 @@ from sparksim.host.node import NodeInfo
 from sparksim.rendezvous import pid_alive
 
 KILLED_EXIT_CODE = 137
+HF_HOME_IN_CONTAINER = "/root/.cache/huggingface"
 
 
 @dataclass
@@ -117,6 +118,9 @@ def host_command(node: NodeInfo, container: Container, command: list[str]) -> li
     if command[:1] == ["ray"]:
         return sparksim_command("ray", "--node-dir", node.sim_dir, "--container",
                                 container.name, *command[1:])
+    if command[:1] in (["python"], ["python3"]):
+        # The image's Python is the interpreter sparksim runs under (it has huggingface_hub).
+        command = [sys.executable, *command[1:]]
     # Anything else runs on the host; a shell records its exit code like a container would.
     script = '"$@"; echo "{\\"code\\": $?}" > "$SPARKSIM_STATE_DIR/exit-$$.json"'
     return ["sh", "-c", script, "sh", *command]
@@ -132,6 +136,12 @@ def process_env(node: NodeInfo, container: Container) -> dict[str, str]:
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get(
         "PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
+    # The process runs on the host, so a bind mount of the Hugging Face home becomes HF_HOME
+    # pointing at its source: the hub client writes into the node's cache as in the container.
+    for mount in container.mounts:
+        source, _, target = mount.partition(":")
+        if target.split(":")[0].rstrip("/") == HF_HOME_IN_CONTAINER:
+            env["HF_HOME"] = source
     return env
 
 

@@ -1,25 +1,33 @@
 """`docker` for a simulated node: the commands listed in docs/runtime-contract.md."""
 
 import json
+import os
 import re
 import secrets
+import shutil
+import signal
 import sys
 
 from sparksim.host.node import NodeInfo, load_node
 from sparksim.host.procfs import refresh_meminfo
+from sparksim.shim import images as image_store
 from sparksim.shim import lifecycle
 from sparksim.shim.containers import (
     Container,
     all_containers,
-    image_id,
+    container_dir,
+    exit_code,
     is_running,
     load_container,
     now_iso,
     save_container,
+    signal_group,
     spawn,
     status_text,
+    wait_gone,
 )
 from sparksim.shim.docker_exec import exec_command
+from sparksim.shim.images import image_available, node_image_id
 from sparksim.shim.inspect import container_document, image_document
 from sparksim.shim.options import UsageError, parse_options
 from sparksim.shim.templates import render
@@ -60,7 +68,8 @@ def docker_command(argv: list[str]) -> int:
         "run": run, "ps": ps, "inspect": inspect, "logs": lifecycle.logs,
         "exec": exec_command, "rm": lifecycle.remove, "stop": lifecycle.stop,
         "start": lifecycle.start, "kill": lifecycle.kill, "image": image,
-        "images": images, "version": version,
+        "images": images, "version": version, "pull": image_store.pull, "save": image_store.save,
+        "load": image_store.load, "rmi": image_store.remove,
     }
     handler = handlers.get(command)
     if handler is None:
@@ -74,17 +83,6 @@ def docker_command(argv: list[str]) -> int:
         return 125 if command == "run" else 1
     refresh_meminfo(node)
     return code
-
-
-def image_available(node: NodeInfo, image: str) -> bool:
-    return image not in node.faults.get("image_missing", [])
-
-
-def node_image_id(node: NodeInfo, image: str) -> str:
-    override = node.faults.get("image_ids", {}).get(image)
-    if override:
-        return override if override.startswith("sha256:") else f"sha256:{override}"
-    return image_id(image)
 
 
 def run(node: NodeInfo, argv: list[str]) -> int:
@@ -109,7 +107,9 @@ def run(node: NodeInfo, argv: list[str]) -> int:
               "container to be able to reuse that name.\nSee 'docker run --help'.",
               file=sys.stderr)
         return 125
-    env = dict(key_value(item) for item in options.all("env"))
+    # `-e NAME` alone passes the caller's value on (unset: not at all), as docker does.
+    env = dict(key_value(item) if "=" in item else (item, os.environ[item])
+               for item in options.all("env") if "=" in item or item in os.environ)
     labels = dict(key_value(item) for item in options.all("label"))
     stamp = now_iso()
     container = Container(
@@ -130,7 +130,24 @@ def run(node: NodeInfo, argv: list[str]) -> int:
     if "detach" in options.flags:
         print(container.id)
         return 0
-    return lifecycle.follow(node, container, None)
+    return run_attached(node, container)
+
+
+def run_attached(node: NodeInfo, container: Container) -> int:
+    """Follow the output and return the container's exit code; signals reach the container
+    (docker's --sig-proxy), and `--rm` removes it once it has exited."""
+
+    def forward(signum: int, _frame: object) -> None:
+        signal_group(container.main_pid, signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    lifecycle.follow(node, container, None)
+    code = exit_code(node, container) if container.main_pid else 0
+    if "rm" in container.options:
+        wait_gone([container.main_pid], 5.0)
+        shutil.rmtree(container_dir(node, container.name), ignore_errors=True)
+    return code
 
 
 def key_value(item: str) -> tuple[str, str]:
@@ -223,10 +240,12 @@ def emit_documents(documents: list[dict[str, object]], template: str | None) -> 
 
 
 def image(node: NodeInfo, argv: list[str]) -> int:
-    if not argv or argv[0] not in ("inspect", "ls"):
-        raise UsageError("Usage:  docker image COMMAND (inspect)")
-    if argv[0] == "ls":
-        return images(node, argv[1:])
+    commands = {"ls": images, "pull": image_store.pull, "save": image_store.save, "load": image_store.load,
+                "rm": image_store.remove}
+    if not argv or argv[0] not in ("inspect", *commands):
+        raise UsageError("Usage:  docker image COMMAND (inspect, ls, pull, save, load, rm)")
+    if argv[0] in commands:
+        return commands[argv[0]](node, argv[1:])
     options = parse_options(argv[1:], {"--format": "format", "-f": "format"}, {}, "image inspect",
                             stop_at_positional=False)
     documents = []
@@ -242,12 +261,29 @@ def image(node: NodeInfo, argv: list[str]) -> int:
     return code
 
 
-def images(node: NodeInfo, argv: list[str]) -> int:  # noqa: ARG001 (every docker command takes its argv)
+def images(node: NodeInfo, argv: list[str]) -> int:
+    """Images pulled, loaded or used by a container here (`--format` as docker: .Repository,
+    .Tag, .ID, .Digest)."""
+    options = parse_options(argv, {"--format": "format"}, {"--no-trunc": "no-trunc", "-q": "quiet",
+                                                          "--digests": "digests"}, "images")
+    seen = {container.image for container in all_containers(node)} | set(image_store.image_store(node))
+    rows = []
+    for name in sorted(item for item in seen if image_available(node, item)):
+        repository, at, digest = name.partition("@")
+        repository, _, tag = repository.rpartition(":") if ":" in repository.rsplit("/", 1)[-1] else (
+            repository, "", "")
+        ident = node_image_id(node, name)
+        rows.append({"Repository": repository, "Tag": tag or ("<none>" if at else "latest"),
+                     "ID": ident if "no-trunc" in options.flags else ident[7:19], "Digest": digest or "<none>",
+                     "Reference": name})
+    template = options.last("format")
+    if template:
+        for row in rows:
+            print(render(template, row))
+        return 0
     print(f"{'REPOSITORY':<40}{'TAG':<20}IMAGE ID")
-    seen = {container.image for container in all_containers(node)}
-    for name in sorted(seen):
-        repository, _, tag = name.partition(":")
-        print(f"{repository:<40}{tag or 'latest':<20}{node_image_id(node, name)[7:19]}")
+    for row in rows:
+        print(f"{row['Repository']:<40}{row['Tag']:<20}{row['ID']}")
     return 0
 
 

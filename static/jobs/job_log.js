@@ -142,6 +142,12 @@
       if (!note) { note = document.createElement("div"); note.className = "step-note small text-muted"; tr.children[1].append(note); }
       note.textContent = step.detail;
     }
+    // A transfer's bytes, rate and ETA (model download, sync, verification), as they move.
+    let moving = tr.querySelector(".step-progress");
+    if (["download", "copy", "verify"].includes(step.phase) && step.detail) {
+      if (!moving) { moving = document.createElement("div"); moving.className = "step-progress small text-muted"; tr.children[1].append(moving); }
+      moving.textContent = step.detail;
+    }
     tr.children[3].textContent = step.duration_s != null ? step.duration_s.toFixed(1) + " s" : "";
     updateProgress();
   }

@@ -16,6 +16,8 @@ from jobs.services import job_run
 from lanes.lane_services import lane_create
 from lanes.models import Lane
 from sparksim.cluster import cluster_down
+from sparksim.host.node import load_node
+from sparksim.host.storage import seed_placeholder_model
 from tests.conftest import free_port
 from tests.jobs.conftest import IMAGE, SimCluster, call_in_thread, make_sim_cluster
 
@@ -60,6 +62,7 @@ def sim_lane(tmp_path: Path, admin_user: Any) -> Iterator[SimLane]:
             "gpu_memory_utilization": 0.5, "weights_gib": 20, "extra_args": ["--sim-startup-s", str(startup_s)],
             **data,
         }
+        seed_placeholder_model(load_node(node.sim_dir), str(fields["model_id"]))  # the rank holds its weights
         # another thread: the save broadcasts with async_to_sync, and Playwright's loop runs in this one
         return call_in_thread(lambda: lane_create(actor=admin_user, data=fields, nodes=["spark3"])), cluster
 

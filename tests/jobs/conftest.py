@@ -21,6 +21,7 @@ from lanes.models import Lane, LaneNode, LaneRevision, Node
 from sparksim.cluster import cluster_down, cluster_up
 from sparksim.host.faults import apply_fault
 from sparksim.host.node import NodeInfo, load_node
+from sparksim.host.storage import seed_placeholder_model
 from tests.conftest import free_port
 from tests.jobs.sshd import SshdServer, client_keypair, start_sshd
 from tests.lanes.seed_configs import base_config
@@ -113,7 +114,7 @@ def local_cluster(db: None, sim_root: Path, tmp_path: Path) -> SimCluster:
 MakeLane = Callable[..., Lane]
 
 
-def create_lane(name: str, nodes: list[Node], **config: Any) -> Lane:
+def create_lane(name: str, nodes: list[Node], seed_weights: bool = True, **config: Any) -> Lane:
     """A lane on `nodes` (rank = list order) with revision 1 holding its full config; config
     overrides tests.lanes.seed_configs.base_config."""
     address = nodes[0].address
@@ -132,6 +133,8 @@ def create_lane(name: str, nodes: list[Node], **config: Any) -> Lane:
     )
     for rank, node in enumerate(nodes):
         LaneNode.objects.create(lane=lane, node=node, rank=rank)
+        if node.sim_dir and seed_weights:  # every rank holds the lane's model, as after a sync
+            seed_placeholder_model(load_node(node.sim_dir), cfg["model_id"], cfg.get("model_revision") or "main")
     LaneRevision.objects.create(lane=lane, number=1, config=cfg)
     return lane
 

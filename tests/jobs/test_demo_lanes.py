@@ -8,6 +8,7 @@ import pytest
 
 from jobs.models import JobKind, JobLogLine, JobState
 from jobs.services import job_run, lane_job_create, node_network_check_create
+from lanes.demo import seed_demo_weights
 from lanes.lane_services import lane_create
 from lanes.models import Lane, LaneState
 from tests.conftest import free_port
@@ -31,6 +32,7 @@ def test_demo_lanes_launch_side_by_side_and_stop(local_cluster, admin_user):
         "gpu_memory_utilization": None, "weights_gib": 145.3, "kv_bytes_per_token": 10302,
         "degraded_context_limit": 524288, "fallback": "qwen",
     })
+    seed_demo_weights()  # what demo_setup does: each simulated rank holds its lane's model
     check = node_network_check_create(node=local_cluster.node("spark1"), user=admin_user)
     call_in_thread(lambda: job_run(job_id=check.pk))
 

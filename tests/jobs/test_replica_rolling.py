@@ -15,6 +15,8 @@ from gateway.services import api_key_create
 from jobs.models import JobKind, JobState
 from jobs.services import lane_job_create
 from lanes.models import Lane, LaneNode, LaneReplica, LaneRevision, LaneState
+from sparksim.host.node import load_node
+from sparksim.host.storage import seed_placeholder_model
 from tests.conftest import WorkerProcesses
 from tests.jobs.conftest import SimCluster, create_lane, job_log_text, run_job
 
@@ -25,6 +27,7 @@ def two_replica_lane(cluster: SimCluster) -> Lane:
     """Qwen on spark1 (replica 0) and spark2 (replica 1), revision 2 holding both."""
     lane = create_lane("qwen", [cluster.node("spark1")])
     LaneNode.objects.create(lane=lane, node=cluster.node("spark2"), replica=1, rank=0)
+    seed_placeholder_model(load_node(cluster.node("spark2").sim_dir), lane.model_id)
     LaneReplica.objects.create(lane=lane, index=0)
     LaneReplica.objects.create(lane=lane, index=1)
     config = dict(LaneRevision.objects.get(lane=lane, number=1).config)

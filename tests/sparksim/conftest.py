@@ -43,6 +43,6 @@ def node_shell(
 ) -> subprocess.CompletedProcess[str]:
     """Run one command line the way the launcher does on a simulated node."""
     prefix = (f"export PATH={node.sim_dir}/bin:$PATH SPARK_SYSFS={node.sim_dir}/sys "
-              f"SPARK_PROCFS={node.sim_dir}/proc; ")
+              f"SPARK_PROCFS={node.sim_dir}/proc SPARK_HF_HOME={node.sim_dir}/hf; ")
     return subprocess.run(["bash", "-c", prefix + line], capture_output=True, text=True,
                           timeout=timeout, env=dict(os.environ), check=False)

@@ -1,0 +1,1 @@
+"""A local stand-in for the Hugging Face Hub (`HF_ENDPOINT`), docs/sparksim.md."""
