@@ -74,6 +74,13 @@ class NodeForm(forms.Form):
                   "Leave empty to keep the current key.",
     )
     clear_private_key = forms.BooleanField(required=False, label="Remove the stored private key")
+    transfer_key = forms.CharField(
+        required=False, strip=False, widget=SecretTextarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text="The private key this node uses to copy model files and images to the other nodes "
+                  "(docs/guide-admin.md, model files). Stored encrypted; never shown again. "
+                  "Leave empty to keep the current key.",
+    )
+    clear_transfer_key = forms.BooleanField(required=False, label="Remove the stored transfer key")
     ssh_host_key = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 2}),
         help_text="The node's public host key line (ssh-keyscan or /etc/ssh/ssh_host_ed25519_key.pub): pinned.",

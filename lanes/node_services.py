@@ -34,12 +34,16 @@ def node_snapshot(node: Node) -> dict[str, Any]:
     """What the audit log records: never the private key, only whether one is set."""
     data = {key: getattr(node, key) for key in NODE_FIELDS}
     data["ssh_private_key"] = "set" if node.ssh_private_key_encrypted else "not set"
+    data["transfer_key"] = "set" if node.transfer_key_encrypted else "not set"
     data["ssh_host_key"] = host_key_fingerprint(node.ssh_host_key) or "not pinned"
     return data
 
 
 def _apply_node_data(node: Node, data: Mapping[str, Any], private_key: str | None, errors: dict[str, list[str]]) -> None:
     for key, value in data.items():
+        if key in ("transfer_key", "clear_transfer_key"):
+            _apply_transfer_key(node, data, errors)
+            continue
         if key not in NODE_FIELDS and key != "ssh_host_key":
             raise ValueError(f"unknown node field {key!r}")
         if key == "ssh_host_key":
@@ -69,6 +73,17 @@ def _apply_node_data(node: Node, data: Mapping[str, Any], private_key: str | Non
     sim_dir_problem = sim_dir_error(node.sim_dir, required=node.transport == Transport.LOCAL)
     if sim_dir_problem:
         merge_error(errors, "sim_dir", sim_dir_problem)
+
+
+def _apply_transfer_key(node: Node, data: Mapping[str, Any], errors: dict[str, list[str]]) -> None:
+    """The node-to-node copy key: encrypted like the SSH key, a new one replaces, clear removes."""
+    if data.get("transfer_key"):
+        try:
+            node.transfer_key_encrypted = encrypt_private_key(data["transfer_key"])
+        except CredentialError as exc:
+            merge_error(errors, "transfer_key", str(exc))
+    elif data.get("clear_transfer_key"):
+        node.transfer_key_encrypted = ""
 
 
 def sim_dir_error(sim_dir: str, *, required: bool) -> str:

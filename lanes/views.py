@@ -94,6 +94,7 @@ def node_detail_page(request: HttpRequest, name: str) -> HttpResponse:
 def node_create_page(request: HttpRequest) -> HttpResponse:
     form = NodeForm(request.POST or None)
     form.fields.pop("clear_private_key")  # a new node has no stored key to remove
+    form.fields.pop("clear_transfer_key")
     if request.method == "POST" and form.is_valid():
         data, private_key, _ = form.service_data()
         try:
@@ -110,7 +111,7 @@ def node_create_page(request: HttpRequest) -> HttpResponse:
 def node_edit_page(request: HttpRequest, name: str) -> HttpResponse:
     node = node_get(name)
     initial = {key: getattr(node, key) for key in NodeForm.base_fields if hasattr(node, key)}
-    initial.update(labels=", ".join(node.labels or []), ssh_private_key="")
+    initial.update(labels=", ".join(node.labels or []), ssh_private_key="", transfer_key="")
     form = NodeForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         data, private_key, clear = form.service_data()

@@ -141,3 +141,27 @@ def test_audit_events_cannot_be_deleted_or_changed(make_lane, superuser_client):
         event.save()
 
 
+
+
+def test_the_transfer_key_is_set_on_the_node_form_encrypted_audited_and_cleared(db, admin_client, lead_client):
+    """Model-file copies use the key an admin pasted on the node form: stored encrypted, never
+    shown back, audited as set/not set, usable by the sync, removable; a team lead cannot set it."""
+    from jobs.weights.sync import transfer_key
+
+    key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    assert admin_client.post("/nodes/new/", node_body(transfer_key=key)).status_code == 302
+    node = Node.objects.get(name="spark9")
+    assert node.transfer_key_encrypted and key.splitlines()[1] not in node.transfer_key_encrypted
+    assert transfer_key(node).strip() == key.strip()
+    for url in ("/nodes/spark9/", "/nodes/spark9/edit/"):
+        assert key.splitlines()[1] not in admin_client.get(url).content.decode()
+    created = AuditEvent.objects.get(action="node.create", object_repr="spark9")
+    assert created.diff["transfer_key"][-1] == "set" and key.splitlines()[1] not in str(created.diff)
+    assert lead_client.post("/nodes/spark9/edit/", node_body(clear_transfer_key="on")).status_code == 403
+    assert Node.objects.get(name="spark9").transfer_key_encrypted == node.transfer_key_encrypted
+    kept = admin_client.post("/nodes/spark9/edit/", node_body())  # empty field: the key stays
+    assert kept.status_code == 302 and Node.objects.get(name="spark9").transfer_key_encrypted
+    bad = admin_client.post("/nodes/spark9/edit/", node_body(transfer_key="not a key"))
+    assert bad.status_code == 200 and "transfer_key" in bad.context["form"].errors
+    assert admin_client.post("/nodes/spark9/edit/", node_body(clear_transfer_key="on")).status_code == 302
+    assert Node.objects.get(name="spark9").transfer_key_encrypted == ""
