@@ -183,3 +183,39 @@ def image_sync_refused_without_source_image(cluster: SimCluster, user) -> bool:
     job = run_job(image_sync_create(image="absent/image:1", targets=["spark2"], source="spark3", network="management",
                                     user=user))
     return job.state == JobState.FAILED and "spark3 does not hold absent/image:1" in job.error
+
+
+def test_cancel_mid_download_stops_the_container_on_the_node_then_a_new_download_completes(
+    hub, ready, make_lane, admin_user
+):
+    from jobs.services import job_run
+    from jobs.weights.download import container_name
+    from sparksim.shim.containers import is_running, load_container
+
+    spark1 = ready.node("spark1")
+    lane = make_lane("gated", [spark1, ready.node("spark2")], seed_weights=False, model_id=MODEL)
+    Lane.objects.filter(pk=lane.pk).update(secret_env={"HF_TOKEN": encrypt_secret(TOKEN)})
+    lane.refresh_from_db()
+    urllib.request.urlopen(urllib.request.Request(f"{hub.url}/_sim/rate", data=b'{"rate_bytes_s": 1000000}',
+                                                  method="POST"), timeout=5).close()
+    slow = model_download_create(node=node("spark1"), model_id=MODEL, user=admin_user, lane=lane)
+    thread = run_in_thread(lambda: job_run(job_id=slow.pk))
+    name = container_name(slow.pk)
+    info = load_node(spark1.sim_dir)
+
+    def running() -> bool:
+        container = load_container(info, name)
+        return container is not None and is_running(container)
+
+    wait_for(running, timeout=30, what="the download's container running on spark1")
+    job_cancel(job=slow, user=admin_user)
+    thread.join(60)
+    slow.refresh_from_db()
+    assert slow.state == JobState.CANCELLED
+    assert not running()  # stopped on the node, not only in the portal
+    assert model_presence(node("spark1").inventory, MODEL, "main")[0] != "complete"
+    urllib.request.urlopen(urllib.request.Request(f"{hub.url}/_sim/rate", data=b'{"rate_bytes_s": 0}',
+                                                  method="POST"), timeout=5).close()
+    again = run_job(model_download_create(node=node("spark1"), model_id=MODEL, user=admin_user, lane=lane))
+    assert again.state == JobState.SUCCEEDED, again.error + job_log_text(again)
+    assert model_presence(node("spark1").inventory, MODEL, "main")[0] == "complete"
