@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import psutil
 from django.conf import settings
 
@@ -71,3 +72,14 @@ def kill_engines(port: int) -> int:
         proc.kill()
     psutil.wait_procs(procs, timeout=10)
     return len(procs)
+
+
+def web_answers(proc: subprocess.Popen[bytes], url: str, log: Path) -> bool:
+    """The web process answers /healthz (a wait_for condition); it exiting instead is a failure
+    with the end of its log."""
+    if proc.poll() is not None:
+        raise AssertionError(f"web exited: {log.read_text(errors='replace')[-3000:]}")
+    try:
+        return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -22,19 +22,12 @@ from portal.launcher import ROOT, Launcher
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, WorkerProcesses, free_port, make_user, wait_for
 from tests.gateway.conftest import SIM_SERVED, create_key, make_lane, set_engine_faults
+from tests.portal.processes import web_answers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STREAMS = 20
 
-
-def _answers(proc: subprocess.Popen[bytes], url: str, log: Path) -> bool:
-    if proc.poll() is not None:
-        raise AssertionError(f"web exited: {log.read_text(errors='replace')[-3000:]}")
-    try:
-        return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _stream(url: str, secret: str, done: list[bool], index: int) -> None:
@@ -60,7 +53,7 @@ def test_sigterm_during_the_drain_logs_every_finished_stream(
                                stderr=subprocess.STDOUT, env=WorkerProcesses(1, tmp_path).environment(),
                                start_new_session=True)
     try:
-        wait_for(lambda: _answers(web, url, log), timeout=180, interval=0.2, what="the web process to answer")
+        wait_for(lambda: web_answers(web, url, log), timeout=180, interval=0.2, what="the web process to answer")
         set_engine_faults(engine, hold=True)
         done = [False] * STREAMS
         clients = [threading.Thread(target=_stream, args=(url, secret, done, i), daemon=True) for i in range(STREAMS)]

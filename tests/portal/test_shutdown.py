@@ -24,7 +24,7 @@ from core.roles import Role
 from tests.conftest import WorkerProcesses, free_port, make_user, wait_for
 from tests.gateway.conftest import create_key, make_lane
 from tests.gateway.upstreams import CountingUpstream
-from tests.portal.processes import CeleryProcesses
+from tests.portal.processes import CeleryProcesses, web_answers
 from tests.portal.test_run_command import RunCommand, processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def web(transactional_db: None, tmp_path: Path) -> Iterator[StartWeb]:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
         started.append(proc)
         url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _answers(proc, url, tmp_path), timeout=180, interval=0.2, what="uvicorn to answer")
+        wait_for(lambda: web_answers(proc, url, tmp_path / "web.log"), timeout=180, interval=0.2, what="uvicorn to answer")
         body = orjson.dumps({"model": "qwen", "messages": [{"role": "user", "content": "x" * (4 * LARGE)}]})
         response = httpx.post(f"{url}/v1/chat/completions", content=body, timeout=60,
                               headers={"authorization": f"Bearer {secret}", "content-type": "application/json"})
@@ -130,14 +130,6 @@ def web(transactional_db: None, tmp_path: Path) -> Iterator[StartWeb]:
             proc.wait(timeout=10)
     upstream.stop()
 
-
-def _answers(proc: subprocess.Popen[bytes], url: str, logs: Path) -> bool:
-    if proc.poll() is not None:
-        raise AssertionError(f"uvicorn exited: {(logs / 'web.log').read_text(errors='replace')[-3000:]}")
-    try:
-        return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def pool_workers(children: set[Proc]) -> set[Proc]:
