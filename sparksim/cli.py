@@ -12,6 +12,7 @@ commands:
   fault --node-dir DIR {link-down DEV|link-up DEV|mtu NETDEV N|slow-rtt USEC|gid-index DEV N|
                         image-missing IMAGE|image-id IMAGE ID|compaction N|
                         engine-args [--sim-* FLAGS...]|clear}
+  power-cycle --node-dir DIR                    a hard power cycle (ends a wedge; new boot id)
   tool NAME --node-dir DIR ARGS...              nvidia-smi ibdev2netdev ip ping ib_write_lat
                                                 ib_read_lat ib_send_lat ib_write_bw
 """
@@ -49,6 +50,10 @@ def main(argv: list[str]) -> int:
         from sparksim.host.faults import fault_command
 
         return fault_command(rest)
+    if command == "power-cycle":
+        from sparksim.host.power import power_cycle_command
+
+        return power_cycle_command(rest)
     if command == "tool":
         from sparksim.host.tools import tool_command
 
