@@ -92,6 +92,8 @@ class LaneState(models.TextChoices):
     UNREACHABLE = "unreachable"
     # The portal (re)started: not shown as true until the health watcher has probed it.
     CHECKING = "checking"
+    # Answers /health but makes no progress (the guardian, lanes.liveness): out of the gateway.
+    STALLED = "stalled"
 
 
 class DesiredState(models.TextChoices):
