@@ -271,17 +271,14 @@ CELERY_BEAT_SCHEDULE.update(
 # The launch ends with a deterministic prompt whose answer must be sane text (off: 0).
 GUARDIAN_SMOKE = env_bool("PORTAL_GUARDIAN_SMOKE", True)
 # MemAvailable floor per node (GiB) for a starting or serving lane: below it the engine on that node is
-# stopped (0: the memory guard is off). Read every GUARDIAN_MEMORY_INTERVAL_S seconds while a lane starts.
+# stopped (0: the memory guard is off). Read every GUARDIAN_MEMORY_INTERVAL_S (portal.tuning) while a lane starts.
 GUARDIAN_MEMORY_FLOOR_GIB = env_float("PORTAL_GUARDIAN_MEMORY_FLOOR_GIB", 8.0, minimum=0, maximum=1024)
-GUARDIAN_MEMORY_INTERVAL_S = env_float("PORTAL_GUARDIAN_MEMORY_INTERVAL_S", 1.0, minimum=0.1, maximum=600)
 # Forward progress of serving replicas: the guardian's tick (0: off), the window without progress while
-# requests run before a replica is stalled, and the readings in a row that must agree (damping).
+# requests run before a replica is stalled (with GUARDIAN_MISSES readings in a row agreeing: portal.tuning).
 GUARDIAN_INTERVAL_S = env_float("PORTAL_GUARDIAN_INTERVAL_S", 2.0, minimum=0, maximum=600)
 GUARDIAN_PROGRESS_WINDOW_S = env_float("PORTAL_GUARDIAN_PROGRESS_WINDOW_S", 15.0, minimum=1, maximum=3600)
-GUARDIAN_MISSES = env_int("PORTAL_GUARDIAN_MISSES", 3, minimum=1, maximum=100)
-# The canary on an idle replica: a 1-token completion every interval (0: off), its timeout.
+# The canary on an idle replica: a 1-token completion every interval (0: off; its timeout: portal.tuning).
 GUARDIAN_CANARY_INTERVAL_S = env_float("PORTAL_GUARDIAN_CANARY_INTERVAL_S", 5.0, minimum=0, maximum=3600)
-GUARDIAN_CANARY_TIMEOUT_S = env_float("PORTAL_GUARDIAN_CANARY_TIMEOUT_S", 3.0, minimum=0.1, maximum=600)
 if GUARDIAN_INTERVAL_S > 0:
     CELERY_BEAT_SCHEDULE.update({"guardian-tick": {
         "task": "guardian.tasks.guardian_tick", "schedule": GUARDIAN_INTERVAL_S,
