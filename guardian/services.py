@@ -22,6 +22,7 @@ from django.core.cache import cache
 from redis.exceptions import RedisError
 
 from core.http import async_http_client
+from guardian.memory import memory_guard_tick
 from guardian.probe import CanaryResult, Reading, read_progress, send_canary
 from lanes.lane_states import lane_set_observed_state
 from lanes.liveness import RUNNING_GAUGE, WAITING_GAUGE, judge_progress
@@ -189,6 +190,7 @@ def guardian_tick() -> dict[str, int]:
             outcome = judge(reading, canaries.get(target.key), state, now)
             changes += apply(target, outcome, state)
             cache.set(target.key, state, STATE_TTL_S)
-        return {"replicas": len(targets), "canaries": len(canaries), "changes": changes}
+        stopped = memory_guard_tick()
+        return {"replicas": len(targets), "canaries": len(canaries), "changes": changes, "memory_stops": stopped}
     finally:
         cache.delete(TICK_LOCK)

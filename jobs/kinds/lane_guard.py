@@ -31,6 +31,14 @@ GRACEFUL_STOP_STEPS = ("stop.sigint.", "stop.wait.", "stop.kill.")
 SMOKE_TIMEOUT_S = 60.0
 
 
+def graceful_stop_steps(plan: Plan, node: str) -> list[PlanStep]:
+    """The stop plan's SIGINT, wait and SIGKILL of the engine that runs on `node` (a Ray
+    engine's are on its head); nothing if the plan does not use that node."""
+    if node not in plan.nodes:
+        return []
+    return [step for step in plan.steps if step.key.startswith(GRACEFUL_STOP_STEPS)]
+
+
 class MemoryFloorReached(JobFailed):
     """The memory guard stopped the engine on a node: the launch fails with that reason."""
 
@@ -78,12 +86,11 @@ class LaunchMemoryGuard:
 
     def stop_engine(self, node: str) -> None:
         self.ctx.log(f"memory guard: stopping the engine on {node} before the node wedges", node=node)
-        for step in self.stop_plan.steps:
-            if step.node == node and step.key.startswith(GRACEFUL_STOP_STEPS):
-                try:
-                    self.ctx.run(self.endpoints[node], step.command, timeout_s=step.timeout_s)
-                except TransportError as exc:
-                    self.ctx.log(f"memory guard: {step.title} failed ({exc})", node=node, stream="stderr")
+        for step in graceful_stop_steps(self.stop_plan, node):
+            try:
+                self.ctx.run(self.endpoints[step.node], step.command, timeout_s=step.timeout_s)
+            except TransportError as exc:
+                self.ctx.log(f"memory guard: {step.title} failed ({exc})", node=step.node, stream="stderr")
 
 
 def smoke_check(ctx: JobContext, plan: Plan) -> str:

@@ -17,6 +17,7 @@ from core.models import AuditEvent
 from guardian.services import guardian_tick, liveness_key
 from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node
 from lanes.replica_health import replica_skipped_until
+from lanes.watcher import lanes_watch_tick
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, wait_for
 
@@ -84,6 +85,8 @@ def test_a_hung_replica_with_requests_running_is_stalled_skipped_and_back(
     lane = Lane.objects.get(name="qwen")
     assert "no progress for" in lane.state_reason and "request(s) ran" in lane.state_reason
     assert replica_skipped_until("qwen", 0) is not None  # every gateway worker skips it now
+    lanes_watch_tick()  # /health answers 200: the health watcher must not take it back
+    assert lane_state() == LaneState.STALLED and replica_skipped_until("qwen", 0) is not None
     audit = AuditEvent.objects.filter(action="lane.state").order_by("-pk").first()
     assert audit is not None and audit.diff["observed_state"][1] == "stalled" and "guardian" in str(audit.diff)
     set_faults(engine, hang=False)
