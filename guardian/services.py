@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from core.http import async_http_client
 from guardian.memory import memory_guard_tick
 from guardian.probe import CanaryResult, Reading, read_progress, send_canary
+from guardian.restarts import restarts_tick
 from lanes.lane_states import lane_set_observed_state
 from lanes.liveness import RUNNING_GAUGE, WAITING_GAUGE, judge_progress
 from lanes.models import Lane, LaneState
@@ -48,11 +49,12 @@ class Target:
 
     @property
     def key(self) -> str:
-        return liveness_key(self.lane, self.index)
+        return liveness_key(self.pk, self.index)
 
 
-def liveness_key(lane: str, index: int) -> str:
-    return f"guardian:replica:{lane}|{index}"
+def liveness_key(lane_pk: int, index: int) -> str:
+    # By pk: a lane deleted and re-created under its name starts afresh.
+    return f"guardian:replica:{lane_pk}|{index}"
 
 
 def guarded_targets() -> list[Target]:
@@ -190,7 +192,14 @@ def guardian_tick() -> dict[str, int]:
             outcome = judge(reading, canaries.get(target.key), state, now)
             changes += apply(target, outcome, state)
             cache.set(target.key, state, STATE_TTL_S)
-        stopped = memory_guard_tick()
-        return {"replicas": len(targets), "canaries": len(canaries), "changes": changes, "memory_stops": stopped}
+        nodes = memory_guard_tick()
+        relaunched = restarts_tick()
+        return {
+            "replicas": len(targets),
+            "canaries": len(canaries),
+            "changes": changes,
+            "node_changes": nodes,
+            "relaunched": relaunched,
+        }
     finally:
         cache.delete(TICK_LOCK)

@@ -35,8 +35,11 @@ def test_a_leak_while_serving_is_stopped_before_the_node_wedges(local_cluster, m
 
     wait_for(stopped, timeout=60, interval=0.1, what="the memory guard")
     reason = Lane.objects.get(pk=lane.pk).state_reason
-    assert re.fullmatch(r"memory guard: node spark3: MemAvailable \d+\.\d GiB, below the 8 GiB floor \(below 8 GiB "
-                        r"a Spark can wedge and need a power cycle\); stopped the engine on spark3", reason), reason
+    assert re.fullmatch(
+        r"memory guard: node spark3: MemAvailable \d+\.\d GiB, below the 8 GiB floor \(below 8 GiB "
+        r"a Spark can wedge and need a power cycle\); stopped the engine on spark3",
+        reason,
+    ), reason
     assert not is_wedged(load_node(spark3.sim_dir))
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{lane.base_url()}/health", timeout=2)  # the engine is gone

@@ -27,9 +27,16 @@ SERVED = "qwen-guarded"
 
 def lane_for(engine: EngineHandle) -> Lane:
     node = Node.objects.create(name="guarded", address=engine.host, transport="local")
-    lane = Lane.objects.create(name="qwen", model_id=SIM_QWEN, served_model_name=SERVED, api_port=engine.port,
-                               image="vllm/vllm-openai@sha256:" + "0" * 64, max_model_len=262144,
-                               observed_state="serving", desired_state="serving")
+    lane = Lane.objects.create(
+        name="qwen",
+        model_id=SIM_QWEN,
+        served_model_name=SERVED,
+        api_port=engine.port,
+        image="vllm/vllm-openai@sha256:" + "0" * 64,
+        max_model_len=262144,
+        observed_state="serving",
+        desired_state="serving",
+    )
     LaneNode.objects.create(lane=lane, node=node, rank=0)
     LaneRevision.objects.create(lane=lane, number=1, config={"tensor_parallel_size": 1})
     return lane
@@ -95,21 +102,31 @@ def test_a_hung_replica_with_requests_running_is_stalled_skipped_and_back(
     assert replica_skipped_until("qwen", 0) is None
 
 
-def test_an_idle_hung_replica_is_caught_by_its_canary(engine_factory: Callable[..., EngineHandle], fast_guardian) -> None:
+def test_an_idle_hung_replica_is_caught_by_its_canary(
+    engine_factory: Callable[..., EngineHandle], fast_guardian
+) -> None:
     engine = engine_factory(SIM_QWEN, "--served-model-name", SERVED, time_scale=0.05)
-    lane_for(engine)
-    ticking_until(lambda: (cache.get(liveness_key("qwen", 0)) or {}).get("canary", {}).get("ok") is True)
+    lane = lane_for(engine)
+    ticking_until(lambda: (cache.get(liveness_key(lane.pk, 0)) or {}).get("canary", {}).get("ok") is True)
     set_faults(engine, hang=True)
     ticking_until(lambda: lane_state() == LaneState.STALLED)
-    state = cache.get(liveness_key("qwen", 0))
+    state = cache.get(liveness_key(lane.pk, 0))
     assert state["canary"]["ok"] is False
 
 
 def test_a_150k_token_cold_prefill_is_never_stalled(engine_factory: Callable[..., EngineHandle], fast_guardian) -> None:
     # DeepSeek's prefill speed (2,719 tok/s): 150K tokens take ~64 s simulated, 6.4 s real here,
     # one 8K chunk every ~0.35 s real; the window is ~4 chunks long, as 15 s is to 3.5 s.
-    engine = engine_factory(SIM_QWEN, "--served-model-name", SERVED, "--sim-prefill-tok-s", "2719",
-                            "--max-model-len", "262144", time_scale=0.1)
+    engine = engine_factory(
+        SIM_QWEN,
+        "--served-model-name",
+        SERVED,
+        "--sim-prefill-tok-s",
+        "2719",
+        "--max-model-len",
+        "262144",
+        time_scale=0.1,
+    )
     lane_for(engine)
     guardian_tick()
     thread = request_in_background(engine, {"model": SERVED, "prompt": "word " * 150_000, "max_tokens": 4})
