@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -22,11 +23,13 @@ from lanes.lane_states import lane_set_observed_state
 from lanes.liveness import memory_floor_problem
 from lanes.models import DesiredState, Lane, LaneState, Node
 from lanes.plans import PlanStep
+from lanes.replica_health import node_memory_key
 from lanes.selectors import lane_plans
 
 log = logging.getLogger(__name__)
 GUARDED = (LaneState.SERVING, LaneState.DEGRADED, LaneState.STALLED)
 READ_TIMEOUT_S = 5.0
+STATE_TTL_S = 3600
 # MemAvailable and swap, then the boot id (a new one: the node rebooted).
 NODE_COMMAND = MEMINFO_COMMAND + '; b=; read -r b < "${SPARK_PROCFS:-/proc}/sys/kernel/random/boot_id"; echo "$b"'
 BOOT_KEY = "guardian:boot:{pk}"  # by pk: a node re-created under the same name is another machine
@@ -91,6 +94,9 @@ def memory_guard_tick() -> int:
     changed = 0
     for name, node_seen in seen.items():
         on_node = [lane for lane in lanes if name in [m.node.name for m in lane.members.all()]]
+        if node_seen.available_gib is not None:
+            cache.set(node_memory_key(nodes[name].pk), {"available_gib": node_seen.available_gib, "at": time.time()},
+                      STATE_TTL_S)
         key = BOOT_KEY.format(pk=nodes[name].pk)
         known = cache.get(key)
         if node_seen.boot_id:

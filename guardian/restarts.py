@@ -22,11 +22,10 @@ from jobs.models import JobKind
 from jobs.services import JobConflict, lane_job_create
 from lanes.lane_states import lane_set_observed_state
 from lanes.models import DesiredState, Lane, LaneState, RestartPolicy
-from lanes.restart_policy import restart_decision
+from lanes.restart_policy import RESTART_ACTION, restart_decision
 
 log = logging.getLogger(__name__)
 GUARDIAN = "the guardian"
-RESTART_ACTION = "lane.guardian_restart"
 
 
 def restarts_tick() -> int:

@@ -28,7 +28,7 @@ from guardian.restarts import restarts_tick
 from lanes.lane_states import lane_set_observed_state
 from lanes.liveness import RUNNING_GAUGE, WAITING_GAUGE, judge_progress
 from lanes.models import Lane, LaneState
-from lanes.replica_health import replica_verdict
+from lanes.replica_health import liveness_key, replica_verdict
 
 log = logging.getLogger(__name__)
 TICK_LOCK = "guardian:tick"
@@ -51,10 +51,6 @@ class Target:
     def key(self) -> str:
         return liveness_key(self.pk, self.index)
 
-
-def liveness_key(lane_pk: int, index: int) -> str:
-    # By pk: a lane deleted and re-created under its name starts afresh.
-    return f"guardian:replica:{lane_pk}|{index}"
 
 
 def guarded_targets() -> list[Target]:

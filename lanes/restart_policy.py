@@ -10,9 +10,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from core.audit import audit_record
+from core.models import AuditEvent
 from core.roles import UserLike
 from lanes.models import Lane, RestartPolicy
 
+RESTART_ACTION = "lane.guardian_restart"  # the audit event of each relaunch by the guardian
 LIMITS = {"restart_limit": (1, 20), "restart_window_s": (60, 86_400), "restart_backoff_s": (0, 3600)}
 
 
@@ -68,3 +70,9 @@ def lane_set_restart_policy(*, lane: Lane, actor: UserLike | None, data: dict[st
     lane.save(update_fields=[*clean, "updated_at"])
     audit_record(actor=actor, action="lane.restart_policy", obj=lane, before=before, after=clean)
     return lane
+
+
+def lane_restarts(lane: Lane, limit: int = 5) -> list[Any]:
+    """The guardian's recent relaunches of this lane, newest first (audit events)."""
+    return list(AuditEvent.objects.filter(action=RESTART_ACTION, object_type="lanes.lane",
+                                          object_id=str(lane.pk)).order_by("-created_at")[:limit])

@@ -14,9 +14,9 @@ import pytest
 from django.core.cache import cache
 
 from core.models import AuditEvent
-from guardian.services import guardian_tick, liveness_key
+from guardian.services import guardian_tick
 from lanes.models import Lane, LaneNode, LaneRevision, LaneState, Node
-from lanes.replica_health import replica_skipped_until
+from lanes.replica_health import liveness_key, replica_skipped_until
 from lanes.watcher import lanes_watch_tick
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, wait_for
