@@ -95,8 +95,11 @@ def memory_guard_tick() -> int:
     for name, node_seen in seen.items():
         on_node = [lane for lane in lanes if name in [m.node.name for m in lane.members.all()]]
         if node_seen.available_gib is not None:
-            cache.set(node_memory_key(nodes[name].pk), {"available_gib": node_seen.available_gib, "at": time.time()},
-                      STATE_TTL_S)
+            cache.set(
+                node_memory_key(nodes[name].pk),
+                {"available_gib": node_seen.available_gib, "at": time.time()},
+                STATE_TTL_S,
+            )
         key = BOOT_KEY.format(pk=nodes[name].pk)
         known = cache.get(key)
         if node_seen.boot_id:

@@ -52,7 +52,6 @@ class Target:
         return liveness_key(self.pk, self.index)
 
 
-
 def guarded_targets() -> list[Target]:
     targets = []
     for lane in Lane.objects.filter(observed_state__in=GUARDED).prefetch_related("members__node", "replicas"):

@@ -74,5 +74,8 @@ def lane_set_restart_policy(*, lane: Lane, actor: UserLike | None, data: dict[st
 
 def lane_restarts(lane: Lane, limit: int = 5) -> list[Any]:
     """The guardian's recent relaunches of this lane, newest first (audit events)."""
-    return list(AuditEvent.objects.filter(action=RESTART_ACTION, object_type="lanes.lane",
-                                          object_id=str(lane.pk)).order_by("-created_at")[:limit])
+    return list(
+        AuditEvent.objects.filter(action=RESTART_ACTION, object_type="lanes.lane", object_id=str(lane.pk)).order_by(
+            "-created_at"
+        )[:limit]
+    )

@@ -84,20 +84,48 @@ def reset() -> None:
 
 def serving_lane(engine: EngineHandle) -> Lane:
     node = Node.objects.create(name="bench", address=engine.host, transport="local")
-    lane = Lane.objects.create(name="qwen", model_id=MODEL, image=IMAGE, api_port=engine.port, max_model_len=262144,
-                               served_model_name="qwen", desired_state="serving", observed_state="serving")
+    lane = Lane.objects.create(
+        name="qwen",
+        model_id=MODEL,
+        image=IMAGE,
+        api_port=engine.port,
+        max_model_len=262144,
+        served_model_name="qwen",
+        desired_state="serving",
+        observed_state="serving",
+    )
     LaneNode.objects.create(lane=lane, node=node, rank=0)
     return lane
 
 
 def launchable_lane(node: Node) -> Lane:
     """A lane on a sparksim node with a revision a launch can run (as tests.jobs.conftest's)."""
-    cfg = base_config(name="qwen", revision=1, image=IMAGE, tensor_parallel_size=1, api_port=free_port(node.address),
-                      master_port=free_port(node.address), nodes=[node.name], model_id=MODEL, served_model_name="qwen",
-                      gpu_memory_utilization=0.5, max_model_len=32768, wait_poll_s=0.2, wait_timeout_s=120)
-    lane = Lane.objects.create(name="qwen", model_id=MODEL, image=IMAGE, executor=cfg["executor"],
-                               api_port=cfg["api_port"], master_port=cfg["master_port"], max_model_len=32768,
-                               served_model_name="qwen", revision=1)
+    cfg = base_config(
+        name="qwen",
+        revision=1,
+        image=IMAGE,
+        tensor_parallel_size=1,
+        api_port=free_port(node.address),
+        master_port=free_port(node.address),
+        nodes=[node.name],
+        model_id=MODEL,
+        served_model_name="qwen",
+        gpu_memory_utilization=0.5,
+        max_model_len=32768,
+        wait_poll_s=0.2,
+        wait_timeout_s=120,
+    )
+    lane = Lane.objects.create(
+        name="qwen",
+        model_id=MODEL,
+        image=IMAGE,
+        executor=cfg["executor"],
+        api_port=cfg["api_port"],
+        master_port=cfg["master_port"],
+        max_model_len=32768,
+        served_model_name="qwen",
+        revision=1,
+    )
     LaneNode.objects.create(lane=lane, node=node, rank=0)
     LaneRevision.objects.create(lane=lane, number=1, config=cfg)
     return lane
@@ -137,8 +165,11 @@ def bench_hangs(work: Path, count: int) -> list[float]:
                 time.sleep(0.5)
             httpx.post(f"{engine.url}/_sim/faults", json={"hang": True}).raise_for_status()
             seconds = wait_state(LaneState.STALLED, 120)
-            print(f"hang {number + 1} ({'busy' if busy else 'idle'}): "
-                  + (f"stalled after {seconds:.1f} s" if seconds is not None else "NOT detected in 120 s"), flush=True)
+            print(
+                f"hang {number + 1} ({'busy' if busy else 'idle'}): "
+                + (f"stalled after {seconds:.1f} s" if seconds is not None else "NOT detected in 120 s"),
+                flush=True,
+            )
             if seconds is not None:
                 detected.append(seconds)
             httpx.post(f"{engine.url}/_sim/faults", json={"clear": True}).raise_for_status()
@@ -161,14 +192,23 @@ def bench_leaks(work: Path, count: int, user: User) -> tuple[int, int]:
         reset()
         root = work / f"leak{number}"
         info = cluster_up(root, ["spark3"], base_address="127.0.0.140", time_scale=TIME_SCALE)[0]
-        node = Node.objects.create(name="spark3", address=info.address, transport="local", sim_dir=info.sim_dir,
-                                   runtime_command="docker", memory_gib=128)
+        node = Node.objects.create(
+            name="spark3",
+            address=info.address,
+            transport="local",
+            sim_dir=info.sim_dir,
+            runtime_command="docker",
+            memory_gib=128,
+        )
         # Unguarded, each reaches MemAvailable 0 before its start-up ends (leak x start-up in 60-80 GiB
         # at gpu_memory_utilization 0.5), yet no single step (the KV pool's allocation) jumps past the floor.
         startup = random.uniform(50, 80)
         rate = random.uniform(60, 80) / startup
-        apply_fault(load_node(info.sim_dir), "engine-args",
-                    ["--sim-startup-s", f"{startup:.0f}", "--sim-leak-gib-per-s", f"{rate:.2f}"])
+        apply_fault(
+            load_node(info.sim_dir),
+            "engine-args",
+            ["--sim-startup-s", f"{startup:.0f}", "--sim-leak-gib-per-s", f"{rate:.2f}"],
+        )
         lane = launchable_lane(node)
         job = lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=user)
         job_run(job_id=job.pk)
@@ -176,8 +216,11 @@ def bench_leaks(work: Path, count: int, user: User) -> tuple[int, int]:
         guarded = "memory guard" in job.error
         wedged = is_wedged(load_node(info.sim_dir))
         stopped += int(guarded and not wedged)
-        print(f"leak {number + 1} ({rate:.2f} GiB/s simulated, start-up {startup:.0f} s): "
-              f"{'stopped by the memory guard' if guarded else job.state}{', WEDGED' if wedged else ''}", flush=True)
+        print(
+            f"leak {number + 1} ({rate:.2f} GiB/s simulated, start-up {startup:.0f} s): "
+            f"{'stopped by the memory guard' if guarded else job.state}{', WEDGED' if wedged else ''}",
+            flush=True,
+        )
         cluster_down(root)
     return stopped, count
 
@@ -185,8 +228,17 @@ def bench_leaks(work: Path, count: int, user: User) -> tuple[int, int]:
 def bench_mixed(work: Path, minutes: float) -> tuple[int, dict[str, int]]:
     reset()
     settings.GUARDIAN_MEMORY_FLOOR_GIB = 0  # as in bench_hangs
-    engine = start_engine(MODEL, work / "mixed-engine.log", "--served-model-name", "qwen", "--sim-prefill-tok-s",
-                          "2719", "--max-model-len", "262144", time_scale=1.0)
+    engine = start_engine(
+        MODEL,
+        work / "mixed-engine.log",
+        "--served-model-name",
+        "qwen",
+        "--sim-prefill-tok-s",
+        "2719",
+        "--max-model-len",
+        "262144",
+        time_scale=1.0,
+    )
     serving_lane(engine)
     done = {"long prefills": 0, "bursts": 0, "idle periods": 0}
     stalls = 0
@@ -210,12 +262,24 @@ def bench_mixed(work: Path, minutes: float) -> tuple[int, dict[str, int]]:
         while time.monotonic() < deadline:
             kind = random.choice(("long prefill", "burst", "idle"))
             if kind == "long prefill":  # 150K tokens cold: ~64 s without a generated token
-                post(f"{engine.url}/v1/completions",
-                     {"model": "qwen", "prompt": f"{random.random()} " + "word " * 150_000, "max_tokens": 8}, 300)
+                post(
+                    f"{engine.url}/v1/completions",
+                    {"model": "qwen", "prompt": f"{random.random()} " + "word " * 150_000, "max_tokens": 8},
+                    300,
+                )
                 done["long prefills"] += 1
             elif kind == "burst":
-                threads = [threading.Thread(target=post, args=(f"{engine.url}/v1/completions", {
-                    "model": "qwen", "prompt": f"burst {random.random()}", "max_tokens": 64}, 120)) for _ in range(16)]
+                threads = [
+                    threading.Thread(
+                        target=post,
+                        args=(
+                            f"{engine.url}/v1/completions",
+                            {"model": "qwen", "prompt": f"burst {random.random()}", "max_tokens": 64},
+                            120,
+                        ),
+                    )
+                    for _ in range(16)
+                ]
                 for thread in threads:
                     thread.start()
                 for thread in threads:
@@ -240,10 +304,12 @@ def main() -> None:
     FLOOR_GIB = float(settings.GUARDIAN_MEMORY_FLOOR_GIB)
     jobs.services.dispatch_job = lambda _job_id, _time_limit_s: None  # type: ignore[assignment]  # run in-process
     user, _ = User.objects.get_or_create(username="guardian-bench", defaults={"is_superuser": True})
-    print(f"guardian: tick {settings.GUARDIAN_INTERVAL_S:g} s, window {settings.GUARDIAN_PROGRESS_WINDOW_S:g} s, "
-          f"{settings.GUARDIAN_MISSES} misses, canary every {settings.GUARDIAN_CANARY_INTERVAL_S:g} s "
-          f"({settings.GUARDIAN_CANARY_TIMEOUT_S:g} s timeout), memory floor {settings.GUARDIAN_MEMORY_FLOOR_GIB:g} GiB "
-          f"read every {settings.GUARDIAN_MEMORY_INTERVAL_S:g} s; {os.cpu_count()} CPUs")
+    print(
+        f"guardian: tick {settings.GUARDIAN_INTERVAL_S:g} s, window {settings.GUARDIAN_PROGRESS_WINDOW_S:g} s, "
+        f"{settings.GUARDIAN_MISSES} misses, canary every {settings.GUARDIAN_CANARY_INTERVAL_S:g} s "
+        f"({settings.GUARDIAN_CANARY_TIMEOUT_S:g} s timeout), memory floor {settings.GUARDIAN_MEMORY_FLOOR_GIB:g} GiB "
+        f"read every {settings.GUARDIAN_MEMORY_INTERVAL_S:g} s; {os.cpu_count()} CPUs"
+    )
     beat = Beat()
     beat.start()
     with tempfile.TemporaryDirectory() as directory:
@@ -251,16 +317,20 @@ def main() -> None:
         results = []
         if args.hangs:
             detected = bench_hangs(work, args.hangs)
-            results.append(f"hangs: {len(detected)}/{args.hangs} detected; detection p50 "
-                           f"{percentile_nearest_rank(detected, 0.5) or 0:.1f} s, p95 "
-                           f"{percentile_nearest_rank(detected, 0.95) or 0:.1f} s, max {max(detected, default=0):.1f} s")
+            results.append(
+                f"hangs: {len(detected)}/{args.hangs} detected; detection p50 "
+                f"{percentile_nearest_rank(detected, 0.5) or 0:.1f} s, p95 "
+                f"{percentile_nearest_rank(detected, 0.95) or 0:.1f} s, max {max(detected, default=0):.1f} s"
+            )
         if args.leaks:
             stopped, total = bench_leaks(work, args.leaks, user)
             results.append(f"leaks during start-up: {stopped}/{total} stopped before the node wedged")
         if args.minutes:
             stalls, done = bench_mixed(work, args.minutes)
-            results.append(f"mixed run {args.minutes:g} min ({', '.join(f'{v} {k}' for k, v in done.items())}): "
-                           f"{stalls} false alarm(s)")
+            results.append(
+                f"mixed run {args.minutes:g} min ({', '.join(f'{v} {k}' for k, v in done.items())}): "
+                f"{stalls} false alarm(s)"
+            )
     beat.stopping.set()
     reset()
     print("\n".join(results))

@@ -34,8 +34,12 @@ def test_a_hung_engine_shows_stalled_on_an_open_page_and_gets_no_more_requests(
     asgi_server, page, admin_user, viewer_user, tmp_path: Path
 ):
     cluster = make_sim_cluster(tmp_path / "sim", ["spark3"], "local", tmp_path)
-    procs = CeleryProcesses(tmp_path, PORTAL_GUARDIAN_INTERVAL_S="1", PORTAL_GUARDIAN_PROGRESS_WINDOW_S=str(WINDOW_S),
-                            PORTAL_GUARDIAN_CANARY_INTERVAL_S="2").start_all()
+    procs = CeleryProcesses(
+        tmp_path,
+        PORTAL_GUARDIAN_INTERVAL_S="1",
+        PORTAL_GUARDIAN_PROGRESS_WINDOW_S=str(WINDOW_S),
+        PORTAL_GUARDIAN_CANARY_INTERVAL_S="2",
+    ).start_all()
     try:
         spark3 = cluster.node("spark3")
         qwen = create_lane("qwen", [spark3], api_port=free_port(spark3.address))
@@ -55,8 +59,12 @@ def test_a_hung_engine_shows_stalled_on_an_open_page_and_gets_no_more_requests(
 
         def stuck_request() -> None:
             with contextlib.suppress(httpx.HTTPError):
-                httpx.post(f"{asgi_server.url}/v1/completions", headers={"authorization": f"Bearer {secret}"},
-                           json={"model": "qwen", "prompt": "hello", "max_tokens": 8}, timeout=60)
+                httpx.post(
+                    f"{asgi_server.url}/v1/completions",
+                    headers={"authorization": f"Bearer {secret}"},
+                    json={"model": "qwen", "prompt": "hello", "max_tokens": 8},
+                    timeout=60,
+                )
 
         threading.Thread(target=stuck_request, daemon=True).start()
         assert httpx.get(f"{base}/health").status_code == 200
@@ -67,8 +75,12 @@ def test_a_hung_engine_shows_stalled_on_an_open_page_and_gets_no_more_requests(
         assert page.evaluate("window.__notReloaded") is True
 
         seen = engine_generation_requests(base)
-        refused = httpx.post(f"{asgi_server.url}/v1/completions", headers={"authorization": f"Bearer {secret}"},
-                             json={"model": "qwen", "prompt": "again", "max_tokens": 8}, timeout=30)
+        refused = httpx.post(
+            f"{asgi_server.url}/v1/completions",
+            headers={"authorization": f"Bearer {secret}"},
+            json={"model": "qwen", "prompt": "again", "max_tokens": 8},
+            timeout=30,
+        )
         assert refused.status_code >= 500  # no serving replica: the gateway does not send it there
         assert engine_generation_requests(base) == seen
 

@@ -51,9 +51,11 @@ def test_a_leak_during_start_up_is_stopped_before_the_node_wedges(local_cluster,
     lane = make_lane("qwen", [spark3], wait_timeout_s=120)
     launch = run_job(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
     assert launch.state == JobState.FAILED
-    assert re.search(r"memory guard: node spark3: MemAvailable \d+\.\d GiB, below the 8 GiB floor "
-                     r"\(below 8 GiB a Spark can wedge and need a power cycle\); stopped the engine on spark3",
-                     launch.error), launch.error + job_log_text(launch)
+    assert re.search(
+        r"memory guard: node spark3: MemAvailable \d+\.\d GiB, below the 8 GiB floor "
+        r"\(below 8 GiB a Spark can wedge and need a power cycle\); stopped the engine on spark3",
+        launch.error,
+    ), launch.error + job_log_text(launch)
     node = load_node(spark3.sim_dir)
     assert not is_wedged(node)
     assert available_gib(spark3.sim_dir) > 100  # the engine is gone: its memory came back
