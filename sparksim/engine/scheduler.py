@@ -143,7 +143,9 @@ class EngineCore:
         self.active.clear()
         self.block_refs.clear()
         self.kv_private = 0
+        self.active_sequences = 0  # a revived engine (clear) reports no phantom running requests
         self.stepper = Stepper(self.config.profile, self.config.graph_seqs)
+        self._update_gauges()
 
     # --- admission and prefill ------------------------------------------------------------
 

@@ -61,3 +61,14 @@ def test_a_leak_during_start_up_is_stopped_before_the_node_wedges(local_cluster,
     assert available_gib(spark3.sim_dir) > 100  # the engine is gone: its memory came back
     lane.refresh_from_db()
     assert lane.observed_state == LaneState.FAILED and "memory guard" in lane.state_reason
+
+
+def test_without_the_memory_guard_the_same_leak_wedges_the_node(local_cluster, make_lane, admin_user, settings):
+    """What the guard prevents (the premise of the test above)."""
+    settings.GUARDIAN_MEMORY_FLOOR_GIB = 0
+    spark3 = local_cluster.node("spark3")
+    fault(local_cluster, "spark3", "engine-args", "--sim-startup-s", "60", "--sim-leak-gib-per-s", "1")
+    lane = make_lane("qwen", [spark3], wait_timeout_s=15)
+    launch = run_job(lane_job_create(lane=lane, kind=JobKind.LAUNCH, user=admin_user))
+    assert launch.state == JobState.FAILED and "memory guard" not in launch.error
+    assert is_wedged(load_node(spark3.sim_dir))
