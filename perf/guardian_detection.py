@@ -223,6 +223,21 @@ def bench_leaks(work: Path, count: int, user: User) -> tuple[int, int]:
     return stopped, count
 
 
+def mixed_step(engine: EngineHandle, kind: str) -> None:
+    url = f"{engine.url}/v1/completions"
+    if kind == "long prefills":  # 150K tokens cold: ~64 s without a generated token
+        post(url, {"model": "qwen", "prompt": f"{random.random()} " + "word " * 150_000, "max_tokens": 8}, 300)
+    elif kind == "bursts":
+        body = {"model": "qwen", "prompt": f"burst {random.random()}", "max_tokens": 64}
+        threads = [threading.Thread(target=post, args=(url, body, 120)) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    else:
+        time.sleep(random.uniform(10, 40))
+
+
 def bench_mixed(work: Path, minutes: float) -> tuple[int, dict[str, int]]:
     reset()
     settings.GUARDIAN_MEMORY_FLOOR_GIB = 0  # as in bench_hangs
@@ -258,34 +273,9 @@ def bench_mixed(work: Path, minutes: float) -> tuple[int, dict[str, int]]:
     watcher.start()
     try:
         while time.monotonic() < deadline:
-            kind = random.choice(("long prefill", "burst", "idle"))
-            if kind == "long prefill":  # 150K tokens cold: ~64 s without a generated token
-                post(
-                    f"{engine.url}/v1/completions",
-                    {"model": "qwen", "prompt": f"{random.random()} " + "word " * 150_000, "max_tokens": 8},
-                    300,
-                )
-                done["long prefills"] += 1
-            elif kind == "burst":
-                threads = [
-                    threading.Thread(
-                        target=post,
-                        args=(
-                            f"{engine.url}/v1/completions",
-                            {"model": "qwen", "prompt": f"burst {random.random()}", "max_tokens": 64},
-                            120,
-                        ),
-                    )
-                    for _ in range(16)
-                ]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                done["bursts"] += 1
-            else:
-                time.sleep(random.uniform(10, 40))
-                done["idle periods"] += 1
+            kind = random.choice(("long prefills", "bursts", "idle periods"))
+            mixed_step(engine, kind)
+            done[kind] += 1
     finally:
         watching.set()
         engine.stop()
