@@ -29,11 +29,13 @@ def audit_record(
     obj: Any,
     before: Mapping[str, Any] | None = None,
     after: Mapping[str, Any] | None = None,
+    system_name: str = "system",
 ) -> AuditEvent:
+    """`system_name`: who acted when no user did (e.g. "the guardian")."""
     real_actor = actor if isinstance(actor, User) else None
     return AuditEvent.objects.create(
         actor=real_actor,
-        actor_name=real_actor.get_username() if real_actor is not None else "system",
+        actor_name=real_actor.get_username() if real_actor is not None else system_name,
         action=action,
         object_type=type(obj)._meta.label_lower if hasattr(type(obj), "_meta") else type(obj).__name__,
         object_id=str(getattr(obj, "pk", "")),

@@ -33,7 +33,7 @@ def lane_state_payload(lane: Lane) -> dict[str, Any]:
 # The lane's state from its replicas': the best one any replica is in (a lane with one
 # serving replica serves), its reason naming each replica's.
 STATE_RANK = (LaneState.SERVING, LaneState.DEGRADED, LaneState.STARTING, LaneState.STOPPING, LaneState.CHECKING,
-              LaneState.FAILED, LaneState.UNREACHABLE, LaneState.STOPPED)
+              LaneState.STALLED, LaneState.FAILED, LaneState.UNREACHABLE, LaneState.STOPPED)
 
 
 def summary_state(states: Sequence[str]) -> str:

@@ -99,6 +99,13 @@ class LaneState(models.TextChoices):
     UNREACHABLE = "unreachable"
     # The portal (re)started: not shown as true until the health watcher has probed it.
     CHECKING = "checking"
+    # Answers /health but makes no progress (the guardian, lanes.liveness): out of the gateway.
+    STALLED = "stalled"
+
+
+class RestartPolicy(models.TextChoices):
+    NEVER = "never"
+    ON_FAILURE = "on-failure"
 
 
 class DesiredState(models.TextChoices):
@@ -141,6 +148,11 @@ class Lane(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="fallback_for"
     )
     degraded_context_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
+    # What the guardian does when a lane that should serve fails (lanes.restart_policy).
+    restart_policy = models.CharField(max_length=16, choices=RestartPolicy.choices, default=RestartPolicy.NEVER)
+    restart_limit = models.PositiveSmallIntegerField(default=3)
+    restart_window_s = models.PositiveIntegerField(default=1800)
+    restart_backoff_s = models.PositiveIntegerField(default=30)
     desired_state = models.CharField(max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED)
     observed_state = models.CharField(max_length=16, choices=LaneState.choices, default=LaneState.STOPPED)
     state_changed_at = models.DateTimeField(null=True, blank=True)

@@ -7,15 +7,21 @@
   `…:gw:rh:workers` the workers alive. A rolling restart waits for a replica's to drain.
 - `…:gw:invalidate` message "health": read the hash now.
 
+- `guardian:replica:<lane pk>|<index>` (Django's cache): what the guardian last saw of a
+  replica (progress counters, last progress, canary), and `guardian:node:<node pk>` its
+  node's MemAvailable; the guardian writes them, the lane page reads them.
+
 The gateway (gateway.replicas) keeps all of it in process memory on the hot path;
 this module is the contract, and the synchronous side used by the watcher and jobs."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import redis
 from django.conf import settings
+from django.core.cache import cache
 
 HEALTH_MESSAGE = "health"
 # A worker's counts older than this are a worker that stopped: ignored.
@@ -87,3 +93,20 @@ def replica_in_flight(lane: str, index: int) -> int:
             pipe.hget(load_key(worker.decode() if isinstance(worker, bytes) else str(worker)), name)
         counts = pipe.execute()
     return sum(int(count) for count in counts if count is not None)
+
+
+def liveness_key(lane_pk: int, index: int) -> str:
+    # By pk: a lane deleted and re-created under its name starts afresh.
+    return f"guardian:replica:{lane_pk}|{index}"
+
+
+def node_memory_key(node_pk: int) -> str:
+    return f"guardian:node:{node_pk}"
+
+
+def replica_liveness(lane_pk: int, index: int) -> dict[str, Any]:
+    return dict(cache.get(liveness_key(lane_pk, index)) or {})
+
+
+def node_memory_seen(node_pk: int) -> dict[str, Any]:
+    return dict(cache.get(node_memory_key(node_pk)) or {})

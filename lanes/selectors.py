@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from redis.exceptions import RedisError
@@ -18,7 +19,8 @@ from lanes.memory import NodeFacts, lane_footprint_gib
 from lanes.models import Lane, LaneReplica, LaneRevision, LaneState, Node
 from lanes.plan_shell import Fabric, fabric_env, fabric_of
 from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
-from lanes.replica_health import replica_in_flight, replica_skipped_until
+from lanes.replica_health import node_memory_seen, replica_in_flight, replica_liveness, replica_skipped_until
+from lanes.restart_policy import lane_restarts
 from lanes.rules import LaneCheck, OtherLane, check_lane
 from lanes.secrets import env_with_marks
 
@@ -318,3 +320,32 @@ def lane_context_limit(lane: Lane) -> int:
     """The prompt + completion tokens the lane takes now: max_model_len, or its degraded
     context limit while the RDMA watchdog keeps it degraded. The gateway reads this."""
     return lane.current_context_limit
+
+
+def _ago(epoch: Any) -> str:
+    if not isinstance(epoch, int | float):
+        return "—"
+    seconds = max(0.0, datetime.now(tz=UTC).timestamp() - float(epoch))
+    return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+
+
+def lane_guardian_view(lane: Lane) -> dict[str, Any]:
+    """What the lane page shows of the guardian: each replica's liveness (last progress, the
+    canary's last result), its nodes' MemAvailable against the floor, the restart policy and
+    the guardian's recent relaunches."""
+    replicas = []
+    try:
+        for index in range(len(lane.replica_rows()) or 1):
+            seen = replica_liveness(lane.pk, index)
+            canary = seen.get("canary") or {}
+            replicas.append({
+                "index": index, "progress": _ago(seen.get("progress_at")), "running": seen.get("running"),
+                "canary": canary.get("detail", "—"), "canary_ok": canary.get("ok"), "canary_at": _ago(canary.get("at")),
+                "error": seen.get("error", ""),
+            })
+        nodes = [{"name": node.name, "available_gib": node_memory_seen(node.pk).get("available_gib"),
+                  "at": _ago(node_memory_seen(node.pk).get("at"))} for node in lane.ranked_nodes()]
+    except RedisError:
+        replicas, nodes = [], []
+    return {"replicas": replicas, "nodes": nodes, "floor_gib": settings.GUARDIAN_MEMORY_FLOOR_GIB,
+            "restarts": lane_restarts(lane)}

@@ -15,4 +15,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("lanes/<slug:name>/", views.lane_detail_page, name="lane_detail"),
     path("lanes/<slug:name>/edit/", views.lane_edit_page, name="lane_edit"),
     path("lanes/<slug:name>/delete/", views.lane_delete_page, name="lane_delete"),
+    path("lanes/<slug:name>/restart-policy/", views.lane_restart_policy_page, name="lane_restart_policy"),
 ]

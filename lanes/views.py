@@ -18,15 +18,17 @@ from lanes.forms import LaneForm, NodeForm, apply_service_errors
 from lanes.lane_services import lane_create, lane_delete, lane_update
 from lanes.memory import NodeBudget
 from lanes.model_files import lane_files_rows, node_files_view
-from lanes.models import Lane, LaneState, NodeState
+from lanes.models import Lane, LaneState, NodeState, RestartPolicy
 from lanes.node_picker import node_candidates
 from lanes.node_services import node_confirm_host_key, node_create, node_delete, node_pin_host_key, node_update
 from lanes.plan_shell import human_bytes
+from lanes.restart_policy import lane_set_restart_policy
 from lanes.rules import LaneCheck
 from lanes.selectors import (
     lane_check,
     lane_checks,
     lane_get,
+    lane_guardian_view,
     lane_list,
     lane_plans,
     lane_replica_views,
@@ -187,7 +189,26 @@ def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
         "weights": lane_files_rows(lane.model_id, lane.model_revision, lane.image,
                                    [(node.name, node.inventory or {}) for node in lane.ranked_nodes()]),
         "events": AuditEvent.objects.filter(object_type="lanes.lane", object_id=str(lane.pk))[:20],
+        "guardian": lane_guardian_view(lane), "restart_policies": RestartPolicy.choices,
     })
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def lane_restart_policy_page(request: HttpRequest, name: str) -> HttpResponse:
+    lane = lane_get(name)
+    data: dict[str, Any] = {"restart_policy": request.POST.get("restart_policy", "")}
+    for field in ("restart_limit", "restart_window_s", "restart_backoff_s"):
+        text = request.POST.get(field, "").strip()
+        data[field] = int(text) if text.isascii() and text.isdigit() else text
+    try:
+        lane_set_restart_policy(lane=lane, actor=request.user, data=data)
+    except ValidationError as exc:
+        for field, errors in exc.message_dict.items():
+            messages.error(request, f"{field}: {' '.join(errors)}")
+    else:
+        messages.success(request, f"Restart policy of {name}: {lane.restart_policy}.")
+    return redirect("lanes:lane_detail", name=name)
 
 
 def _lane_form_page(request: HttpRequest, lane: Lane | None) -> HttpResponse:

@@ -40,7 +40,7 @@ from lanes.replica_health import replica_verdict
 
 log = logging.getLogger(__name__)
 TICK_LOCK = "lanes:watcher:tick"
-WATCHED = Q(observed_state__in=(LaneState.SERVING, LaneState.DEGRADED, LaneState.CHECKING)) | Q(
+WATCHED = Q(observed_state__in=(LaneState.SERVING, LaneState.DEGRADED, LaneState.CHECKING, LaneState.STALLED)) | Q(
     observed_state__in=(LaneState.FAILED, LaneState.UNREACHABLE), desired_state=DesiredState.SERVING
 )
 
@@ -155,7 +155,7 @@ async def probe_all(lanes: list[LaneTarget], nodes: list[WatchedNode]) -> tuple[
     return list(results[: len(lanes)]), list(results[len(lanes):])
 
 
-REPLICA_WATCHED = (LaneState.SERVING, LaneState.DEGRADED, LaneState.CHECKING)
+REPLICA_WATCHED = (LaneState.SERVING, LaneState.DEGRADED, LaneState.CHECKING, LaneState.STALLED)
 
 
 def watch_targets() -> tuple[list[LaneTarget], list[WatchedNode]]:
@@ -217,6 +217,8 @@ def share_verdicts(lanes: list[LaneTarget], probes: list[Probe]) -> None:
     try:
         for target, probe in zip(lanes, probes, strict=True):
             down = not probe.ok and (probe.refused or target.failures + 1 >= settings.LANES_WATCH_FAILURES)
+            if probe.ok and target.state == LaneState.STALLED:
+                continue  # /health answers, yet no progress: the guardian keeps it out (guardian.services)
             if probe.ok or down:
                 replica_verdict(target.name, target.replica or 0, down_for_s=down_for if down else None)
     except RedisError:
@@ -243,7 +245,8 @@ def apply_lane_probes(lanes: list[LaneTarget], probes: list[Probe], nodes_down: 
         verdict = LaneState.UNREACHABLE if target.head in nodes_down else LaneState.FAILED
         why = f"node {target.head} does not answer; {probe.reason}" if verdict == LaneState.UNREACHABLE else probe.reason
         due = (target.state == LaneState.CHECKING
-               or (target.state in (LaneState.SERVING, LaneState.DEGRADED) and failures >= settings.LANES_WATCH_FAILURES)
+               or (target.state in (LaneState.SERVING, LaneState.DEGRADED, LaneState.STALLED)
+                   and failures >= settings.LANES_WATCH_FAILURES)
                or (target.state in (LaneState.FAILED, LaneState.UNREACHABLE) and target.state != verdict))
         if due:
             changes += _set(lane, target, verdict, f"health watcher: {why} ({failures} failed probe(s) in a row)")

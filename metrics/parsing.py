@@ -31,8 +31,11 @@ Buckets = dict[float, float]  # upper bound -> cumulative count
 USED_FAMILIES = (
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
     "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success", "vllm:num_preemptions",
-    "vllm:prefix_cache_", "vllm:spec_decode_num_", *HISTOGRAMS,
+    "vllm:prefix_cache_", "vllm:spec_decode_num_", "vllm:iteration_tokens_total", *HISTOGRAMS,
 )
+# Kept as two counters (its _sum and _count): every engine step moves them, prefill chunks
+# included, which is the guardian's measure of forward progress (lanes.liveness).
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
 
 
 @dataclass
@@ -82,6 +85,8 @@ def parse_vllm_metrics(text: str, *, at: float) -> EngineReading:
                 if family.name == "vllm:cache_config_info":
                     continue  # config carried in labels, value always 1
                 reading.gauges[sample.name] = reading.gauges.get(sample.name, 0.0) + sample.value
+            elif family.name == ITERATION_TOKENS and sample.name.endswith(("_sum", "_count")):
+                reading.counters[sample.name] = reading.counters.get(sample.name, 0.0) + sample.value
             elif family.type == "histogram" and sample.name.endswith("_bucket") and family.name in HISTOGRAMS:
                 bound = float(sample.labels["le"])
                 buckets = reading.histograms.setdefault(family.name, {})

@@ -43,6 +43,7 @@ class Firing:
 
 RULE_LABELS = {
     "lane_down": "Lane down",
+    "lane_stalled": "Lane stalled",
     "kv_high": "KV cache nearly full",
     "ttft_high": "Slow first token",
     "node_memory_low": "Node memory low",
@@ -58,6 +59,9 @@ def rule_table(t: Thresholds) -> list[dict[str, str]]:
     return [
         {"rule": "lane_down", "label": RULE_LABELS["lane_down"],
          "condition": "a lane that should serve is failed or stopped", "setting": ""},
+        {"rule": "lane_stalled", "label": RULE_LABELS["lane_stalled"],
+         "condition": "the guardian found the lane answering /health but making no progress (or failing its canary)",
+         "setting": "PORTAL_GUARDIAN_PROGRESS_WINDOW_S, PORTAL_GUARDIAN_CANARY_INTERVAL_S"},
         {"rule": "kv_high", "label": RULE_LABELS["kv_high"],
          "condition": f"KV-cache use above {t.kv_pct:g}% for {t.kv_for_s:g} s",
          "setting": "PORTAL_METRICS_ALERT_KV_PCT, PORTAL_METRICS_ALERT_KV_FOR_S"},
@@ -89,6 +93,9 @@ def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:
             if target.lane_desired == "serving" and target.lane_state in ("failed", "stopped"):
                 firing.append(Firing("lane_down", "lane", target.name,
                                      f"lane {target.name} should serve but is {target.lane_state}", None))
+            if target.lane_state == "stalled":
+                firing.append(Firing("lane_stalled", "lane", target.name,
+                                     f"lane {target.name} answers /health but makes no progress (guardian)", None))
             if target.rdma_degraded:
                 # Seed 000's watchdog: above 12 us between the Sparks the lane runs degraded.
                 avg = target.rdma_avg_us

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "gateway",
     "benchmarks",
     "metrics",
+    "guardian",
 ]
 
 MIDDLEWARE = [
@@ -267,6 +268,24 @@ CELERY_BEAT_SCHEDULE.update(
                               # a tick queued behind a slow one is stale by the next: drop it
                               "options": {"expires": LANES_WATCH_INTERVAL_S}}}
 )
+
+# --- guardian --- (lanes.liveness rules; the launch's smoke prompt and memory guard in jobs; the
+# periodic progress/canary/memory watch in the guardian app). Each part turns off on its own.
+# The launch ends with a deterministic prompt whose answer must be sane text (off: 0).
+GUARDIAN_SMOKE = env_bool("PORTAL_GUARDIAN_SMOKE", True)
+# MemAvailable floor per node (GiB) for a starting or serving lane: below it the engine on that node is
+# stopped (0: the memory guard is off). Read every GUARDIAN_MEMORY_INTERVAL_S (portal.tuning) while a lane starts.
+GUARDIAN_MEMORY_FLOOR_GIB = env_float("PORTAL_GUARDIAN_MEMORY_FLOOR_GIB", 8.0, minimum=0, maximum=1024)
+# Forward progress of serving replicas: the guardian's tick (0: off), the window without progress while
+# requests run before a replica is stalled (with GUARDIAN_MISSES readings in a row agreeing: portal.tuning).
+GUARDIAN_INTERVAL_S = env_float("PORTAL_GUARDIAN_INTERVAL_S", 2.0, minimum=0, maximum=600)
+GUARDIAN_PROGRESS_WINDOW_S = env_float("PORTAL_GUARDIAN_PROGRESS_WINDOW_S", 15.0, minimum=1, maximum=3600)
+# The canary on an idle replica: a 1-token completion every interval (0: off; its timeout: portal.tuning).
+GUARDIAN_CANARY_INTERVAL_S = env_float("PORTAL_GUARDIAN_CANARY_INTERVAL_S", 5.0, minimum=0, maximum=3600)
+if GUARDIAN_INTERVAL_S > 0:
+    CELERY_BEAT_SCHEDULE.update({"guardian-tick": {
+        "task": "guardian.tasks.guardian_tick", "schedule": GUARDIAN_INTERVAL_S,
+        "options": {"expires": GUARDIAN_INTERVAL_S}}})
 
 # --- router --- (the routing app: the semantic router behind model="auto")
 # The decision's matrix product (200 × 384) is tiny: OpenBLAS's own thread pool only adds

@@ -123,3 +123,12 @@ METRICS_PARTITIONS_AHEAD_DAYS = 3
 METRICS_WEBHOOK_TIMEOUT_S = 5.0
 METRICS_WEBHOOK_MAX_ATTEMPTS = 6
 METRICS_WEBHOOK_BACKOFF_S = 5.0
+
+# The guardian (guardian.services, jobs.kinds.lane_guard; tests/guardian/test_tick.py, tests/jobs/test_launch_guard.py):
+# readings (or canaries) in a row that must miss before a replica is stalled — one slow moment is not a
+# stall; a canary's timeout (Dynamo sends its canary with 3 s); how often a starting lane's nodes are read
+# (a leak of 10 GiB/s real goes from the 8 GiB floor to 0 in 0.8 s in the launch test; a Spark's start-up
+# drains far slower).
+GUARDIAN_MISSES = 3
+GUARDIAN_CANARY_TIMEOUT_S = 3.0
+GUARDIAN_MEMORY_INTERVAL_S = 1.0

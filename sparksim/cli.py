@@ -13,6 +13,7 @@ commands:
                         image-missing IMAGE|image-id IMAGE ID|compaction N|
                         engine-args [--sim-* FLAGS...]|clear}
   hub --root DIR --port P [--host H] [--rate-bytes-s N]   the Hugging Face Hub stand-in
+  power-cycle --node-dir DIR                    a hard power cycle (ends a wedge; new boot id)
   tool NAME --node-dir DIR ARGS...              nvidia-smi ibdev2netdev ip ping ib_write_lat
                                                 ib_read_lat ib_send_lat ib_write_bw
 """
@@ -54,6 +55,10 @@ def main(argv: list[str]) -> int:
         from sparksim.hub.server import hub_command
 
         return hub_command(rest)
+    if command == "power-cycle":
+        from sparksim.host.power import power_cycle_command
+
+        return power_cycle_command(rest)
     if command == "tool":
         from sparksim.host.tools import tool_command
 

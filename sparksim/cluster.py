@@ -21,6 +21,7 @@ from sparksim.host.node import (
 from sparksim.host.procfs import write_proc_tree
 from sparksim.host.smi import nvidia_smi_script
 from sparksim.host.sysfs import write_node_tree
+from sparksim.host.wedge import wedged_path
 from sparksim.rendezvous import cluster_dir
 
 TOOLS = ["nvidia-smi", "ibdev2netdev", "ip", "ping", "ib_write_lat", "ib_read_lat",
@@ -94,7 +95,10 @@ def write_wrappers(node: NodeInfo) -> None:
     # A tool missing on a node (`tool-missing` fault) is absent from its PATH, as on a
     # Spark where nobody built nccl-tests or installed perftest.
     missing = set(node.faults.get("tools_missing", []))
+    # A wedged node (sparksim.host.wedge) answers nothing: every tool on it hangs.
+    gate = f"while [ -e '{wedged_path(node)}' ]; do sleep 3600; done\n"
     for name, body in scripts.items():
+        body = body.replace("\n", "\n" + gate, 1) if body.startswith("#!") else gate + body
         path = bin_dir / name
         if name in missing:
             path.unlink(missing_ok=True)

@@ -266,11 +266,13 @@ class Stepper:
         prefill_s = 0.0
         if self.current is not None:
             remaining = self.current.work_s - self.current.done_s
-            # Beside decodes, one chunk a step (the decodes' tokens come out of the budget
-            # first, as in vLLM); alone, the chunks run back to back: the whole remainder.
+            # One chunk a step (beside decodes, the decodes' tokens come out of the budget
+            # first, as in vLLM).
             budget = self.profile.batch_tokens
+            # Alone, chunks still run one a step (back to back: the same total), so the
+            # engine's per-step counters move through a long prefill as vLLM's do.
             chunk = self.current.chunk_seconds(max(1, budget - len(decoding)) if budget else 0)
-            prefill_s = min(chunk, remaining) if decoding else remaining
+            prefill_s = min(chunk, remaining)
         return Step(decode_s + prefill_s, decoding, self.current, prefill_s)
 
     def apply(self, step: Step) -> list[Hashable]:

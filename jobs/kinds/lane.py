@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from jobs.kinds.lane_guard import LaunchMemoryGuard, MemoryFloorReached, smoke_check
 from jobs.kinds.plan_exec import PlanRunner, StepFailed
 from jobs.models import Job, JobKind
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
@@ -127,8 +128,15 @@ class LaneJob:
             if step.phase != "preflight":
                 self.set_state(LaneState.STARTING, f"launch #{job_id}: {step.phase}")
 
+        guard = LaunchMemoryGuard(self.ctx, self.runner.endpoints, self.render(render_stop_plan))
+        if guard.enabled:
+            self.runner.watch, self.runner.watch_interval_s = guard, guard.interval
         try:
             self.runner.run(plan, rows, on_phase=on_phase)
+            smoke_check(self.ctx, plan)
+        except MemoryFloorReached as exc:
+            self.set_state(LaneState.FAILED, str(exc))
+            raise
         except (JobCancelled, JobTimedOut) as exc:
             step = current.get("step")
             started = step is not None and step.phase != "preflight"  # preflight only reads
@@ -142,7 +150,8 @@ class LaneJob:
             self.ctx.log(reason)
             self.set_state(LaneState.FAILED, reason)
             raise JobFailed(reason) from None
-        self.set_state(LaneState.SERVING, f"launch #{job_id}: /health and /v1/models answer")
+        self.set_state(LaneState.SERVING, f"launch #{job_id}: /health and /v1/models answer"
+                       + (", the smoke prompt has a sane answer" if settings.GUARDIAN_SMOKE else ""))
         return self.result(revision=plan.revision, state=LaneState.SERVING)
 
     def undo_launch(self, what: str, *, started: bool) -> None:

@@ -53,6 +53,9 @@ class PlanRunner:
         self.endpoints: dict[str, NodeEndpoint] = {node.name: ctx.endpoint(node) for node in nodes}
         self.collected: dict[str, dict[str, str]] = {}
         self.outcomes: dict[str, str] = {}  # step key -> final step state
+        # Called at every health poll (the launch's memory guard: jobs.kinds.lane_guard).
+        self.watch: Callable[[], None] | None = None
+        self.watch_interval_s = float("inf")
 
     def declare(self, plan: Plan) -> list[JobStep]:
         for warning in plan.warnings:
@@ -134,6 +137,8 @@ class PlanRunner:
             if ok:
                 ctx.log(f"healthy: {seen}", node=step.node, stream="stdout")
                 return
+            if self.watch is not None:
+                self.watch()
             polls += 1
             if seen != last or polls % 6 == 0:
                 ctx.log(f"waiting: {seen}", node=step.node)
@@ -147,4 +152,4 @@ class PlanRunner:
             if time.monotonic() >= deadline:
                 self.show_engine_log(step, endpoint)
                 raise StepFailed(step, f"not healthy after {step.timeout_s:g}s: {seen}")
-            ctx.sleep(min(step.poll_s, max(deadline - time.monotonic(), 0.05)))
+            ctx.sleep(min(step.poll_s, self.watch_interval_s, max(deadline - time.monotonic(), 0.05)))

@@ -27,6 +27,13 @@ class FaultSwitches:
     hold: bool = False  # requests wait, once received, until the hold is lifted (a lane that is slow for as long as a test needs)
     slow_prefill_factor: float = 1.0  # prefill and first-token time multiplied (a struggling lane: TTFT grows)
     exit_on_death: bool = False
+    # A hung engine (vllm#39863): /health and /v1/models answer 200, requests are accepted,
+    # and no token ever comes: the engine core stops stepping. hang_after_tokens: stuck
+    # mid-stream, the core stops after that many more tokens.
+    hang: bool = False
+    hang_after_tokens: int | None = None
+    gibberish: bool = False  # every generated token is the same "!" (garbage kernels on sm121)
+    leak_gib_per_s: float = 0.0  # memory taken from the node per simulated second (engine.memory)
 
 
 @dataclass
@@ -198,6 +205,10 @@ def _faults(args: argparse.Namespace) -> FaultSwitches:
         die_mid_stream_after_tokens=args.sim_die_mid_stream_after_tokens,
         latency_s=args.sim_latency_s,
         exit_on_death=args.sim_exit_on_death,
+        hang=args.sim_hang,
+        hang_after_tokens=args.sim_hang_after_tokens,
+        gibberish=args.sim_gibberish,
+        leak_gib_per_s=args.sim_leak_gib_per_s,
     )
 
 

@@ -16,11 +16,12 @@ from sparksim.engine.cluster_join import ClusterJoinError, join_cluster, watch_m
 from sparksim.engine.config import ConfigError, EngineConfig, build_engine_config
 from sparksim.engine.fabric import FabricError, check_fabric
 from sparksim.engine.log import log
+from sparksim.engine.memory import EngineMemory
 from sparksim.engine.server import VLLM_VERSION, EngineServer
 from sparksim.engine.vllm_args import parse_serve_args
 from sparksim.files import write_atomically
 from sparksim.host.node import NodeInfo, load_node
-from sparksim.host.procfs import drop_budget, record_budget
+from sparksim.host.procfs import drop_budget
 from sparksim.host.sysfs import add_traffic
 from sparksim.rendezvous import Member
 from sparksim.timing import with_overrides
@@ -102,9 +103,10 @@ async def serve(config: EngineConfig) -> int:
         budget_nodes = [load_node(member.sim_dir) for member in members]
     else:
         budget_nodes = [node] if node else []
-    per_node_gib = config.memory_budget_gib
-    for budget_node in budget_nodes:
-        record_budget(budget_node, os.getpid(), per_node_gib)
+    memory = EngineMemory(config, budget_nodes)
+    if config.headless:
+        memory.serving = True  # a headless rank has no start-up of its own to simulate
+    tracker = loop.create_task(memory.track())
     try:
         if config.headless:
             log("INFO", "api_server.py", "Launching headless engine; waiting for rank 0.")
@@ -114,15 +116,16 @@ async def serve(config: EngineConfig) -> int:
             watcher.cancel()
             return 1 if lost else 0
         fabric_nodes = [load_node(member.sim_dir) for member in members]
-        return await serve_http(config, members, fabric_nodes, stop)
+        return await serve_http(config, members, fabric_nodes, stop, memory)
     finally:
+        tracker.cancel()
         for budget_node in budget_nodes:
             drop_budget(budget_node, os.getpid())
 
 
 async def serve_http(
     config: EngineConfig, members: list[Member], fabric_nodes: list[NodeInfo],
-    stop: asyncio.Event,
+    stop: asyncio.Event, memory: EngineMemory,
 ) -> int:
     loop = asyncio.get_running_loop()
     await simulate_loading(config, stop)
@@ -154,6 +157,7 @@ async def serve_http(
         seconds = config.faults.refuse_connections_s
         log("WARNING", "sparksim", f"refusing connections for {seconds}s")
         await asyncio.sleep(config.faults.refuse_connections_s)
+    memory.start_serving()
     try:
         await set_listening(True)
     except OSError as error:

@@ -92,6 +92,7 @@ class EngineCore:
         self.wake = asyncio.Event()
         self.step_task: asyncio.Task[None] | None = None
         self.dead = False
+        self.hang_countdown: int | None = config.faults.hang_after_tokens
         self.generated_tokens = 0  # read by the fabric traffic accounting
         self._accept_credit = [0.0] * config.spec_tokens
         self._undrafted_tokens = 0  # decode tokens not yet accounted to a draft
@@ -142,7 +143,9 @@ class EngineCore:
         self.active.clear()
         self.block_refs.clear()
         self.kv_private = 0
+        self.active_sequences = 0  # a revived engine (clear) reports no phantom running requests
         self.stepper = Stepper(self.config.profile, self.config.graph_seqs)
+        self._update_gauges()
 
     # --- admission and prefill ------------------------------------------------------------
 
@@ -195,7 +198,6 @@ class EngineCore:
         self.prefix_cache.insert(request.hashes)
         self.metrics.count("prompt_tokens", len(request.prompt_ids))
         self.metrics.observe("request_prompt_tokens", len(request.prompt_ids))
-        self.metrics.observe("iteration_tokens_total", len(request.prompt_ids))
         ttft = self._simulated(now - request.arrived_at)
         self.metrics.observe("time_to_first_token_seconds", ttft)
         uncached = len(request.prompt_ids) - request.cached_tokens
@@ -214,7 +216,9 @@ class EngineCore:
         loop = asyncio.get_running_loop()
         step_end: float | None = None
         while True:
-            if not self.stepper.busy:
+            if not self.stepper.busy or self.config.faults.hang:
+                # Idle, or hung (the hang fault): nothing steps until woken (a request, or
+                # the fault lifted).
                 step_end = None
                 self.wake.clear()
                 await self.wake.wait()
@@ -228,6 +232,11 @@ class EngineCore:
             self._finish_step(step)
 
     def _finish_step(self, step: Step) -> None:
+        # vLLM's iteration_tokens_total: the tokens of each engine step, prefill chunks
+        # included, so a long cold prefill advances it long before its first token.
+        prefill_tokens = 0
+        if step.prefill is not None and step.prefill.work_s > 0 and step.prefill_s > 0:
+            prefill_tokens = round(step.prefill.tokens * step.prefill_s / step.prefill.work_s)
         emitted = 0
         for key in step.decoding:
             sequence = key
@@ -244,9 +253,10 @@ class EngineCore:
             assert isinstance(key, ScheduledRequest)
             if not key.aborted and not self.dead:
                 self._prefill_done(key)
+        if emitted or prefill_tokens:
+            self.metrics.observe("iteration_tokens_total", emitted + prefill_tokens)
         if emitted:
             decode_s = step.seconds - step.prefill_s
-            self.metrics.observe("iteration_tokens_total", emitted)
             self.metrics.observe("inter_token_latency_seconds", step.seconds, emitted)
             self.metrics.observe("time_per_output_token_seconds", decode_s, emitted)
             self._count_speculation(emitted)
@@ -254,6 +264,11 @@ class EngineCore:
         self._update_gauges()
 
     def _emit(self, sequence: Sequence) -> None:
+        if self.hang_countdown is not None:  # stuck mid-stream after that many tokens
+            self.hang_countdown -= 1
+            if self.hang_countdown <= 0:
+                self.hang_countdown = None
+                self.config.faults.hang = True
         sequence.emitted += 1
         self.kv_private += 1  # the token's KV
         self.generated_tokens += 1

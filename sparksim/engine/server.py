@@ -37,6 +37,9 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # images leave room up to 16 bytes a token, and never less than 32 MB.
 BODY_BYTES_PER_TOKEN = 16
 MIN_BODY_BYTES = 32 * 1024 * 1024
+# What the gibberish fault makes every token: one token repeated, as stock kernels on sm121
+# answered DeepSeek V4 prompts.
+GIBBERISH_TOKEN = "!"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -191,6 +194,9 @@ class EngineServer:
     async def _generate(
         self, request: web.Request, plan: GenerationRequest, chat: bool
     ) -> web.StreamResponse:
+        if self.faults.gibberish:
+            for choice in plan.plans:  # same length and finish, degenerate text
+                choice.tokens = [GIBBERISH_TOKEN] * len(choice.tokens)
         scheduled = self.core.submit(plan.prompt_ids, [len(choice.tokens) for choice in plan.plans])
         try:
             if plan.stream:
@@ -291,6 +297,9 @@ class EngineServer:
             self.requests_served = 0
         if "die_mid_stream_after_tokens" in body:
             self.tokens_streamed = 0
+        if "hang_after_tokens" in body or body.get("clear"):
+            self.core.hang_countdown = self.faults.hang_after_tokens
+        self.core.wake.set()  # a hung core re-reads its switch
         if self.faults.hold:
             self.released.clear()
         else:

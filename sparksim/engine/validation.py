@@ -193,7 +193,8 @@ def validate_tokenize(body: dict[str, Any]) -> None:
 FAULT_RULES: dict[str, tuple[str, float]] = {
     "refuse_connections_s": ("seconds", 3600), "latency_s": ("seconds", 3600),
     "die_after_requests": ("count", 10**9), "die_mid_stream_after_tokens": ("count", 10**9),
-    "slow_prefill_factor": ("factor", 10**6),
+    "slow_prefill_factor": ("factor", 10**6), "hang_after_tokens": ("count", 10**9),
+    "leak_gib_per_s": ("gib_per_s", 1024), "hang": ("bool", 0), "gibberish": ("bool", 0),
     "unavailable": ("bool", 0), "hold": ("bool", 0), "exit_on_death": ("bool", 0), "clear": ("bool", 0), "die": ("bool", 0),
 }
 

@@ -157,6 +157,10 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     add("--sim-die-mid-stream-after-tokens", type=int, default=None)
     add("--sim-latency-s", type=float, default=0.0, help="real seconds added to each request")
     add("--sim-exit-on-death", action="store_true")
+    add("--sim-hang", action="store_true", help="health 200, no token ever")
+    add("--sim-hang-after-tokens", type=int, default=None, help="stuck mid-stream after K tokens")
+    add("--sim-gibberish", action="store_true", help="every token the same '!'")
+    add("--sim-leak-gib-per-s", type=float, default=0.0, help="memory leaked per simulated second")
     add("--sim-fail-start", default=None, metavar="TEXT",
         help="fail after loading weights with this error (e.g. seed 004's AssertionError)")
     add("--sim-node-dir", default=None)

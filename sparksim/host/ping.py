@@ -7,6 +7,7 @@ import zlib
 
 from sparksim.host.node import MANAGEMENT_NETDEV, ROCE_DEVICES, NodeInfo, cluster_nodes
 from sparksim.host.sysfs import netdev_mtu, netdev_up, port_active
+from sparksim.host.wedge import is_wedged
 
 NETDEV_DEVICE = {netdev: device for device, netdev in ROCE_DEVICES.items()}
 IP_ICMP_HEADER_BYTES = 28
@@ -100,6 +101,7 @@ def ping(node: NodeInfo, argv: list[str]) -> int:
         and link_ok(*peer)
         # A frame larger than the far end's MTU is dropped there without a word.
         and packet <= mtu_of(*peer)
+        and not is_wedged(peer[0])  # a wedged Spark answers nothing (seed 004)
     )
     if not reachable:
         return statistics(destination, args.count, 0, [])

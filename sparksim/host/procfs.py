@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sparksim.files import write_atomically
 from sparksim.host.node import NodeInfo
+from sparksim.host.wedge import boot_id, wedge
 from sparksim.rendezvous import pid_alive
 
 OS_RESIDENT_GIB = 3.5  # desktop off (seed 004 freed ~0.8 GB by disabling GDM)
@@ -35,8 +36,9 @@ def drop_budget(node: NodeInfo, pid: int) -> None:
     refresh_meminfo(node)
 
 
-def engines_gib(node: NodeInfo) -> float:
-    total = 0.0
+def engine_budgets(node: NodeInfo) -> dict[int, float]:
+    """pid -> GiB of every engine process alive on the node."""
+    budgets: dict[int, float] = {}
     directory = budgets_dir(node)
     for path in directory.glob("*.json") if directory.is_dir() else []:
         try:
@@ -44,15 +46,20 @@ def engines_gib(node: NodeInfo) -> float:
         except (OSError, json.JSONDecodeError):
             continue
         if pid_alive(int(data["pid"])):
-            total += float(data["gib"])
+            budgets[int(data["pid"])] = float(data["gib"])
         else:
             path.unlink(missing_ok=True)
-    return total
+    return budgets
+
+
+def engines_gib(node: NodeInfo) -> float:
+    return sum(engine_budgets(node).values())
 
 
 def refresh_meminfo(node: NodeInfo) -> None:
     total_kib = int(node.memory_gib * KIB_PER_GIB)
-    used_kib = int((OS_RESIDENT_GIB + engines_gib(node)) * KIB_PER_GIB)
+    budgets = engine_budgets(node)
+    used_kib = int((OS_RESIDENT_GIB + sum(budgets.values())) * KIB_PER_GIB)
     available_kib = max(0, total_kib - used_kib)
     free_kib = max(0, available_kib - 2 * KIB_PER_GIB)
     lines = [
@@ -68,6 +75,8 @@ def refresh_meminfo(node: NodeInfo) -> None:
     path = proc_dir(node) / "meminfo"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, text)
+    if available_kib == 0:
+        wedge(node, list(budgets))  # no OOM kill on a Spark: it stops answering
 
 
 def write_proc_tree(node: NodeInfo) -> None:
@@ -75,4 +84,5 @@ def write_proc_tree(node: NodeInfo) -> None:
     compaction.parent.mkdir(parents=True, exist_ok=True)
     # 0 is the Spark RoCE prerequisite (non-zero was linked to kernel crashes under RoCE).
     compaction.write_text(f"{node.faults.get('compaction_proactiveness', 0)}\n")
+    boot_id(node)
     refresh_meminfo(node)

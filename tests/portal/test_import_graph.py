@@ -26,7 +26,8 @@ MAY_REACH: dict[str, set[str]] = {
     "gateway": {"routing", "lanes", "core", "sparksim"},
     "metrics": {"gateway", "routing", "jobs", "lanes", "core", "sparksim"},
     "benchmarks": {"metrics", "gateway", "routing", "jobs", "lanes", "core", "sparksim"},
-    "portal": {"benchmarks", "metrics", "gateway", "routing", "jobs", "lanes", "core", "sparksim"},
+    "guardian": {"metrics", "gateway", "routing", "jobs", "lanes", "core", "sparksim"},
+    "portal": {"guardian", "benchmarks", "metrics", "gateway", "routing", "jobs", "lanes", "core", "sparksim"},
 }
 PACKAGES = tuple(MAY_REACH)
 APPS = tuple(package for package in PACKAGES if package != "sparksim")

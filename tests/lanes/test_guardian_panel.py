@@ -1,0 +1,76 @@
+"""The lane page's guardian panel (liveness, memory floor, restart policy) and the policy's
+form: admins change it (validated: field and rule), everyone else is refused."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from django.core.cache import cache
+
+from core.models import AuditEvent
+from lanes.models import Lane, LaneNode, Node
+from lanes.replica_health import liveness_key, node_memory_key
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def lane(db: None) -> Lane:
+    node = Node.objects.create(name="spark7", address="127.0.0.77", transport="local")
+    lane = Lane.objects.create(
+        name="qwen",
+        model_id="Qwen/Qwen3.8-27B-FP8",
+        image="img@sha256:" + "0" * 64,
+        max_model_len=32768,
+        observed_state="serving",
+    )
+    LaneNode.objects.create(lane=lane, node=node, rank=0)
+    cache.set(
+        liveness_key(lane.pk, 0),
+        {
+            "progress_at": time.time() - 4,
+            "running": 2.0,
+            "canary": {"ok": False, "detail": "no token within 3 s", "at": time.time()},
+        },
+    )
+    cache.set(node_memory_key(node.pk), {"available_gib": 41.0, "at": time.time()})
+    yield lane
+    cache.delete(liveness_key(lane.pk, 0))
+    cache.delete(node_memory_key(node.pk))
+
+
+def test_the_lane_page_shows_liveness_memory_and_policy(viewer_client, lane):
+    page = viewer_client.get(f"/lanes/{lane.name}/").content.decode()
+    assert 'id="lane-guardian"' in page and "no token within 3 s" in page
+    assert re.search(r'class="last-progress">(4|5|6|7) s ago<', page)
+    assert "Memory floor 8 GiB per node" in page and "41.0 GiB available" in page
+    assert "Restart policy: <strong>never</strong>" in page
+    assert 'id="restart-policy-form"' not in page  # a viewer reads, does not change
+
+
+def test_a_viewer_cannot_change_the_policy(viewer_client, lane):
+    response = viewer_client.post(f"/lanes/{lane.name}/restart-policy/", {"restart_policy": "on-failure"})
+    assert response.status_code == 403
+    assert Lane.objects.get(pk=lane.pk).restart_policy == "never"
+
+
+def test_an_admin_sets_the_policy_and_bad_values_name_the_field(admin_client, lane):
+    bad = admin_client.post(
+        f"/lanes/{lane.name}/restart-policy/",
+        {"restart_policy": "on-failure", "restart_limit": "0", "restart_window_s": "1800", "restart_backoff_s": "x"},
+        follow=True,
+    ).content.decode()
+    assert "restart_limit: must be a whole number from 1 to 20" in bad
+    assert "restart_backoff_s: must be a whole number from 0 to 3,600" in bad
+    assert Lane.objects.get(pk=lane.pk).restart_policy == "never"  # nothing saved
+    admin_client.post(
+        f"/lanes/{lane.name}/restart-policy/",
+        {"restart_policy": "on-failure", "restart_limit": "3", "restart_window_s": "1800", "restart_backoff_s": "30"},
+    )
+    saved = Lane.objects.get(pk=lane.pk)
+    assert (saved.restart_policy, saved.restart_limit, saved.restart_backoff_s) == ("on-failure", 3, 30)
+    assert AuditEvent.objects.filter(action="lane.restart_policy").exists()
+    page = admin_client.get(f"/lanes/{lane.name}/").content.decode()
+    assert "at most 3 in 1800 s, backoff 30 s" in page
