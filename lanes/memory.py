@@ -47,6 +47,18 @@ class NodeBudget:
     def percent(self, gib: float) -> float:
         return round(100 * gib / self.memory_gib, 1) if self.memory_gib else 0.0
 
+    def reported_shortfall(self, available_gib: float, *, margin_gib: float) -> str:
+        """What the node reports against the budget, once an engine runs: the node's memory in use
+        (its size less MemAvailable) above the budget's use by more than the margin means the
+        budget is wrong (weights guessed for an unknown model, a KV setting vLLM did not take)."""
+        in_use = self.memory_gib - available_gib
+        short = in_use - self.used_gib
+        if short <= margin_gib:
+            return ""
+        return (f"{self.node} reports {in_use:.1f} GiB in use (MemAvailable {available_gib:.1f} GiB) but the "
+                f"budget counts {self.used_gib:.1f} GiB: the budget is short by {short:.1f} GiB; check the "
+                "lane's weights size and KV cache setting")
+
 
 @dataclass(frozen=True)
 class KvPool:

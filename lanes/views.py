@@ -3,13 +3,16 @@ others and their POSTs refused with 403 by the same capability check)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+from redis.exceptions import RedisError
 
 from core.models import AuditEvent
 from core.roles import Capability, role_required
@@ -22,6 +25,7 @@ from lanes.models import Lane, LaneState, NodeState, RestartPolicy
 from lanes.node_picker import node_candidates
 from lanes.node_services import node_confirm_host_key, node_create, node_delete, node_pin_host_key, node_update
 from lanes.plan_shell import human_bytes
+from lanes.replica_health import node_memory_seen
 from lanes.restart_policy import lane_set_restart_policy
 from lanes.rules import LaneCheck
 from lanes.selectors import (
@@ -51,13 +55,26 @@ def _results_by_field(check: LaneCheck) -> dict[str, list[Any]]:
     return grouped
 
 
-def _budget_row(budget: NodeBudget) -> dict[str, Any]:
+# A budget is compared with what its nodes report only while an engine holds the memory, and
+# with a reading the guardian took lately.
+RUNNING_STATES = (LaneState.SERVING, LaneState.DEGRADED, LaneState.STALLED)
+FRESH_READING_S = 120.0
+
+
+def _budget_row(budget: NodeBudget, seen: dict[str, Any] | None = None) -> dict[str, Any]:
+    seen = seen or {}
+    fresh = seen.get("available_gib") is not None and time.time() - float(seen.get("at") or 0) < FRESH_READING_S
+    available = float(seen["available_gib"]) if fresh else None
+    shortfall = (budget.reported_shortfall(available, margin_gib=settings.LANES_BUDGET_MARGIN_GIB)
+                 if available is not None else "")
     others = sum(gib for _, gib in budget.other_lanes)
     scale = max(budget.memory_gib, budget.used_gib)  # an overflowing budget still fits the bar
     return {
         "node": budget.node, "memory_gib": budget.memory_gib, "used_gib": budget.used_gib,
         "free_gib": budget.free_gib, "weights_gib": budget.weights_gib, "kv_gib": budget.kv_gib,
         "overhead_gib": budget.overhead_gib, "reserve_gib": budget.reserve_gib, "others_gib": others,
+        "reported_in_use_gib": budget.memory_gib - available if available is not None else None,
+        "shortfall": shortfall,
         **{f"{key}_pct": round(100 * value / scale, 1) for key, value in (
             ("weights", budget.weights_gib), ("kv", budget.kv_gib), ("overhead", budget.overhead_gib),
             ("reserve", budget.reserve_gib), ("others", others))},
@@ -169,6 +186,17 @@ def lane_list_page(request: HttpRequest) -> HttpResponse:
     })
 
 
+def _lane_budget_rows(lane: Lane, check: LaneCheck) -> list[dict[str, Any]]:
+    if lane.observed_state not in RUNNING_STATES:
+        return [_budget_row(budget) for budget in check.budgets]
+    pks = {node.name: node.pk for node in lane.ranked_nodes()}
+    try:
+        seen = {name: node_memory_seen(pk) for name, pk in pks.items()}
+    except RedisError:
+        seen = {}
+    return [_budget_row(budget, seen.get(budget.node)) for budget in check.budgets]
+
+
 @role_required(Capability.VIEW)
 def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
     lane = lane_get(name)
@@ -180,7 +208,7 @@ def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
         plan_text, plan_error = "", str(exc)
     check = lane_check(lane)
     return render(request, "lanes/lane_detail.html", {
-        "lane": lane, "check": check, "budgets": [_budget_row(b) for b in check.budgets],
+        "lane": lane, "check": check, "budgets": _lane_budget_rows(lane, check),
         "kv_fixed": human_bytes(lane.kv_cache_memory_bytes) if lane.kv_cache_memory_bytes else "",
         "kv_tokens": f"{check.kv_pool.tokens:,}" if check.kv_pool and check.kv_pool.tokens else "", "nodes": lane.ranked_nodes(), "plan_action": action,
         "plan_actions": PLAN_ACTIONS, "plan_text": plan_text, "plan_error": plan_error,

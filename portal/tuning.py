@@ -132,3 +132,5 @@ METRICS_WEBHOOK_BACKOFF_S = 5.0
 GUARDIAN_MISSES = 3
 GUARDIAN_CANARY_TIMEOUT_S = 3.0
 GUARDIAN_MEMORY_INTERVAL_S = 1.0
+# The lane page flags a budget whose node reports more memory in use than it counts by more than this.
+LANES_BUDGET_MARGIN_GIB = 4.0

@@ -74,3 +74,31 @@ def test_an_admin_sets_the_policy_and_bad_values_name_the_field(admin_client, la
     assert AuditEvent.objects.filter(action="lane.restart_policy").exists()
     page = admin_client.get(f"/lanes/{lane.name}/").content.decode()
     assert "at most 3 in 1800 s, backoff 30 s" in page
+
+
+def _budget_html(client, lane: Lane) -> str:
+    page = client.get(f"/lanes/{lane.name}/").content.decode()
+    return page[page.index('id="budget"'):][:6000]
+
+
+def test_a_budget_the_node_contradicts_is_flagged_on_the_lane_page(viewer_client, lane):
+    """The budget counts what the lane's settings say; the node's MemAvailable says what the
+    engine took. 41 GiB available of 128 is ~87 GiB in use, far above this lane's budget."""
+    Lane.objects.filter(pk=lane.pk).update(kv_cache_memory_bytes=11 * 2**30)  # a budget of ~25 GiB
+    html = _budget_html(viewer_client, lane)
+    match = re.search(r"budget counts ([\d.]+) GiB", html)
+    assert "The budget lies" in html and "spark7 reports 87.0 GiB in use (MemAvailable 41.0 GiB)" in html, html
+    assert match and float(match.group(1)) < 87.0 - 4.0
+
+
+def test_a_budget_the_node_agrees_with_or_a_stale_reading_makes_no_claim(viewer_client, lane):
+    node = Node.objects.get(name="spark7")
+    cache.set(node_memory_key(node.pk), {"available_gib": 127.5, "at": time.time()})
+    html = _budget_html(viewer_client, lane)
+    assert "The budget lies" not in html and "within the budget" in html
+    cache.set(node_memory_key(node.pk), {"available_gib": 1.0, "at": time.time() - 600})  # old: says nothing
+    html = _budget_html(viewer_client, lane)
+    assert "The budget lies" not in html and "within the budget" not in html
+    Lane.objects.filter(pk=lane.pk).update(observed_state="stopped")  # no engine: nothing to compare
+    cache.set(node_memory_key(node.pk), {"available_gib": 1.0, "at": time.time()})
+    assert "The budget lies" not in _budget_html(viewer_client, lane)
