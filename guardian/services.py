@@ -21,10 +21,11 @@ from django.conf import settings
 from django.core.cache import cache
 from redis.exceptions import RedisError
 
+from core.audit import audit_record
 from core.http import async_http_client
 from guardian.memory import memory_guard_tick
 from guardian.probe import CanaryResult, Reading, read_progress, send_canary
-from guardian.restarts import restarts_tick
+from guardian.restarts import GUARDIAN, restarts_tick
 from lanes.lane_states import lane_set_observed_state
 from lanes.liveness import RUNNING_GAUGE, WAITING_GAUGE, judge_progress
 from lanes.models import Lane, LaneState
@@ -168,6 +169,21 @@ def apply(target: Target, outcome: str, state: dict[str, Any]) -> int:
     return int(changed)
 
 
+def record_canary_change(target: Target, canary: CanaryResult | None, before: dict[str, Any]) -> None:
+    """The lane's events show a canary when its answer changes (first answer, ok → failed,
+    failed → ok), not every interval: the card shows the latest."""
+    if canary is None or before.get("ok") is canary.ok:
+        return
+    audit_record(
+        actor=None,
+        system_name=GUARDIAN,
+        action="lane.canary",
+        obj=Lane(pk=target.pk, name=target.lane),
+        before={"canary": before.get("detail")} if before else None,
+        after={"canary": f"replica {target.index}: {'ok' if canary.ok else 'failed'}: {canary.detail}"},
+    )
+
+
 def guardian_tick() -> dict[str, int]:
     """One tick. Never two at once (a slow tick makes the next one skip)."""
     if not cache.add(TICK_LOCK, "1", timeout=int(READ_TIMEOUT_S + settings.GUARDIAN_CANARY_TIMEOUT_S) + 10):
@@ -184,7 +200,9 @@ def guardian_tick() -> dict[str, int]:
                 cache.set(target.key, state, STATE_TTL_S)
                 continue
             state.pop("error", None)
+            canary_before = dict(state.get("canary") or {})
             outcome = judge(reading, canaries.get(target.key), state, now)
+            record_canary_change(target, canaries.get(target.key), canary_before)
             changes += apply(target, outcome, state)
             cache.set(target.key, state, STATE_TTL_S)
         nodes = memory_guard_tick()

@@ -113,6 +113,11 @@ def test_an_idle_hung_replica_is_caught_by_its_canary(
     ticking_until(lambda: lane_state() == LaneState.STALLED)
     state = cache.get(liveness_key(lane.pk, 0))
     assert state["canary"]["ok"] is False
+    # The lane's events show the canary when its answer changed, not every interval.
+    events = [e.diff["canary"][1] for e in AuditEvent.objects.filter(action="lane.canary", object_id=str(lane.pk))
+              .order_by("pk")]
+    assert [e.split(":")[1].strip() for e in events] == ["ok", "failed"], events
+    assert AuditEvent.objects.filter(action="lane.canary").first().actor_name == "the guardian"
 
 
 def test_a_150k_token_cold_prefill_is_never_stalled(engine_factory: Callable[..., EngineHandle], fast_guardian) -> None:
