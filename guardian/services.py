@@ -22,6 +22,7 @@ from django.core.cache import cache
 from redis.exceptions import RedisError
 
 from core.audit import audit_record
+from core.broadcast import DASHBOARD_GROUP, broadcast
 from core.http import async_http_client
 from guardian.memory import memory_guard_tick
 from guardian.probe import CanaryResult, Reading, read_progress, send_canary
@@ -30,6 +31,7 @@ from lanes.lane_states import lane_set_observed_state
 from lanes.liveness import RUNNING_GAUGE, WAITING_GAUGE, judge_progress
 from lanes.models import Lane, LaneState
 from lanes.replica_health import liveness_key, replica_verdict
+from lanes.selectors import lane_guardian_view
 
 log = logging.getLogger(__name__)
 TICK_LOCK = "guardian:tick"
@@ -184,6 +186,15 @@ def record_canary_change(target: Target, canary: CanaryResult | None, before: di
     )
 
 
+def publish_guardian_views(lane_pks: set[int]) -> None:
+    """Open lane pages' Guardian cards follow every tick (lane.guardian): the same view the page
+    renders at load, so the card and a reload never disagree."""
+    for lane in Lane.objects.filter(pk__in=lane_pks).prefetch_related("members__node"):
+        view = lane_guardian_view(lane)
+        broadcast(DASHBOARD_GROUP, "lane.guardian", {"name": lane.name, "replicas": view["replicas"],
+                                                      "nodes": view["nodes"]})
+
+
 def guardian_tick() -> dict[str, int]:
     """One tick. Never two at once (a slow tick makes the next one skip)."""
     if not cache.add(TICK_LOCK, "1", timeout=int(READ_TIMEOUT_S + settings.GUARDIAN_CANARY_TIMEOUT_S) + 10):
@@ -207,6 +218,10 @@ def guardian_tick() -> dict[str, int]:
             cache.set(target.key, state, STATE_TTL_S)
         nodes = memory_guard_tick()
         relaunched = restarts_tick()
+        try:
+            publish_guardian_views({target.pk for target in targets})
+        except RedisError:
+            log.warning("guardian: could not publish the lanes' guardian views", exc_info=True)
         return {
             "replicas": len(targets),
             "canaries": len(canaries),

@@ -22,6 +22,40 @@
       row.querySelector(".replica-reason").textContent = r.reason || "";
     });
   }
+  // The Guardian card follows lane.guardian (every guardian tick): the view the page rendered.
+  function laneGuardian(data) {
+    const card = document.getElementById("lane-guardian"), badge = document.getElementById("lane-state");
+    if (!card || !badge || badge.dataset.lane !== data.name) return;
+    (data.replicas || []).forEach(function (r) {
+      const row = card.querySelector('tr.guardian-replica[data-replica="' + r.index + '"]');
+      if (!row) return;
+      row.querySelector(".last-progress").textContent = r.progress;
+      row.children[2].textContent = r.running === null || r.running === undefined ? "—" : r.running;
+      const canary = row.querySelector(".canary"), verdict = document.createElement("span");
+      verdict.className = r.canary_ok === true ? "text-success" : "text-danger";
+      verdict.textContent = r.canary_ok === true ? "ok" : (r.canary_ok === false ? "failed" : "");
+      const when = document.createElement("span");
+      when.className = "text-muted";
+      when.textContent = r.canary_at;
+      canary.replaceChildren(verdict, " " + r.canary + " ", when);
+      if (r.error) {
+        const error = document.createElement("div");
+        error.className = "text-danger";
+        error.textContent = r.error;
+        canary.append(error);
+      }
+    });
+    (data.nodes || []).forEach(function (n) {
+      const span = card.querySelector('.node-memory[data-node="' + n.name + '"]');
+      if (!span) return;
+      const name = document.createElement("strong"), when = document.createElement("span");
+      name.textContent = n.name;
+      when.className = "text-muted";
+      when.textContent = n.at;
+      span.replaceChildren(name, n.available_gib === null ? " not read yet" :
+        " " + n.available_gib.toFixed(1) + " GiB available ", n.available_gib === null ? "" : when);
+    });
+  }
   // Running rN against the latest rM: asked again whenever what runs may have changed.
   const driftBox = document.getElementById("lane-drift");
   async function refreshDrift() {
@@ -52,6 +86,10 @@
   window.laneDrift = { refresh: refreshDrift };
   const FINAL = ["succeeded", "failed", "cancelled", "timed_out", "lost"];
   PortalLive.connect("/ws/dashboard/", function (msg) {
+    if (msg.event === "lane.guardian") {
+      laneGuardian(msg.data);
+      return;
+    }
     if (msg.event === "lane.state") {
       laneState(msg.data);
       if (driftBox && msg.data.name === driftBox.dataset.lane) refreshDrift();

@@ -53,6 +53,7 @@ def test_a_hung_engine_shows_stalled_on_an_open_page_and_gets_no_more_requests(
         page.wait_for_selector("#live-status[data-state=open]")
         assert page.inner_text("#lane-state") == "serving"
         page.evaluate("window.__notReloaded = true")
+        progress_at_load = page.inner_text("#lane-guardian .last-progress")
 
         httpx.post(f"{base}/_sim/faults", json={"hang": True}).raise_for_status()
         hung_at = time.monotonic()
@@ -72,6 +73,18 @@ def test_a_hung_engine_shows_stalled_on_an_open_page_and_gets_no_more_requests(
         detected_s = time.monotonic() - hung_at
         print(f"hang detected on the open page after {detected_s:.1f} s (window {WINDOW_S} s, tick 1 s)")
         assert "no progress for" in page.inner_text("#lane-state-reason")
+        assert page.evaluate("window.__notReloaded") is True
+        # The Guardian card follows too: the hung replica's last progress ages, the node's
+        # MemAvailable is read, without a reload.
+        page.wait_for_function(
+            "t => document.querySelector('#lane-guardian .last-progress').textContent !== t", arg=progress_at_load,
+            timeout=30_000,
+        )
+        page.wait_for_function(
+            "() => document.querySelector('#lane-guardian .node-memory[data-node=spark3]').textContent"
+            ".includes('GiB available')",
+            timeout=30_000,
+        )
         assert page.evaluate("window.__notReloaded") is True
 
         seen = engine_generation_requests(base)
