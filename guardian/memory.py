@@ -17,11 +17,12 @@ from django.conf import settings
 from django.core.cache import cache
 
 from guardian.restarts import node_rebooted
-from jobs.kinds.lane_guard import KIB_PER_GIB, MEMINFO_COMMAND, graceful_stop_steps
+from jobs.kinds.lane_guard import KIB_PER_GIB, graceful_stop_steps
 from jobs.transports import TransportError, endpoint_for, transport_for
 from lanes.lane_states import lane_set_observed_state
 from lanes.liveness import memory_floor_problem
 from lanes.models import DesiredState, Lane, LaneState, Node
+from lanes.plan_shell import MEMINFO_COMMAND
 from lanes.plans import PlanStep
 from lanes.replica_health import node_memory_key
 from lanes.selectors import lane_plans

@@ -302,6 +302,13 @@ def container_exists(target: Target, container: str) -> str:
     return quiet(docker(target, "inspect", "--format", "{{.State.Status}}", container))
 
 
+# MemAvailable and swap in use (kB), read from the node's /proc (or a simulated Spark's).
+MEMINFO_COMMAND = (
+    "awk '/^MemAvailable:/ {a=$2} /^SwapTotal:/ {t=$2} /^SwapFree:/ {f=$2} END {print a+0, t-f}' "
+    '"${SPARK_PROCFS:-/proc}"/meminfo'
+)
+
+
 def vllm_running(target: Target, container: str) -> str:
     return docker(target, "exec", container, "pgrep", "-f", "vllm serve")
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from django.conf import settings
+
 from lanes import plan_shell as sh
 from lanes.model_files import wanted_revision, weights_check_command
 from lanes.plan_shell import NodeTarget
@@ -52,6 +54,9 @@ class PlanStep:
     models_url: str = ""
     expect_model: str = ""
     alive_check: str = ""
+    # The memory guard (the guardian's launch part): between polls, read on every listed node.
+    guard_check: str = ""
+    guard_nodes: tuple[str, ...] = ()
     logs_on_failure: str = ""  # the engine's last lines, shown when it dies or never gets healthy
     poll_s: float = 5.0
     collect: str = ""
@@ -92,6 +97,10 @@ class Plan:
                     lines.append(f"      then GET {step.models_url} lists {step.expect_model!r}")
                 if step.alive_check:
                     lines.append(f"      fail fast unless: {step.alive_check}")
+                if step.guard_check:
+                    lines.append(f"      memory guard on {', '.join(step.guard_nodes)}: below "
+                                 f"{settings.GUARDIAN_MEMORY_FLOOR_GIB:g} GiB MemAvailable, stop that node's "
+                                 f"engine (SIGINT, wait, SIGKILL); read with: {step.guard_check}")
                 if step.logs_on_failure:
                     lines.append(f"      on failure, show: {step.logs_on_failure}")
             extras = [f"timeout {step.timeout_s:g} s"]
@@ -260,6 +269,8 @@ def _wait_step(lane: sh.LaneView) -> PlanStep:
         "wait.health", "wait", head.node.name, f"wait for /health and /v1/models to list {lane.public_name!r}",
         kind="wait_health", url=f"{base}/health", models_url=f"{base}/v1/models", expect_model=lane.public_name,
         alive_check=sh.vllm_running(head, lane.container), timeout_s=lane.wait_timeout_s, poll_s=lane.wait_poll_s,
+        guard_check=sh.MEMINFO_COMMAND if settings.GUARDIAN_MEMORY_FLOOR_GIB > 0 else "",
+        guard_nodes=tuple(target.node.name for target in lane.targets) if settings.GUARDIAN_MEMORY_FLOOR_GIB > 0 else (),
         logs_on_failure=sh.docker(head, "logs", "--tail", ENGINE_LOG_TAIL_LINES, lane.container),
     )
 

@@ -233,6 +233,8 @@ class PlanStepOut(Schema):
     models_url: str
     expect_model: str
     alive_check: str
+    guard_check: str
+    guard_nodes: list[str]
     poll_s: float
     collect: str
 

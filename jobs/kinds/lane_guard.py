@@ -19,14 +19,10 @@ from core.http import http_client
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import NodeEndpoint, TransportError
 from lanes.liveness import SMOKE_MAX_TOKENS, SMOKE_PROMPT, SMOKE_RULE, memory_floor_problem, smoke_problem
+from lanes.plan_shell import MEMINFO_COMMAND
 from lanes.plans import Plan, PlanStep
 
 KIB_PER_GIB = 1024 * 1024
-# MemAvailable and swap in use (kB), read from the node's /proc (or a simulated Spark's).
-MEMINFO_COMMAND = (
-    "awk '/^MemAvailable:/ {a=$2} /^SwapTotal:/ {t=$2} /^SwapFree:/ {f=$2} END {print a+0, t-f}' "
-    '"${SPARK_PROCFS:-/proc}"/meminfo'
-)
 GRACEFUL_STOP_STEPS = ("stop.sigint.", "stop.wait.", "stop.kill.")
 SMOKE_TIMEOUT_S = 60.0
 

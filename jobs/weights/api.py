@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
+from pydantic import field_validator
 
 from core.api import ErrorOut, InSchema, can_operate
+from core.validators import NoControlCharacters, has_control_characters
 from jobs.schemas import JobOut
 from jobs.services import JobConflict
 from jobs.weights.services import (
@@ -31,11 +34,24 @@ class InventoryOut(Schema):
     inventory_at: str | None
 
 
-class InventoryIn(InSchema):
+class TextIn(InSchema):
+    """Every text here names a node, a file or an image: a NUL or control character is refused
+    (422 naming the field) before it reaches a query or a shell."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def no_control_characters(cls, value: Any) -> Any:
+        if any(isinstance(item, str) and has_control_characters(item) for item in
+               (value if isinstance(value, list) else [value])):
+            raise ValueError(NoControlCharacters.message)
+        return value
+
+
+class InventoryIn(TextIn):
     nodes: list[str] = Field(..., min_length=1, max_length=64)
 
 
-class DownloadIn(InSchema):
+class DownloadIn(TextIn):
     node: str = Field(..., max_length=63)
     model_id: str = Field(..., max_length=200)
     revision: str = Field("main", max_length=100)
@@ -44,7 +60,7 @@ class DownloadIn(InSchema):
     image: str = Field("", max_length=300)
 
 
-class SyncIn(InSchema):
+class SyncIn(TextIn):
     model_id: str = Field(..., max_length=200)
     revision: str = Field("main", max_length=100)
     source: str = Field(..., max_length=63)
@@ -53,12 +69,12 @@ class SyncIn(InSchema):
     bwlimit_mbps: float | None = None
 
 
-class LaneSyncIn(InSchema):
+class LaneSyncIn(TextIn):
     network: str = "fabric"
     bwlimit_mbps: float | None = None
 
 
-class ImageSyncIn(InSchema):
+class ImageSyncIn(TextIn):
     image: str = Field(..., max_length=300)
     targets: list[str] = Field(..., min_length=1, max_length=64)
     source: str = Field("", max_length=63, description="copy from this node (docker save | docker load); empty: pull")
@@ -86,8 +102,10 @@ def inventory(request: HttpRequest, payload: InventoryIn) -> Any:
 
 @router.post("/model-files/download", response={201: JobOut, 409: ErrorOut}, auth=can_operate)
 def download(request: HttpRequest, payload: DownloadIn) -> Any:
-    node = get_object_or_404(Node, name=payload.node)
-    lane = get_object_or_404(Lane, name=payload.lane) if payload.lane else None
+    node = named_nodes([payload.node], "node")[0]  # a body field: 422 naming it, not a 404
+    lane = Lane.objects.filter(name=payload.lane).first() if payload.lane else None
+    if payload.lane and lane is None:
+        raise ValidationError({"lane": f"no lane named {payload.lane}"})
     return _created(lambda: model_download_create(node=node, model_id=payload.model_id, revision=payload.revision,
                                                   include=payload.include, lane=lane, image=payload.image,
                                                   user=request.user))

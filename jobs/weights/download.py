@@ -19,7 +19,7 @@ from jobs.weights.progress import StepProgress, parse_download_progress
 from jobs.weights.scan import refresh_inventory
 from jobs.weights.stream import run_with_progress
 from lanes.crypto import decrypt_secret
-from lanes.model_files import HF_HOME_SHELL, find_model, human
+from lanes.model_files import HF_HOME_SHELL, cache_repo_shell, find_model, human
 
 # Runs inside the container: the file list first (its total and the disk check), then
 # snapshot_download while a thread reports the bytes in the cache's blobs every half second.
@@ -77,6 +77,9 @@ def download_command(runtime: str, job_id: int, image: str, model_id: str, revis
     return (
         'IFS= read -r HF_TOKEN; if [ -n "$HF_TOKEN" ]; then export HF_TOKEN; else unset HF_TOKEN; fi; '
         f"{docker} rm -f {name} >/dev/null 2>&1; "
+        # A cut-off download's partial files: huggingface_hub names them per process, so no later
+        # download resumes them; left, they would mark the model partial for ever.
+        f"rm -f -- {cache_repo_shell(model_id)}/blobs/*.incomplete; "
         f"{docker} run --rm --name {name} --network host -e HF_TOKEN "
         f"-e HF_ENDPOINT={shlex.quote(settings.HF_ENDPOINT)} -e HF_HUB_DISABLE_TELEMETRY=1 "
         f"-v {HF_HOME_SHELL}:/root/.cache/huggingface {shlex.quote(image)} python3 -c {shlex.quote(DOWNLOADER)} {args}"

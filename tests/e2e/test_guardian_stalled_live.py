@@ -30,6 +30,30 @@ def engine_generation_requests(base_url: str) -> int:
     return len([r for r in httpx.get(f"{base_url}/_sim/requests").json() if r["path"].startswith("/v1/")])
 
 
+def stuck_request(portal_url: str, secret: str) -> None:
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(
+            f"{portal_url}/v1/completions",
+            headers={"authorization": f"Bearer {secret}"},
+            json={"model": "qwen", "prompt": "hello", "max_tokens": 8},
+            timeout=60,
+        )
+
+
+def card_follows(page, progress_at_load: str) -> None:
+    """The Guardian card follows too: the hung replica's last progress ages and the node's
+    MemAvailable is read, without a reload."""
+    page.wait_for_function(
+        "t => document.querySelector('#lane-guardian .last-progress').textContent !== t", arg=progress_at_load,
+        timeout=30_000,
+    )
+    page.wait_for_function(
+        "() => document.querySelector('#lane-guardian .node-memory[data-node=spark3]').textContent"
+        ".includes('GiB available')",
+        timeout=30_000,
+    )
+
+
 def test_a_hung_engine_shows_stalled_on_an_open_page_and_gets_no_more_requests(
     asgi_server, page, admin_user, viewer_user, tmp_path: Path
 ):
@@ -58,33 +82,14 @@ def test_a_hung_engine_shows_stalled_on_an_open_page_and_gets_no_more_requests(
         httpx.post(f"{base}/_sim/faults", json={"hang": True}).raise_for_status()
         hung_at = time.monotonic()
 
-        def stuck_request() -> None:
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.post(
-                    f"{asgi_server.url}/v1/completions",
-                    headers={"authorization": f"Bearer {secret}"},
-                    json={"model": "qwen", "prompt": "hello", "max_tokens": 8},
-                    timeout=60,
-                )
-
-        threading.Thread(target=stuck_request, daemon=True).start()
+        threading.Thread(target=stuck_request, args=(asgi_server.url, secret), daemon=True).start()
         assert httpx.get(f"{base}/health").status_code == 200
         page.wait_for_selector("#lane-state.state-stalled", timeout=60_000)
         detected_s = time.monotonic() - hung_at
         print(f"hang detected on the open page after {detected_s:.1f} s (window {WINDOW_S} s, tick 1 s)")
         assert "no progress for" in page.inner_text("#lane-state-reason")
         assert page.evaluate("window.__notReloaded") is True
-        # The Guardian card follows too: the hung replica's last progress ages, the node's
-        # MemAvailable is read, without a reload.
-        page.wait_for_function(
-            "t => document.querySelector('#lane-guardian .last-progress').textContent !== t", arg=progress_at_load,
-            timeout=30_000,
-        )
-        page.wait_for_function(
-            "() => document.querySelector('#lane-guardian .node-memory[data-node=spark3]').textContent"
-            ".includes('GiB available')",
-            timeout=30_000,
-        )
+        card_follows(page, progress_at_load)
         assert page.evaluate("window.__notReloaded") is True
 
         seen = engine_generation_requests(base)

@@ -72,5 +72,6 @@ def test_the_launch_runs_exactly_the_dry_run_shown_on_the_lane_page(
             expected.append((step["node"], step["command"]))
         elif step["alive_check"]:
             alive_checks.add((step["node"], step["alive_check"]))  # run between polls, as often as needed
+            alive_checks.update((node, step["guard_check"]) for node in step["guard_nodes"])  # the memory guard
     assert [sent for sent in executed if sent not in alive_checks] == expected
     assert len(expected) >= len(api_plan["steps"])

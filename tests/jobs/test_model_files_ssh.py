@@ -213,7 +213,7 @@ def test_cancel_mid_download_stops_the_container_on_the_node_then_a_new_download
     slow.refresh_from_db()
     assert slow.state == JobState.CANCELLED
     assert not running()  # stopped on the node, not only in the portal
-    assert model_presence(node("spark1").inventory, MODEL, "main")[0] != "complete"
+    assert model_presence(node("spark1").inventory, MODEL, "main")[0] != "complete"  # cut off, and said so
     urllib.request.urlopen(urllib.request.Request(f"{hub.url}/_sim/rate", data=b'{"rate_bytes_s": 0}',
                                                   method="POST"), timeout=5).close()
     again = run_job(model_download_create(node=node("spark1"), model_id=MODEL, user=admin_user, lane=lane))

@@ -17,6 +17,7 @@ from lanes.models import Lane, Node
 from metrics import views
 from metrics.exposition import render_metrics
 from metrics.models import Alert, ScrapeTarget, UsageHour
+from metrics.rules import RULE_LABELS
 from metrics.storage import samples_store, usage_rollup
 
 pytestmark = pytest.mark.django_db
@@ -221,7 +222,7 @@ def test_the_alerts_page_shows_every_rule_with_its_threshold_and_names_rules_by_
                          opened_at=datetime(2026, 11, 30, tzinfo=UTC))
     page = role_clients["viewer"].get("/monitor/alerts/").content.decode()
     assert "TTFT p95 above 2500 ms" in page and "KV-cache use above 90% for 120 s" in page
-    assert page.count('<tr data-rule="') == 7
+    assert page.count('<tr data-rule="') == len(RULE_LABELS) == 8  # every rule, lane_stalled included
     assert "<td>Slow first token</td>" in page and "<td>ttft_high</td>" not in page
 
 
