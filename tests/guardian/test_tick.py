@@ -136,9 +136,12 @@ def test_a_150k_token_cold_prefill_is_never_stalled(engine_factory: Callable[...
     lane_for(engine)
     guardian_tick()
     thread = request_in_background(engine, {"model": SERVED, "prompt": "word " * 150_000, "max_tokens": 4})
-    states = []
+    states, started = [], time.monotonic()
     while thread.is_alive():
         guardian_tick()
         states.append(lane_state())
         time.sleep(0.2)
-    assert len(states) > 20 and set(states) == {LaneState.SERVING}
+    # The prefill outlasted the window several times over, watched tick by tick (how many ticks
+    # fit depends on the machine's load; the window is what matters), and was never stalled.
+    assert time.monotonic() - started > 3 * 1.5 and len(states) >= 5
+    assert set(states) == {LaneState.SERVING}
