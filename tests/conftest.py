@@ -44,6 +44,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 
 @pytest.fixture(autouse=True)
+def empty_cache() -> Iterator[None]:
+    """Every test starts from an empty cache. State there is keyed by primary key (a
+    node's boot id, a replica's liveness, a lane's progress), and the test database
+    hands the same keys out again: one test's leftovers would be another's "reboot" or
+    "canary already ok"."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for key in client.scan_iter(f"{settings.REDIS_PREFIX}:1:*"):  # Django's key: prefix:version:key
+        client.delete(key)
+    client.close()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def fresh_channel_layer() -> Iterator[None]:
     """Every test gets its own channel layer object: a layer remembers the event loop that
     receives on it, and tests (uvicorn threads, communicators) each run their own loop."""

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from django.core.cache import cache
 
 from core.models import AuditEvent
-from guardian.memory import BOOT_KEY, memory_guard_tick
+from guardian.memory import memory_guard_tick
 from guardian.restarts import restarts_tick
 from jobs.models import Job, JobKind, JobState
 from jobs.services import lane_job_create
@@ -73,8 +72,6 @@ def test_on_failure_brings_a_killed_engine_back_and_gives_up_after_its_limit(loc
 
 def test_a_power_cycled_nodes_lanes_are_relaunched(local_cluster, make_lane, admin_user):
     lane = launched(local_cluster, make_lane, admin_user, restart_policy="on-failure", restart_backoff_s=0)
-    for node in local_cluster.nodes:  # an earlier test's node with the same pk left its boot id in the cache
-        cache.delete(BOOT_KEY.format(pk=node.pk))
     memory_guard_tick()  # learns the node's boot id
     power_cycle(load_node(local_cluster.node("spark3").sim_dir))
     assert memory_guard_tick() == 1
