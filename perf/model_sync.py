@@ -112,14 +112,14 @@ def run(work: Path, args: argparse.Namespace) -> None:
             shutil.rmtree(destination_dir, ignore_errors=True)
             bare_times.append(bare_copy(prefix, key, known, server.port, source_dir, f"root@{fabric}:{destination_dir}", ""))
             shutil.rmtree(destination_dir, ignore_errors=True)
-            script = rsync_script(model_id=MODEL, key=private, host_key=server.host_key_line, user="root",
+            script = rsync_script(model_id=MODEL, commit=repo.commit, key=private, host_key=server.host_key_line, user="root",
                                   address=fabric, port=server.port, target_sim_dir=target.sim_dir)
             portal_times.append(portal_copy(prefix, script, total)[0])
         bare, portal = min(bare_times), min(portal_times)
         print(f"throughput: bare rsync {total / bare / 1e6:.0f} MB/s, the sync job's rsync {total / portal / 1e6:.0f} MB/s "
               f"(best of {args.rounds}); the sync takes {100 * (portal / bare - 1):+.1f}% of bare rsync's time")
         shutil.rmtree(destination_dir, ignore_errors=True)
-        script = rsync_script(model_id=MODEL, key=private, host_key=server.host_key_line, user="root", address=fabric,
+        script = rsync_script(model_id=MODEL, commit=repo.commit, key=private, host_key=server.host_key_line, user="root", address=fabric,
                               port=server.port, target_sim_dir=target.sim_dir, bwlimit_mbps=args.eta_mbps)
         finish, samples = portal_copy(prefix, script, total)
         worst = eta_error(samples, total, finish)

@@ -120,7 +120,7 @@ def copy_to(ctx: JobContext, source: Node, target: Node, step: Any, held: dict[s
         progress.update(parsed)
         return True
 
-    script = rsync_script(model_id=held["model_id"], key=key, host_key=target.ssh_host_key.strip(),
+    script = rsync_script(model_id=held["model_id"], commit=held["commit"], key=key, host_key=target.ssh_host_key.strip(),
                           user=target.ssh_user, address=address, port=target.ssh_port, target_sim_dir=target.sim_dir,
                           bwlimit_mbps=ctx.job.params.get("bwlimit_mbps"))
     ctx.log(f"rsync {source.name} → {target.name} at {address} ({network})", node=source.name)

@@ -91,10 +91,11 @@ def test_paths_stay_inside_the_cache_and_are_quoted():
 
 def test_the_rsync_script_keeps_the_key_in_a_private_file_and_quotes_every_word():
     key = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc'def\n-----END OPENSSH PRIVATE KEY-----"
-    script = rsync_script(model_id="org/m", key=key, host_key="ssh-ed25519 AAAA", user="spark",
+    script = rsync_script(model_id="org/m", commit=COMMIT, key=key, host_key="ssh-ed25519 AAAA", user="spark",
                           address="192.168.100.12", port=22, target_sim_dir="")
-    assert "umask 077" in script and "trap 'rm -f \"$k\" \"$kh\"' EXIT" in script
+    assert "umask 077" in script and "trap 'rm -f \"$k\" \"$kh\" \"$l\"' EXIT" in script
     assert shlex.quote(key) in script  # one quoted word, whatever the key holds
     assert "StrictHostKeyChecking=yes" in script and "UserKnownHostsFile=$kh" in script
     assert " spark@192.168.100.12:.cache/huggingface/hub/models--org--m/ " in script  # shlex.quote: nothing to escape
-    assert "--partial" in script and "--info=progress2" in script and '--exclude "*.incomplete"' in script
+    assert "--partial" in script and "--info=progress2" in script and '--files-from="$l"' in script
+    assert f"{shlex.quote(COMMIT)} > \"$l\" || exit 1" in script  # only that revision's paths travel

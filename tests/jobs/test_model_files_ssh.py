@@ -22,7 +22,7 @@ from lanes.crypto import encrypt_private_key, encrypt_secret
 from lanes.model_files import model_presence
 from lanes.models import Lane, Node
 from sparksim.host.node import load_node, save_node
-from sparksim.host.storage import GIB, used_bytes
+from sparksim.host.storage import GIB, seed_model, used_bytes
 from sparksim.hub.process import HubHandle, start_hub
 from sparksim.hub.repos import create_repo
 from tests.conftest import wait_for
@@ -95,6 +95,25 @@ def test_download_then_sync_to_two_nodes_verified(hub, ready, make_lane, admin_u
         assert "6 files match the hub's sizes and hashes" in verify.detail
     copy = JobStep.objects.get(job=sync, key="copy.spark2")
     assert "copied to spark2" in copy.detail
+
+
+def test_a_sync_copies_only_the_revision_asked_for(ready, tmp_path, admin_user):
+    """A cache holding two revisions sends one: the other's blobs would pass the disk check
+    and the progress bar's total unseen."""
+    old = create_repo(tmp_path / "old", "org/two-revs", {"config.json": b'{"v": 1}', "model.safetensors": 2_000_000})
+    new = create_repo(tmp_path / "new", "org/two-revs", {"config.json": b'{"v": 2}', "model.safetensors": 1_000_000})
+    spark1 = load_node(ready.node("spark1").sim_dir)
+    seed_model(spark1, old, revision="v1")
+    seed_model(spark1, new)  # main
+    sync = run_job(model_sync_create(model_id="org/two-revs", source="spark1", targets=["spark2"], user=admin_user,
+                                     network="management"))
+    assert sync.state == JobState.SUCCEEDED, sync.error + job_log_text(sync)
+    assert "over the management network, as the admin chose" in job_log_text(sync)
+    there = Path(ready.node("spark2").sim_dir) / "hf" / "hub" / "models--org--two-revs"
+    assert sorted(p.name for p in (there / "snapshots").iterdir()) == [new.commit]
+    assert sorted(p.name for p in (there / "refs").iterdir()) == ["main"]
+    assert sum(p.stat().st_size for p in (there / "blobs").iterdir()) == new.total_bytes()
+    assert "2 files match the hub's sizes and hashes" in JobStep.objects.get(job=sync, key="verify.spark2").detail
 
 
 def test_a_full_disk_is_refused_before_copying(hub, ready, make_lane, admin_user):
