@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 HF_HOME_SHELL = '"${SPARK_HF_HOME:-$HOME/.cache/huggingface}"'
@@ -24,6 +24,57 @@ REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 FILE_PATH = re.compile(r"^[A-Za-z0-9._-][A-Za-z0-9._/ -]{0,499}$")
 PATTERN = re.compile(r"^[A-Za-z0-9._*?\[\]/-]{1,200}$")
+
+
+SCANNER = r'''
+import json, os, sys
+hub = os.path.join(sys.argv[1], "hub")
+models = []
+for folder in sorted(os.listdir(hub)) if os.path.isdir(hub) else []:
+    if not folder.startswith("models--"):
+        continue
+    repo = os.path.join(hub, folder)
+    model_id = folder[len("models--"):].replace("--", "/", 1)
+    refs = {}
+    for base, _, names in os.walk(os.path.join(repo, "refs")):
+        for name in names:
+            path = os.path.join(base, name)
+            refs[os.path.relpath(path, os.path.join(repo, "refs"))] = open(path).read().strip()
+    blobs = os.path.join(repo, "blobs")
+    cut = sum(1 for n in os.listdir(blobs) if n.endswith(".incomplete")) if os.path.isdir(blobs) else 0
+    snaps = os.path.join(repo, "snapshots")
+    for commit in sorted(os.listdir(snaps)) if os.path.isdir(snaps) else []:
+        snap = os.path.join(snaps, commit)
+        have = {}
+        for base, _, names in os.walk(snap):
+            for name in names:
+                path = os.path.join(base, name)
+                if os.path.exists(path):
+                    have[os.path.relpath(path, snap)] = os.path.getsize(path)
+        tree_path = os.path.join(repo, "trees", commit + ".json")
+        tree = None
+        if os.path.isfile(tree_path):
+            try:
+                tree = {p: e["size"] for p, e in json.load(open(tree_path))["files"].items()}
+            except (ValueError, KeyError, TypeError):
+                tree = None
+        models.append({"model_id": model_id, "commit": commit, "refs": sorted(r for r, c in refs.items() if c == commit),
+                       "have": have, "tree": tree, "incomplete_blobs": cut})
+print("MODELS\t" + json.dumps(models))
+'''
+
+
+def inventory_script(images: Iterable[str], docker: str = "docker") -> str:
+    """The bash a node runs to read its inventory (no argument reaches it unquoted): the HF
+    cache's models (jobs/weights/scan.py parses them), free disk, and each image's Id and
+    registry digests."""
+    lines = [f"h={HF_HOME_SHELL}", f"python3 -c {shlex.quote(SCANNER)} \"$h\" || echo 'SCANFAIL'",
+             "printf 'DF\\t%s\\n' \"$(df -PB1 \"$h\" 2>/dev/null | tail -n 1)\""]
+    for image in sorted(set(images)):
+        word = shlex.quote(image)
+        lines.append(f"printf 'IMAGE\\t%s\\t%s\\n' {word} \"$({docker} image inspect --format '{{{{.Id}}}} {{{{json .RepoDigests}}}}' {word} "
+                     "2>/dev/null)\"")
+    return "\n".join(lines) + "\n"
 
 
 def model_id_error(value: object) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from django.conf import settings
 
 from lanes import plan_shell as sh
-from lanes.model_files import wanted_revision, weights_check_command
+from lanes.model_files import inventory_script, wanted_revision, weights_check_command
 from lanes.plan_shell import NodeTarget
 
 StepKind = Literal["shell", "wait_health"]
@@ -45,6 +45,7 @@ class PlanStep:
     node: str
     title: str  # one line for humans
     command: str = ""  # kind "shell": one bash line, every value quoted
+    stdin: str = ""  # a fixed script the command reads (`bash -s`), shown in full by the plan API
     kind: StepKind = "shell"
     skip_if: str | None = None
     on_failure: Literal["fail", "warn"] = "fail"
@@ -60,6 +61,7 @@ class PlanStep:
     logs_on_failure: str = ""  # the engine's last lines, shown when it dies or never gets healthy
     poll_s: float = 5.0
     collect: str = ""
+    quiet: bool = False  # the output is collected, not logged (the inventory read)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,9 @@ class Plan:
                 lines.append(f"      skip if: {step.skip_if}")
             if step.kind == "shell":
                 lines.append(f"      $ {wrap_command(step.command)}")
+                if step.stdin:
+                    lines.append(f"      (with a read-only script of {len(step.stdin.splitlines())} lines on stdin; "
+                                 "the plan API shows it in full)")
             else:
                 lines.append(f"      poll GET {step.url} every {step.poll_s:g} s until 200")
                 if step.models_url:
@@ -170,9 +175,15 @@ def _preflight_steps(lane: sh.LaneView) -> list[PlanStep]:
         steps.append(PlanStep(f"preflight.ssh.{node}", "preflight", node, "node reachable (SSH) and its kernel",
                               command="uname -sr", timeout_s=30))
         steps.append(PlanStep(
-            f"preflight.image.{node}", "preflight", node, "image present; its Id must match on every node",
+            f"preflight.image.{node}", "preflight", node, "image present (by its digest when the lane pins one); its Id must match on every node",
             command=sh.docker(target, "image", "inspect", "--format", "{{.Id}}", lane.image),
             timeout_s=30, collect="image_id",
+        ))
+        steps.append(PlanStep(
+            f"preflight.inventory.{node}", "preflight", node,
+            "read the node's inventory (HF cache, the lane's image, free disk) for its page",
+            command="bash -s", stdin=inventory_script([lane.image], sh.docker(target)), on_failure="warn", timeout_s=120,
+            collect="inventory", quiet=True,
         ))
         steps.append(_weights_step(lane, node))
         if target.fabric.ib_hca:

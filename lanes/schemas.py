@@ -226,6 +226,7 @@ class PlanStepOut(Schema):
     title: str
     kind: str
     command: str
+    stdin: str
     skip_if: str | None
     on_failure: str
     timeout_s: float

@@ -15,6 +15,7 @@ from jobs.kinds.plan_exec import PlanRunner, StepFailed
 from jobs.models import Job, JobKind
 from jobs.runner import JobCancelled, JobContext, JobFailed, JobTimedOut
 from jobs.transports import TransportError
+from jobs.weights.scan import save_launch_inventories
 from lanes.crypto import CredentialError, decrypt_secret
 from lanes.lane_states import lane_set_desired_state, lane_set_observed_state
 from lanes.models import Lane, LaneReplica, LaneState, Node
@@ -150,6 +151,10 @@ class LaneJob:
             self.ctx.log(reason)
             self.set_state(LaneState.FAILED, reason)
             raise JobFailed(reason) from None
+        finally:
+            # What the preflight read of each rank: the node pages show it, launch or not.
+            save_launch_inventories(self.runner.collected.get("inventory", {}), self.nodes,
+                                    str(self.config.get("image") or ""))
         self.set_state(LaneState.SERVING, f"launch #{job_id}: /health and /v1/models answer"
                        + (", the smoke prompt has a sane answer" if settings.GUARDIAN_SMOKE else ""))
         return self.result(revision=plan.revision, state=LaneState.SERVING)

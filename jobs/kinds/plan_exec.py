@@ -96,7 +96,10 @@ class PlanRunner:
                 if step.kind == "wait_health":
                     self.wait_health(step, endpoint)
                 else:
-                    result = ctx.run(endpoint, step.command, timeout_s=step.timeout_s, capture=bool(step.collect))
+                    if step.quiet:
+                        ctx.log(f"{step.title} (output kept, not logged)", node=step.node)
+                    result = ctx.run(endpoint, step.command, stdin=step.stdin or None, timeout_s=step.timeout_s,
+                                     capture=bool(step.collect), quiet=step.quiet)
                     row.exit_code = result.exit_code
                     if step.collect:
                         self.collected.setdefault(step.collect, {})[step.node] = "\n".join(result.stdout)

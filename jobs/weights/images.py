@@ -11,13 +11,9 @@ from typing import Any
 from jobs.runner import JobContext, JobFailed
 from jobs.transports.base import sim_prefix
 from jobs.weights.copy_scripts import ssh_command
-from jobs.weights.scan import refresh_inventory
+from jobs.weights.scan import docker_words, refresh_inventory
 from jobs.weights.sync import copy_address, transfer_key
 from lanes.models import Node
-
-
-def docker_words(node: Node) -> str:
-    return " ".join(shlex.quote(part) for part in shlex.split(node.runtime_command))
 
 
 def image_id(ctx: JobContext, node: Node, image: str) -> str:
@@ -69,6 +65,10 @@ def run_image_sync(ctx: JobContext) -> dict[str, Any]:
                     raise JobFailed(f"docker save | docker load from {source.name} to {target.name} exited "
                                     f"{result.exit_code}")
             found[target.name] = image_id(ctx, target, image)
+            if not found[target.name] and source is not None and "@sha256:" in image:
+                raise JobFailed(f"{target.name} loaded the image but does not know it by its digest: Docker's "
+                                "classic image store drops registry digests on `docker load`, so a lane pinned by "
+                                "digest would not find it there; pull it on each node instead (no source node)")
             if not found[target.name] or (want and found[target.name] != want):
                 raise JobFailed(f"{target.name}: image Id {found[target.name] or 'none'} after the copy, "
                                 f"expected {want or 'an image'}")

@@ -1,10 +1,12 @@
-"""The inventory read: one script per node over `bash -s` (python3 of the host, stdlib only)
-that lists the models of its Hugging Face cache against the hub's file lists, the images the
-node's lanes use, and the free disk; parsed here and saved on the node (`Node.inventory`).
+"""The inventory read: one script per node (lanes.model_files.inventory_script: python3 of
+the host, stdlib only) that lists the models of its Hugging Face cache against the hub's
+file lists, the images the node's lanes use, and the free disk; parsed here and saved on
+the node (`Node.inventory`).
 
-Run by the inventory job, and at the start and end of every download and sync
-(refresh_inventory). A launch does not read it again: its plan's weights step checks each
-rank live, and the launch runs exactly its dry run."""
+Run by the inventory job, at the start and end of every download and sync
+(refresh_inventory), and by every launch: its plan reads each rank's inventory in the
+preflight (the step `preflight.inventory.<node>`, in the dry run like every other), and
+the launch saves what it read (save_launch_inventories)."""
 
 from __future__ import annotations
 
@@ -17,56 +19,8 @@ from django.utils import timezone
 
 from jobs.runner import JobContext
 from jobs.transports import TransportError
-from lanes.model_files import HF_HOME_SHELL
+from lanes.model_files import inventory_script
 from lanes.models import Lane, Node
-
-SCANNER = r'''
-import json, os, sys
-hub = os.path.join(sys.argv[1], "hub")
-models = []
-for folder in sorted(os.listdir(hub)) if os.path.isdir(hub) else []:
-    if not folder.startswith("models--"):
-        continue
-    repo = os.path.join(hub, folder)
-    model_id = folder[len("models--"):].replace("--", "/", 1)
-    refs = {}
-    for base, _, names in os.walk(os.path.join(repo, "refs")):
-        for name in names:
-            path = os.path.join(base, name)
-            refs[os.path.relpath(path, os.path.join(repo, "refs"))] = open(path).read().strip()
-    blobs = os.path.join(repo, "blobs")
-    cut = sum(1 for n in os.listdir(blobs) if n.endswith(".incomplete")) if os.path.isdir(blobs) else 0
-    snaps = os.path.join(repo, "snapshots")
-    for commit in sorted(os.listdir(snaps)) if os.path.isdir(snaps) else []:
-        snap = os.path.join(snaps, commit)
-        have = {}
-        for base, _, names in os.walk(snap):
-            for name in names:
-                path = os.path.join(base, name)
-                if os.path.exists(path):
-                    have[os.path.relpath(path, snap)] = os.path.getsize(path)
-        tree_path = os.path.join(repo, "trees", commit + ".json")
-        tree = None
-        if os.path.isfile(tree_path):
-            try:
-                tree = {p: e["size"] for p, e in json.load(open(tree_path))["files"].items()}
-            except (ValueError, KeyError, TypeError):
-                tree = None
-        models.append({"model_id": model_id, "commit": commit, "refs": sorted(r for r, c in refs.items() if c == commit),
-                       "have": have, "tree": tree, "incomplete_blobs": cut})
-print("MODELS\t" + json.dumps(models))
-'''
-
-
-def scan_script(images: Iterable[str]) -> str:
-    """The bash script the node runs (no argument reaches it unquoted)."""
-    lines = [f"h={HF_HOME_SHELL}", f"python3 -c {shlex.quote(SCANNER)} \"$h\" || echo 'SCANFAIL'",
-             "printf 'DF\\t%s\\n' \"$(df -PB1 \"$h\" 2>/dev/null | tail -n 1)\""]
-    for image in sorted(set(images)):
-        word = shlex.quote(image)
-        lines.append(f"printf 'IMAGE\\t%s\\t%s\\n' {word} \"$(docker image inspect --format '{{{{.Id}}}}' {word} "
-                     "2>/dev/null)\"")
-    return "\n".join(lines) + "\n"
 
 
 def summarise_model(entry: dict[str, Any]) -> dict[str, Any]:
@@ -107,12 +61,27 @@ def parse_scan(lines: list[str]) -> dict[str, Any]:
             if len(fields) >= 4 and fields[1].isdigit() and fields[3].isdigit():
                 inventory["disk_bytes"], inventory["free_bytes"] = int(fields[1]), int(fields[3])
         elif kind == "IMAGE":
-            reference, _, ident = rest.partition("\t")
-            if ident.strip().startswith("sha256:"):
-                inventory["images"].append({"reference": reference, "id": ident.strip()})
+            reference, _, found = rest.partition("\t")
+            ident, _, digests = found.strip().partition(" ")
+            if ident.startswith("sha256:"):
+                inventory["images"].append({"reference": reference, "id": ident, "digests": parse_digests(digests)})
         elif kind == "SCANFAIL":
             inventory["errors"].append("python3 could not read the HF cache on the node")
     return inventory
+
+
+def parse_digests(text: str) -> list[str]:
+    """`{{json .RepoDigests}}`: the registry digests docker knows for the image (none for one
+    that was only loaded from a file)."""
+    try:
+        value = json.loads(text or "[]")
+    except ValueError:
+        return []
+    return [str(item) for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def docker_words(node: Node) -> str:
+    return " ".join(shlex.quote(part) for part in shlex.split(node.runtime_command))
 
 
 def lane_images(node: Node) -> list[str]:
@@ -125,17 +94,33 @@ def refresh_inventory(ctx: JobContext, nodes: Iterable[Node], *, quiet: bool = T
     found: dict[str, dict[str, Any]] = {}
     for node in nodes:
         try:
-            result = ctx.run(ctx.endpoint(node), "bash -s", stdin=scan_script(lane_images(node)), capture=True,
+            result = ctx.run(ctx.endpoint(node), "bash -s", stdin=inventory_script(lane_images(node), docker_words(node)), capture=True,
                              quiet=quiet, timeout_s=120)
         except TransportError as exc:
             ctx.log(f"inventory of {node.name} not refreshed: {exc}")
             continue
-        inventory = parse_scan(result.stdout)
-        inventory["checked_at"] = timezone.now().isoformat()
-        Node.objects.filter(pk=node.pk).update(inventory=inventory, inventory_at=timezone.now())
-        node.inventory = inventory
-        found[node.name] = inventory
+        found[node.name] = save_inventory(node, parse_scan(result.stdout))
     return found
+
+
+def save_inventory(node: Node, inventory: dict[str, Any], *, images_read: Iterable[str] | None = None) -> dict[str, Any]:
+    """Save what was read on `node`. A read of only some images (`images_read`: a launch reads
+    its own) keeps what the last inventory said of the others."""
+    if images_read is not None:
+        read = set(images_read)
+        kept = [image for image in (node.inventory or {}).get("images") or [] if image.get("reference") not in read]
+        inventory["images"] = sorted([*kept, *inventory["images"]], key=lambda image: str(image.get("reference")))
+    inventory["checked_at"] = timezone.now().isoformat()
+    Node.objects.filter(pk=node.pk).update(inventory=inventory, inventory_at=timezone.now())
+    node.inventory = inventory
+    return inventory
+
+
+def save_launch_inventories(collected: dict[str, str], nodes: Iterable[Node], image: str) -> None:
+    """What a launch's preflight read on each rank (the `inventory` collected by its plan)."""
+    for node in nodes:
+        if node.name in collected:
+            save_inventory(node, parse_scan(collected[node.name].splitlines()), images_read=[image])
 
 
 def run_inventory(ctx: JobContext) -> dict[str, Any]:

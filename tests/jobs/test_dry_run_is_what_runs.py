@@ -28,13 +28,13 @@ def shown_plans(page: str) -> tuple[str, str]:
 
 
 @pytest.fixture
-def executed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """(node, command) of every command a job sends to a node; each still really runs."""
-    sent: list[tuple[str, str]] = []
+def executed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """(node, command, stdin) of every command a job sends to a node; each still really runs."""
+    sent: list[tuple[str, str, str]] = []
     real_run = JobContext.run
 
     def recording_run(self: JobContext, endpoint: Any, command: str, **kwargs: Any) -> Any:
-        sent.append((endpoint.name, command))
+        sent.append((endpoint.name, command, kwargs.get("stdin") or ""))
         return real_run(self, endpoint, command, **kwargs)
 
     monkeypatch.setattr(JobContext, "run", recording_run)
@@ -42,7 +42,7 @@ def executed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
 
 def test_the_launch_runs_exactly_the_dry_run_shown_on_the_lane_page(
-    local_cluster: Any, make_lane: Any, admin_user: Any, admin_client: Any, executed: list[tuple[str, str]]
+    local_cluster: Any, make_lane: Any, admin_user: Any, admin_client: Any, executed: list[tuple[str, str, str]]
 ) -> None:
     spark3 = local_cluster.node("spark3")
     # A node saved without a runtime command: the page and the job must both fall back to docker.
@@ -61,17 +61,21 @@ def test_the_launch_runs_exactly_the_dry_run_shown_on_the_lane_page(
 
     states = dict(job.steps.values_list("key", "state"))
     assert list(states) == [step["key"] for step in api_plan["steps"]]
-    expected: list[tuple[str, str]] = []
+    expected: list[tuple[str, str, str]] = []
     alive_checks = set()
     for step in api_plan["steps"]:
         if step["skip_if"]:
-            expected.append((step["node"], step["skip_if"]))
+            expected.append((step["node"], step["skip_if"], ""))
         if states[step["key"]] == StepState.SKIPPED:
             continue
         if step["kind"] == "shell":
-            expected.append((step["node"], step["command"]))
+            expected.append((step["node"], step["command"], step["stdin"]))
         elif step["alive_check"]:
-            alive_checks.add((step["node"], step["alive_check"]))  # run between polls, as often as needed
-            alive_checks.update((node, step["guard_check"]) for node in step["guard_nodes"])  # the memory guard
+            alive_checks.add((step["node"], step["alive_check"], ""))  # run between polls, as often as needed
+            alive_checks.update((node, step["guard_check"], "") for node in step["guard_nodes"])  # the memory guard
     assert [sent for sent in executed if sent not in alive_checks] == expected
     assert len(expected) >= len(api_plan["steps"])
+    # The preflight's read of the node is its inventory now (the node page shows it).
+    inventory = Node.objects.get(pk=spark3.pk).inventory
+    assert [image["reference"] for image in inventory["images"]] == [lane.image]
+    assert any(model["model_id"] == lane.model_id and model["complete"] for model in inventory["models"]), inventory

@@ -10,11 +10,12 @@ import pytest
 
 from jobs.weights.copy_scripts import parse_verify, rsync_script, verify_command
 from jobs.weights.progress import RateWindow, describe, parse_download_progress, parse_rsync_progress
-from jobs.weights.scan import parse_scan, scan_script
+from jobs.weights.scan import parse_scan
 from lanes.model_files import (
     cache_repo_shell,
     file_path_error,
     find_model,
+    inventory_script,
     model_presence,
     remote_cache_repo,
     repo_folder,
@@ -46,9 +47,14 @@ def test_an_inventory_is_complete_only_against_the_hubs_list():
 
 
 def test_images_come_from_inspect_lines_and_a_missing_one_is_left_out():
-    found = parse_scan(["IMAGE\timg@sha256:aa\tsha256:" + "1" * 64, "IMAGE\tgone:1\t"])
-    assert found["images"] == [{"reference": "img@sha256:aa", "id": "sha256:" + "1" * 64}]
-    script = scan_script(["img; rm -rf /"])
+    found = parse_scan(["IMAGE\timg@sha256:aa\tsha256:" + "1" * 64 + ' ["img@sha256:aa"]', "IMAGE\tgone:1\t",
+                        "IMAGE\tloaded:1\tsha256:" + "2" * 64 + " []", "IMAGE\tbad:1\tsha256:" + "3" * 64 + " {oops"])
+    assert found["images"] == [
+        {"reference": "img@sha256:aa", "id": "sha256:" + "1" * 64, "digests": ["img@sha256:aa"]},
+        {"reference": "loaded:1", "id": "sha256:" + "2" * 64, "digests": []},  # only loaded: no registry digest
+        {"reference": "bad:1", "id": "sha256:" + "3" * 64, "digests": []},
+    ]
+    script = inventory_script(["img; rm -rf /"])
     assert "'img; rm -rf /'" in script
 
 
