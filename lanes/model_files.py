@@ -205,9 +205,20 @@ def node_files_view(inventory: Mapping[str, Any]) -> dict[str, Any]:
     models = [dict(model, size=human(model.get("bytes")), expected=human(model.get("expected_bytes"))
                    if model.get("expected_bytes") is not None else "?") for model in inventory.get("models") or []]
     free, disk = inventory.get("free_bytes"), inventory.get("disk_bytes")
-    return {"models": models, "images": list(inventory.get("images") or []), "checked_at": inventory.get("checked_at"),
+    images = [dict(image, digest_words=image_digest_words(image), undigested=image.get("digests") == [])
+              for image in inventory.get("images") or []]
+    return {"models": models, "images": images, "checked_at": inventory.get("checked_at"),
             "free": human(free) if free is not None else "?", "disk": human(disk) if disk is not None else "?",
             "errors": list(inventory.get("errors") or []), "read": bool(inventory)}
+
+
+def image_digest_words(image: Mapping[str, Any]) -> str:
+    digests = image.get("digests")
+    if digests is None:
+        return ""  # read before digests were recorded
+    if not digests:
+        return "no registry digest (loaded from a file or built here): a lane pinned by digest will not find it"
+    return "registry digests: " + ", ".join(str(d) for d in digests)
 
 
 def lane_files_rows(model_id: str, revision: str, image: str,

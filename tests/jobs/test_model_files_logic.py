@@ -17,6 +17,7 @@ from lanes.model_files import (
     find_model,
     inventory_script,
     model_presence,
+    node_files_view,
     remote_cache_repo,
     repo_folder,
     weights_check_command,
@@ -54,6 +55,10 @@ def test_images_come_from_inspect_lines_and_a_missing_one_is_left_out():
         {"reference": "loaded:1", "id": "sha256:" + "2" * 64, "digests": []},  # only loaded: no registry digest
         {"reference": "bad:1", "id": "sha256:" + "3" * 64, "digests": []},
     ]
+    shown = node_files_view(found)["images"]
+    assert [image["undigested"] for image in shown] == [False, True, True]
+    assert "a lane pinned by digest will not find it" in shown[1]["digest_words"]
+    assert node_files_view({"images": [{"reference": "old:1", "id": "sha256:0"}]})["images"][0]["undigested"] is False
     script = inventory_script(["img; rm -rf /"])
     assert "'img; rm -rf /'" in script
 
