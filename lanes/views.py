@@ -228,7 +228,7 @@ def lane_restart_policy_page(request: HttpRequest, name: str) -> HttpResponse:
     data: dict[str, Any] = {"restart_policy": request.POST.get("restart_policy", "")}
     for field in ("restart_limit", "restart_window_s", "restart_backoff_s"):
         text = request.POST.get(field, "").strip()
-        data[field] = int(text) if text.isascii() and text.isdigit() else text
+        data[field] = int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else text
     try:
         lane_set_restart_policy(lane=lane, actor=request.user, data=data)
     except ValidationError as exc:

@@ -76,6 +76,21 @@ def test_an_admin_sets_the_policy_and_bad_values_name_the_field(admin_client, la
     assert "at most 3 in 1800 s, backoff 30 s" in page
 
 
+@pytest.mark.parametrize("value", ["9" * 5000, "-1", "1e3", "٣", "\x00", "3; rm -rf /", " " * 3])
+def test_hostile_restart_values_are_refused_naming_the_field(admin_client, lane, value):
+    answer = admin_client.post(f"/lanes/{lane.name}/restart-policy/",
+                               {"restart_policy": "on-failure", "restart_limit": value}, follow=True)
+    assert answer.status_code == 200
+    assert "restart_limit: must be a whole number from 1 to 20" in answer.content.decode()
+    assert Lane.objects.get(pk=lane.pk).restart_policy == "never"
+
+
+def test_an_unknown_policy_is_refused_naming_the_choices(admin_client, lane):
+    page = admin_client.post(f"/lanes/{lane.name}/restart-policy/", {"restart_policy": "<b>always</b>"},
+                             follow=True).content.decode()
+    assert "restart_policy: must be one of never, on-failure" in page and "<b>always</b>" not in page
+
+
 def _budget_html(client, lane: Lane) -> str:
     page = client.get(f"/lanes/{lane.name}/").content.decode()
     return page[page.index('id="budget"'):][:6000]
