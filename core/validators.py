@@ -102,8 +102,8 @@ UTILIZATION = [FiniteNumber(0, 1, low_open=True)]
 def whole_number(text: object, high: int = INT64_MAX) -> int | None:
     """A query or form value as a whole number from 0 to `high`, or None: ASCII digits only
     (str.isdigit() also accepts "²", which int() refuses), and never a number no column holds."""
-    if not isinstance(text, str) or not text.isascii() or not text.isdigit():
-        return None
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit() or len(text.lstrip("0")) > len(str(high)):
+        return None  # past its digits, int() itself refuses 4,300+ digits with a ValueError
     number = int(text)
     return number if number <= high else None
 

@@ -33,6 +33,7 @@ from gateway.http import (
     Send,
     authenticate,
     check_declared_length,
+    declared_length,
     header,
     read_body,
     send_error,
@@ -108,8 +109,8 @@ async def parse_body(raw: bytes | SharedBody, endpoint: str, key: KeyInfo) -> Pa
 
 
 def declared_large(scope: Scope) -> bool:
-    declared = header(scope, b"content-length")
-    return declared is not None and declared.isdigit() and int(declared) > settings.GATEWAY_LARGE_BODY_BYTES
+    declared = declared_length(scope)
+    return declared is not None and declared > settings.GATEWAY_LARGE_BODY_BYTES
 
 
 async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpoint: str, path_lane: str | None) -> None:

@@ -39,10 +39,19 @@ def too_large(limit: int, rule: str = BODY_RULE) -> GatewayError:
                         code="request_too_large", retryable=False)
 
 
+def declared_length(scope: Scope) -> int | None:
+    """The announced Content-Length, or None (absent, or not a plain number: the server's
+    parser judges those; 4,300+ digits would make int() itself raise)."""
+    declared = header(scope, b"content-length")
+    if declared is None or not declared.isdigit() or len(declared) > 20:
+        return None
+    return int(declared)
+
+
 def check_declared_length(scope: Scope, limit: int, rule: str = BODY_RULE) -> None:
     """Refuse an announced oversize body before reading a byte of it."""
-    declared = header(scope, b"content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = declared_length(scope)
+    if declared is not None and declared > limit:
         raise too_large(limit, rule)
 
 

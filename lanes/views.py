@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 
 from core.models import AuditEvent
 from core.roles import Capability, role_required
+from core.validators import whole_number
 from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
 from lanes.lane_services import lane_create, lane_delete, lane_update
@@ -228,7 +229,8 @@ def lane_restart_policy_page(request: HttpRequest, name: str) -> HttpResponse:
     data: dict[str, Any] = {"restart_policy": request.POST.get("restart_policy", "")}
     for field in ("restart_limit", "restart_window_s", "restart_backoff_s"):
         text = request.POST.get(field, "").strip()
-        data[field] = int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else text
+        number = whole_number(text)
+        data[field] = text if number is None else number
     try:
         lane_set_restart_policy(lane=lane, actor=request.user, data=data)
     except ValidationError as exc:
