@@ -22,6 +22,7 @@ from benchmarks.loadgen import (
     LevelResult,
     Target,
     filler_text,
+    level_client,
     run_level,
     sized_prompt,
     stream_one,
@@ -77,21 +78,12 @@ class LevelOutcome:
     prime: dict[str, Any]
 
 
-def level_limits(level: Level) -> httpx.Limits:
-    """A level's connections: as many as its concurrency (httpx's default pool of 100 would
-    queue the rest inside the client, and their wait would count as TTFT); at a request rate,
-    as many as the arrivals need (no cap)."""
-    if level.concurrency is None:
-        return httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    return httpx.Limits(max_connections=level.concurrency, max_keepalive_connections=level.concurrency)
-
-
 async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[str, Target], level: Level,
                          total_levels: int, ratio_prompt: str, run_tag: str) -> LevelOutcome:
     direct = targets["direct"]
     target = targets[level.target]
     timeout = httpx.Timeout(params["timeout_s"], connect=10.0)
-    async with async_http_client(timeout=timeout, limits=level_limits(level)) as client:
+    async with level_client(level.concurrency, timeout) as client:
         prime: dict[str, Any] = {}
         tokens = int(params["prompt_tokens"])
         output = int(params["output_tokens"])
@@ -175,7 +167,16 @@ def _summary(level: Level, stats: dict[str, Any]) -> str:
     return (f"{level.target} {name}: {stats['completed']}/{stats['total']} ok, "
             f"TTFT p50 {stats['median_ttft_ms'] / 1000:.3f} s p95 {stats['p95_ttft_ms'] / 1000:.3f} s, "
             f"TPOT {stats['mean_tpot_ms']:.1f} ms, decode p50 {stats['median_decode_tok_s']:.2f} tok/s, "
-            f"output {stats['output_throughput']:.2f} tok/s")
+            f"output {stats['output_throughput']:.2f} tok/s" + _schedule_summary(stats))
+
+
+def _schedule_summary(stats: dict[str, Any]) -> str:
+    if "achieved_request_rate" not in stats:
+        return ""
+    return (f"; sent {stats['achieved_request_rate']:.2f} req/s (schedule {stats['scheduled_request_rate']:.2f}), "
+            f"dispatch delay p95 {stats['p95_dispatch_delay_ms']:.1f} ms, from the schedule: "
+            f"TTFT p50 {stats['median_ttft_from_schedule_ms'] / 1000:.3f} s, "
+            f"E2E p50 {stats['median_e2el_from_schedule_ms'] / 1000:.3f} s")
 
 
 def run_benchmark(ctx: JobContext) -> dict[str, Any]:
@@ -196,6 +197,7 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
     targets = _lane_targets(lane, secret)
     run_tag = uuid.uuid4().hex[:12]
     saturated: list[int] = []
+    flagged: list[int] = []
     completed = 0
     errors: set[str] = set()
     try:
@@ -213,13 +215,15 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
                 errors.update(stats["errors"])
                 if _client_saturated(ctx, step, stats):
                     saturated.append(level.position)
+                if _level_flagged(ctx, step, stats):
+                    flagged.append(level.position)
     finally:
         if key is not None:
             api_key_revoke(actor=actor, key=key)
     if not completed:
         # Every level is saved with its failures; a sweep where nothing answered still fails.
         raise JobFailed("no request succeeded: " + "; ".join(sorted(errors))[:1000])
-    return {"levels": len(levels), "client_saturated_levels": saturated}
+    return {"levels": len(levels), "client_saturated_levels": saturated, "flagged_levels": flagged}
 
 
 def _run_key(ctx: JobContext, lane: Lane, params: dict[str, Any], actor: Any) -> tuple[ApiKey | None, str | None]:
@@ -271,4 +275,17 @@ def _client_saturated(ctx: JobContext, step: Any, stats: dict[str, Any]) -> bool
     step.detail = f"client saturated: {client['saturated_because']}"
     ctx.log(f"  the client was saturated ({client['saturated_because']}): these figures "
             f"measure the load generator, not only the lane", stream="stderr")
+    return True
+
+
+def _level_flagged(ctx: JobContext, step: Any, stats: dict[str, Any]) -> bool:
+    """A level whose figures may not be what it says (a rate not reached, a concurrency not in
+    flight, a client slow to send) is warned with the figures; its results stay."""
+    flags = stats.get("flags") or []
+    if not flags:
+        return False
+    step.state = StepState.WARNED
+    step.detail = "; ".join(filter(None, [step.detail, *flags]))[:1000]
+    for flag in flags:
+        ctx.log(f"  flagged: {flag}", stream="stderr")
     return True

@@ -11,6 +11,17 @@ Definitions follow `vllm bench serve` (vllm/benchmarks/serve.py, calculate_metri
 - peak concurrent requests: the most requests in flight at once.
 Beside them, the seeds' columns: per-request decode tok/s as loadtest.py and llama-benchy
 measure it, (tokens - 1) / (last - first chunk), and prefill tok/s, prompt tokens / TTFT.
+Open-loop levels (request rates, replays) also keep each request's intended send time tᵢ
+(level start + its offset in a seeded schedule, absolute, never a sleep after the last send):
+- dispatch delay: the actual send minus tᵢ;
+- TTFT / E2EL from the schedule: first / last content chunk minus tᵢ (GuideLLM's "scheduled"
+  latency; what `vllm bench serve` reports since it stopped measuring from the drifted send);
+- achieved rate: sends per second between the first and the last send, beside the schedule's
+  own rate over the same requests (a client that fell behind shows here, not as a fast lane).
+Every level also times the client itself per request (httpx's trace, when the transport gives
+one): connection wait (send to a pooled connection or a new connect), TCP connect, and pre-send
+(send to the moment the request headers are written); requests in flight at the lane count
+from that moment.
 Percentiles interpolate linearly between ranks, numpy's default rule, as vLLM's do
 (core.stats.percentile_linear); a figure of no values is 0. Failed requests count in
 `failed` and `total` and are never dropped; their times do not enter the latency statistics
@@ -37,6 +48,30 @@ class RequestRecord:
     prompt_tokens: int = 0
     output_tokens: int = 0  # the server's usage figure when it sent one, else the chunk count
     error: str = ""
+    scheduled_at: float | None = None  # tᵢ, the intended send time (open-loop levels only)
+    headers_at: float | None = None  # when the request headers began to be written
+    connection_at: float | None = None  # when a pooled connection was in hand or a connect began
+    connect_s: float | None = None  # the TCP connect, when this request opened a connection
+
+    @property
+    def dispatch_delay(self) -> float | None:
+        return None if self.scheduled_at is None else self.sent_at - self.scheduled_at
+
+    @property
+    def ttft_from_schedule(self) -> float | None:
+        return None if self.scheduled_at is None else self.chunk_times[0] - self.scheduled_at
+
+    @property
+    def latency_from_schedule(self) -> float | None:
+        return None if self.scheduled_at is None else self.chunk_times[-1] - self.scheduled_at
+
+    @property
+    def pre_send(self) -> float | None:
+        return None if self.headers_at is None else self.headers_at - self.sent_at
+
+    @property
+    def connection_wait(self) -> float | None:
+        return None if self.connection_at is None else self.connection_at - self.sent_at
 
     @property
     def ok(self) -> bool:
@@ -99,9 +134,13 @@ def peak_output_tok_s(records: Sequence[RequestRecord], start: float) -> float:
     return float(max(buckets.values())) if buckets else 0.0
 
 
-def peak_concurrency(records: Sequence[RequestRecord], ends: Sequence[float]) -> int:
-    # At equal times a start counts before an end: a request in flight for no time still was.
-    events = sorted([(record.sent_at, 1) for record in records] + [(end, -1) for end in ends],
+def peak_concurrency(records: Sequence[RequestRecord], ends: Sequence[float], *, at_lane: bool = False) -> int:
+    """The most requests in flight at once: from their send, or (at_lane) from the moment
+    their headers were written (a request still waiting in the client's pool is not at the
+    lane). At equal times a start counts before an end: a request in flight for no time was."""
+    starts = [(record.headers_at if at_lane else record.sent_at, end) for record, end in zip(records, ends, strict=True)]
+    events = sorted([(start, 1) for start, _ in starts if start is not None]
+                    + [(end, -1) for start, end in starts if start is not None],
                     key=lambda event: (event[0], -event[1]))
     peak = running = 0
     for _, change in events:
@@ -134,6 +173,8 @@ def level_stats(records: Sequence[RequestRecord], *, started_at: float, ended_at
         "max_concurrent_requests": peak_concurrency(records, ends),
         "errors": sorted({record.error for record in records if record.error}),
     }
+    _client_side(records, done, ends, stats)
+    _from_schedule(records, done, stats)
     _describe("ttft", [record.ttft for record in done], stats)
     _describe("tpot", [tpot for record in done if (tpot := record.tpot) is not None], stats)
     _describe("itl", [gap for record in done for gap in record.itls], stats)
@@ -144,6 +185,48 @@ def level_stats(records: Sequence[RequestRecord], *, started_at: float, ended_at
     prefill = [record.prompt_tokens / record.ttft for record in done if record.ttft > 0]
     stats["mean_prefill_tok_s"] = _mean(prefill)
     return stats
+
+
+def _client_side(records: Sequence[RequestRecord], done: Sequence[RequestRecord], ends: Sequence[float],
+                 stats: dict[str, Any]) -> None:
+    """What the client spent before each request reached the wire, when the transport traced it."""
+    traced = [record for record in records if record.headers_at is not None]
+    if not traced:
+        return
+    stats["max_in_flight_at_lane"] = peak_concurrency(records, ends, at_lane=True)
+    stats["connections_opened"] = sum(1 for record in traced if record.connect_s is not None)
+    _describe("pre_send", [value for record in traced if (value := record.pre_send) is not None], stats)
+    _describe("connection_wait", [value for record in traced if (value := record.connection_wait) is not None],
+              stats)
+    connects = [record.connect_s for record in traced if record.connect_s is not None]
+    stats["mean_connect_ms"] = _mean(connects) * 1000.0
+    # The client's share of the TTFT it reports (send to first chunk): pre-send over TTFT.
+    ttft_p50 = percentile_linear([record.ttft for record in done if record.headers_at is not None], 0.5) or 0.0
+    stats["pre_send_p95_share_of_ttft"] = stats["p95_pre_send_ms"] / 1000.0 / ttft_p50 if ttft_p50 > 0 else 0.0
+
+
+def _rate(times: Sequence[float]) -> float:
+    span = max(times) - min(times) if len(times) > 1 else 0.0
+    return (len(times) - 1) / span if span > 0 else 0.0
+
+
+def _from_schedule(records: Sequence[RequestRecord], done: Sequence[RequestRecord], stats: dict[str, Any]) -> None:
+    """An open-loop level's figures from each request's intended send time."""
+    planned = [record for record in records if record.scheduled_at is not None]
+    if not planned:
+        return
+    delays = [record.sent_at - record.scheduled_at for record in planned if record.scheduled_at is not None]
+    _describe("dispatch_delay", delays, stats)
+    stats["max_dispatch_delay_ms"] = max(delays) * 1000.0
+    stats["last_dispatch_delay_ms"] = delays[-1] * 1000.0 if delays else 0.0
+    stats["scheduled_request_rate"] = _rate([record.scheduled_at for record in planned
+                                             if record.scheduled_at is not None])
+    stats["achieved_request_rate"] = _rate([record.sent_at for record in planned])
+    on_schedule = [record for record in done if record.scheduled_at is not None]
+    _describe("ttft_from_schedule", [value for record in on_schedule
+                                     if (value := record.ttft_from_schedule) is not None], stats)
+    _describe("e2el_from_schedule", [value for record in on_schedule
+                                     if (value := record.latency_from_schedule) is not None], stats)
 
 
 # The figures a level's table and the run's charts show, in order, with their units.
