@@ -93,6 +93,8 @@
     if (level.stats.failed) tr.classList.add("table-warning");
     if (client.saturated) tr.classList.add("table-danger");
     tbody.appendChild(tr);
+    const notes = levelNotes(level, tr.children.length);
+    if (notes) tbody.appendChild(notes);
     if (level.stats.failed && (level.stats.errors || []).length) {
       // Failures are shown with their reasons, under the level they belong to.
       const errors = document.createElement("tr");
@@ -105,6 +107,29 @@
       errors.appendChild(td);
       tbody.appendChild(errors);
     }
+  }
+
+  function levelNotes(level, width) {
+    // An open-loop level's figures from its schedule, and every flag with its figures, under its row.
+    const s = level.stats;
+    const notes = [];
+    if (s.achieved_request_rate !== undefined && s.completed) {
+      notes.push("from the schedule: TTFT p50 " + fmt(s.median_ttft_from_schedule_ms) + " ms, p95 " +
+                 fmt(s.p95_ttft_from_schedule_ms) + " ms, E2E p50 " + fmt(s.median_e2el_from_schedule_ms) +
+                 " ms; sent " + fmt(s.achieved_request_rate) + " req/s (schedule " + fmt(s.scheduled_request_rate) +
+                 "), dispatch delay p95 " + fmt(s.p95_dispatch_delay_ms) + " ms");
+    }
+    for (const flag of s.flags || []) notes.push("flagged: " + flag);
+    if (!notes.length) return null;
+    const tr = document.createElement("tr");
+    tr.className = "level-notes";
+    tr.dataset.position = level.position;
+    const td = document.createElement("td");
+    td.colSpan = width;
+    td.className = "small pt-0 " + ((s.flags || []).length ? "text-warning-emphasis" : "text-body-secondary");
+    td.textContent = notes.join(" · ");
+    tr.appendChild(td);
+    return tr;
   }
 
   function gatewayAdded() {
