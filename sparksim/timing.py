@@ -93,6 +93,22 @@ DEEPSEEK_TP4 = replace(
     decode_exponent=1.06,
 )
 
+# Seed 004: DeepSeek V4 Flash on two Sparks as that poster runs it (Ray, a community image
+# with a vLLM development build, the full 1M context, a fixed 11 GiB KV cache): a deployment
+# of its own, slower than seed 000's TP=2 figures. Fitted by perf/sparksim_fit.py: a single
+# request 41-52 tok/s and 42 tok/s after a 904,911-token prompt (decode 45); eight concurrent
+# 88 tok/s in total (the falloff, set from it); a 129K prompt's TTFT ~63 s, four at once the
+# slowest 228 s, the 904,911-token prompt's 12.2 min (prefill 2,460 tok/s and the attention
+# term, least worst over the three: within 5.4%).
+DEEPSEEK_TP2_1M = replace(
+    DEEPSEEK,
+    name="deepseek-tp2-1m",
+    prefill_tok_s=2460.0,
+    prefill_quadratic_s=4.2e-10,
+    decode_tok_s=45.0,
+    decode_falloff=falloff_for(45.0, 88.0 / 8, 8),
+)
+
 # Seed 000: Qwen 3.8 27B FP8 on one Spark, 120 tok/s for one user, 262K prefill in 3 s.
 # The seeds give no concurrency curve for it: reuse DeepSeek's relative falloff.
 QWEN = TimingProfile(
@@ -124,7 +140,8 @@ QWEN_NEXT = replace(
     max_model_len=131_072,
 )
 
-PROFILES = {"deepseek": DEEPSEEK, "deepseek-tp4": DEEPSEEK_TP4, "qwen": QWEN, "qwen-next": QWEN_NEXT}
+PROFILES = {"deepseek": DEEPSEEK, "deepseek-tp4": DEEPSEEK_TP4, "deepseek-tp2-1m": DEEPSEEK_TP2_1M,
+            "qwen": QWEN, "qwen-next": QWEN_NEXT}
 
 
 def profile_for_model(model: str, tensor_parallel_size: int = 1) -> TimingProfile:
