@@ -32,7 +32,7 @@ import httpx
 import psutil
 from httpx_aiohttp import AiohttpTransport
 
-from benchmarks.stats import RequestRecord, level_stats
+from benchmarks.stats import RequestRecord, Slo, level_stats
 from core.http import async_http_client
 from core.stats import percentile_linear
 
@@ -133,15 +133,18 @@ class LevelResult:
     client: ClientLoad
     plan: LevelPlan | None = None
 
-    def stats(self) -> dict[str, Any]:
-        stats = level_stats(self.records, started_at=self.started_at, ended_at=self.ended_at, ends=self.ends)
+    def stats(self, slo: Slo | None = None, slice_s: float | None = None) -> dict[str, Any]:
+        stats = level_stats(self.records, started_at=self.started_at, ended_at=self.ended_at, ends=self.ends,
+                            slo=slo, slice_s=slice_s)
         stats["client"] = self.client.as_dict()
         if self.plan is not None:
             stats["flags"] = level_flags(self.plan, stats)
             if self.plan.open_loop:
+                # Each request's tᵢ and actual send, from the level's start, in the planned order.
                 stats["nominal_request_rate"] = self.plan.request_rate
                 stats["schedule_s"] = [round(record.scheduled_at - self.started_at, 6) for record in self.records
                                        if record.scheduled_at is not None]
+                stats["sent_s"] = [round(record.sent_at - self.started_at, 6) for record in self.records]
         return stats
 
 

@@ -22,6 +22,12 @@ Every level also times the client itself per request (httpx's trace, when the tr
 one): connection wait (send to a pooled connection or a new connect), TCP connect, and pre-send
 (send to the moment the request headers are written); requests in flight at the lane count
 from that moment.
+Goodput (when the admin sets SLOs): a request is good when it succeeded, its TTFT (from the
+schedule on an open-loop level: what the user arriving at tᵢ waited) is within the TTFT bound
+and its TPOT within the TPOT bound; `request_goodput` is good requests per second of the level
+(vLLM's name), `goodput_share` good requests over all, failures included. Time slices cut a
+level by each request's intended (else actual) send time, for a replay's "which minute did
+the lane not keep up".
 Percentiles interpolate linearly between ranks, numpy's default rule, as vLLM's do
 (core.stats.percentile_linear); a figure of no values is 0. Failed requests count in
 `failed` and `total` and are never dropped; their times do not enter the latency statistics
@@ -103,6 +109,31 @@ class RequestRecord:
         return (self.output_tokens - 1) / span
 
 
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {"ttft_ms": None if self.ttft_s is None else self.ttft_s * 1000,
+                "tpot_ms": None if self.tpot_s is None else self.tpot_s * 1000}
+
+
+def user_ttft(record: RequestRecord) -> float:
+    """The TTFT the user saw: from the schedule when the request had one, else from the send."""
+    scheduled = record.ttft_from_schedule
+    return record.ttft if scheduled is None else scheduled
+
+
+def is_good(record: RequestRecord, slo: Slo) -> bool:
+    if not record.ok:
+        return False
+    if slo.ttft_s is not None and user_ttft(record) > slo.ttft_s:
+        return False
+    tpot = record.tpot
+    return slo.tpot_s is None or tpot is None or tpot <= slo.tpot_s
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
@@ -150,9 +181,11 @@ def peak_concurrency(records: Sequence[RequestRecord], ends: Sequence[float], *,
 
 
 def level_stats(records: Sequence[RequestRecord], *, started_at: float, ended_at: float,
-                ends: Sequence[float] | None = None) -> dict[str, Any]:
+                ends: Sequence[float] | None = None, slo: Slo | None = None,
+                slice_s: float | None = None) -> dict[str, Any]:
     """Every figure of one level. `ends`: when each request ended (failed ones included),
-    for the peak concurrency; defaults to each record's last chunk or send time."""
+    for the peak concurrency; defaults to each record's last chunk or send time. `slo`: the
+    goodput's bounds; `slice_s`: the width of the time slices (none without it)."""
     done = [record for record in records if record.ok]
     duration = max(ended_at - started_at, 1e-9)
     output = sum(record.output_tokens for record in done)
@@ -175,6 +208,15 @@ def level_stats(records: Sequence[RequestRecord], *, started_at: float, ended_at
     }
     _client_side(records, done, ends, stats)
     _from_schedule(records, done, stats)
+    if slo is not None and (slo.ttft_s is not None or slo.tpot_s is not None):
+        good = sum(1 for record in records if is_good(record, slo))
+        stats["slo"] = slo.as_dict()
+        stats["good_requests"] = good
+        stats["request_goodput"] = good / duration
+        stats["goodput_share"] = good / len(records) if records else 0.0
+    if slice_s:
+        stats["slice_s"] = slice_s
+        stats["slices"] = time_slices(records, started_at, slice_s, slo)
     _describe("ttft", [record.ttft for record in done], stats)
     _describe("tpot", [tpot for record in done if (tpot := record.tpot) is not None], stats)
     _describe("itl", [gap for record in done for gap in record.itls], stats)
@@ -227,6 +269,35 @@ def _from_schedule(records: Sequence[RequestRecord], done: Sequence[RequestRecor
                                      if (value := record.ttft_from_schedule) is not None], stats)
     _describe("e2el_from_schedule", [value for record in on_schedule
                                      if (value := record.latency_from_schedule) is not None], stats)
+
+
+def time_slices(records: Sequence[RequestRecord], started_at: float, slice_s: float,
+                slo: Slo | None = None) -> list[dict[str, Any]]:
+    """The level cut by each request's intended send time (its actual one without a
+    schedule) into slices of `slice_s` seconds from the level's start, every slice listed
+    (an empty one too): its requests, failures, TTFT as the user saw it, TPOT, output tokens
+    and, with SLOs, its goodput share."""
+    slices: dict[int, list[RequestRecord]] = {}
+    for record in records:
+        at = record.scheduled_at if record.scheduled_at is not None else record.sent_at
+        slices.setdefault(max(0, int((at - started_at) // slice_s)), []).append(record)
+    rows = []
+    for index in range(max(slices, default=-1) + 1):
+        mine = slices.get(index, [])
+        done = [record for record in mine if record.ok]
+        ttfts = [user_ttft(record) * 1000 for record in done]
+        row: dict[str, Any] = {
+            "start_s": index * slice_s, "requests": len(mine), "completed": len(done), "failed": len(mine) - len(done),
+            "median_ttft_ms": percentile_linear(ttfts, 0.5) or 0.0, "p95_ttft_ms": percentile_linear(ttfts, 0.95) or 0.0,
+            "mean_tpot_ms": _mean([tpot * 1000 for record in done if (tpot := record.tpot) is not None]),
+            "output_tokens": sum(record.output_tokens for record in done),
+        }
+        if slo is not None and (slo.ttft_s is not None or slo.tpot_s is not None):
+            good = sum(1 for record in mine if is_good(record, slo))
+            row["good_requests"] = good
+            row["goodput_share"] = good / len(mine) if mine else 0.0
+        rows.append(row)
+    return rows
 
 
 # The figures a level's table and the run's charts show, in order, with their units.

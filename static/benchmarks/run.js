@@ -113,11 +113,24 @@
     // An open-loop level's figures from its schedule, and every flag with its figures, under its row.
     const s = level.stats;
     const notes = [];
-    if (s.achieved_request_rate !== undefined && s.completed) {
+    if (s.achieved_request_rate !== undefined && s.completed && s.scheduled_request_rate) {
       notes.push("from the schedule: TTFT p50 " + fmt(s.median_ttft_from_schedule_ms) + " ms, p95 " +
                  fmt(s.p95_ttft_from_schedule_ms) + " ms, E2E p50 " + fmt(s.median_e2el_from_schedule_ms) +
                  " ms; sent " + fmt(s.achieved_request_rate) + " req/s (schedule " + fmt(s.scheduled_request_rate) +
                  "), dispatch delay p95 " + fmt(s.p95_dispatch_delay_ms) + " ms");
+    }
+    if (s.goodput_share !== undefined) {
+      const bounds = [];
+      if (s.slo && s.slo.ttft_ms !== null) bounds.push("TTFT ≤ " + fmt(s.slo.ttft_ms) + " ms");
+      if (s.slo && s.slo.tpot_ms !== null) bounds.push("TPOT ≤ " + fmt(s.slo.tpot_ms) + " ms");
+      notes.push("goodput " + fmt(100 * s.goodput_share) + "% (" + s.good_requests + " of " + s.total + " within " +
+                 bounds.join(", ") + ")");
+    }
+    if (s.slices && s.slices.length) {
+      // The slowest slice, the one an admin looks for in a replay.
+      const worst = s.slices.reduce(function (a, b) { return b.p95_ttft_ms > a.p95_ttft_ms ? b : a; });
+      notes.push(s.slices.length + " slices of " + fmt(s.slice_s) + " s; the slowest from " + fmt(worst.start_s) +
+                 " s: TTFT p95 " + fmt(worst.p95_ttft_ms) + " ms over " + worst.requests + " requests");
     }
     for (const flag of s.flags || []) notes.push("flagged: " + flag);
     if (!notes.length) return null;
