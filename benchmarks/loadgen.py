@@ -155,8 +155,8 @@ def level_flags(plan: LevelPlan, stats: dict[str, Any]) -> list[str]:
     achieved = stats.get("achieved_request_rate") or 0.0
     if plan.open_loop and scheduled > 0 and achieved < scheduled * (1 - RATE_SHORTFALL_SHARE):
         flags.append(f"sent {achieved:.2f} requests/s against a schedule of {scheduled:.2f} "
-                     f"({1 - achieved / scheduled:.0%} short); the last request left "
-                     f"{stats['last_dispatch_delay_ms'] / 1000:.2f} s late: read the latency from the schedule")
+                     f"({1 - achieved / scheduled:.0%} short); requests left up to "
+                     f"{stats['max_dispatch_delay_ms'] / 1000:.2f} s late: read the latency from the schedule")
     in_flight = stats.get("max_in_flight_at_lane")
     expected = min(plan.concurrency, stats["total"]) if plan.concurrency and not plan.open_loop else 0
     if expected and in_flight is not None and in_flight < expected * IN_FLIGHT_SHARE:

@@ -13,11 +13,11 @@ Beside them, the seeds' columns: per-request decode tok/s as loadtest.py and lla
 measure it, (tokens - 1) / (last - first chunk), and prefill tok/s, prompt tokens / TTFT.
 Open-loop levels (request rates, replays) also keep each request's intended send time tᵢ
 (level start + its offset in a seeded schedule, absolute, never a sleep after the last send):
-- dispatch delay: the actual send minus tᵢ;
+- dispatch delay: when the request left (its headers written; its send without a trace) minus tᵢ;
 - TTFT / E2EL from the schedule: first / last content chunk minus tᵢ (GuideLLM's "scheduled"
   latency; what `vllm bench serve` reports since it stopped measuring from the drifted send);
-- achieved rate: sends per second between the first and the last send, beside the schedule's
-  own rate over the same requests (a client that fell behind shows here, not as a fast lane).
+- achieved rate: requests per second between the first and the last to leave, beside the
+  schedule's own rate over the same requests (a client that fell behind shows here, not as a fast lane).
 Every level also times the client itself per request (httpx's trace, when the transport gives
 one): connection wait (send to a pooled connection or a new connect), TCP connect, and pre-send
 (send to the moment the request headers are written); requests in flight at the lane count
@@ -61,7 +61,10 @@ class RequestRecord:
 
     @property
     def dispatch_delay(self) -> float | None:
-        return None if self.scheduled_at is None else self.sent_at - self.scheduled_at
+        """tᵢ to the moment the request left the client (its headers written, else its send)."""
+        if self.scheduled_at is None:
+            return None
+        return (self.headers_at if self.headers_at is not None else self.sent_at) - self.scheduled_at
 
     @property
     def ttft_from_schedule(self) -> float | None:
@@ -257,13 +260,16 @@ def _from_schedule(records: Sequence[RequestRecord], done: Sequence[RequestRecor
     planned = [record for record in records if record.scheduled_at is not None]
     if not planned:
         return
-    delays = [record.sent_at - record.scheduled_at for record in planned if record.scheduled_at is not None]
+    # A request left when its headers were written (its send, without a trace): a client that
+    # falls behind may call the send on time and write the request seconds later.
+    left = [record.headers_at if record.headers_at is not None else record.sent_at for record in planned]
+    delays = [delay for record in planned if (delay := record.dispatch_delay) is not None]
     _describe("dispatch_delay", delays, stats)
     stats["max_dispatch_delay_ms"] = max(delays) * 1000.0
     stats["last_dispatch_delay_ms"] = delays[-1] * 1000.0 if delays else 0.0
     stats["scheduled_request_rate"] = _rate([record.scheduled_at for record in planned
                                              if record.scheduled_at is not None])
-    stats["achieved_request_rate"] = _rate([record.sent_at for record in planned])
+    stats["achieved_request_rate"] = _rate(left)
     on_schedule = [record for record in done if record.scheduled_at is not None]
     _describe("ttft_from_schedule", [value for record in on_schedule
                                      if (value := record.ttft_from_schedule) is not None], stats)
