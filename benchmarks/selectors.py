@@ -159,7 +159,9 @@ def export_json(run: BenchmarkRun) -> dict[str, Any]:
         stats = {key: value for key, value in level["stats"].items() if key != "client"}
         results.append({
             "target": level["target"], "max_concurrency": level["concurrency"],
-            "request_rate": level["request_rate"] if level["request_rate"] is not None else "inf",
+            # A replay's rate is its trace's (a number, as vLLM's field is); a concurrency level's "inf".
+            "request_rate": level["request_rate"] if level["request_rate"] is not None
+            else "inf" if level["concurrency"] is not None else stats.get("scheduled_request_rate", "inf"),
             "num_prompts": stats["total"], "random_input_len": run.params.get("prompt_tokens"),
             "random_output_len": run.params.get("output_tokens"), **stats,
             "client": level["stats"].get("client"), "metrics_delta": level["metrics"], "roce": level["fabric"],
@@ -177,7 +179,13 @@ CSV_COLUMNS = ("target", "max_concurrency", "request_rate", "completed", "failed
                "request_throughput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
                "mean_ttft_ms", "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
                "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p95_itl_ms", "p99_itl_ms", "mean_e2el_ms",
-               "median_e2el_ms", "p99_e2el_ms", "median_decode_tok_s", "mean_prefill_tok_s")
+               "median_e2el_ms", "p99_e2el_ms", "median_decode_tok_s", "mean_prefill_tok_s",
+               # The client's own figures, and an open-loop level's (a rate, a replay) from its schedule:
+               # empty where a level has none.
+               "max_in_flight_at_lane", "connections_opened", "p95_pre_send_ms", "p99_connection_wait_ms",
+               "scheduled_request_rate", "achieved_request_rate", "p99_dispatch_delay_ms",
+               "median_ttft_from_schedule_ms", "p99_ttft_from_schedule_ms", "median_e2el_from_schedule_ms",
+               "good_requests", "goodput_share")
 
 
 def export_rows(run: BenchmarkRun) -> list[list[Any]]:

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 
 from benchmarks.loadgen import LevelPlan, LevelResult, Target, filler_text, level_client, run_level
 from benchmarks.models import BenchmarkLevel
-from benchmarks.selectors import replay_trace
+from benchmarks.selectors import export_rows, replay_trace
 from benchmarks.services import benchmark_start
 from benchmarks.stats import RequestRecord, Slo, level_stats, time_slices
 from gateway.models import RequestLog
@@ -132,6 +132,10 @@ def test_a_replay_job_runs_the_window_on_each_target_with_goodput_and_slices(
     assert stats["total_output_tokens"] == sum(output for _, _, output in ARRIVALS)
     assert stats["good_requests"] == len(ARRIVALS)  # bounds no sparksim request comes near
     assert [row["requests"] for row in stats["slices"]] == [4, 4, 2]  # per half second of the schedule
+    header, row = export_rows(run)
+    exported = dict(zip(header, row, strict=True))
+    assert exported["goodput_share"] == 1.0 and exported["median_ttft_from_schedule_ms"] >= exported["median_ttft_ms"]
+    assert exported["request_rate"] == pytest.approx(stats["scheduled_request_rate"]) and exported["max_concurrency"] is None
     log = "\n".join(JobLogLine.objects.filter(job=run.job).values_list("text", flat=True))
     assert f"replaying {len(ARRIVALS)} requests" in log and "synthetic text of its recorded length" in log
 
