@@ -83,7 +83,8 @@
       return c[0] === "failed" && level.stats.failed ? [value, (level.stats.errors || []).join("\n")] : value;
     }))
       .concat([pct(m.prefix_cache_hit_rate), fmt(m.preemptions), spec(m), roce(level.fabric),
-               client.saturated ? "saturated: " + client.saturated_because : (100 * (client.cpu_share || 0)).toFixed(0) + "% CPU"]);
+               client.saturated ? "saturated: " + client.saturated_because : (100 * (client.cpu_share || 0)).toFixed(0) + "% CPU" +
+               (client.host_busy_share !== undefined ? " · host " + (100 * client.host_busy_share).toFixed(0) + "% busy" : "")]);
     for (const cell of cells) {
       const td = document.createElement("td");
       td.textContent = Array.isArray(cell) ? cell[0] : cell;
