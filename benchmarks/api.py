@@ -44,6 +44,11 @@ class BenchmarkIn(BaseModel):
     duration_s: Any = Field(None, description="or: send for this many seconds per level")
     timeout_s: Any = Field(None, description="per-request timeout (default 600)")
     idle_timeout_s: Any = Field(None, description="longest silence between chunks before a request fails")
+    replay: Any = Field(None, description='a request-log window to replay instead of a sweep: {"since": ISO 8601, '
+                                          '"until": ISO 8601, "lane": optional, "speed": 1}')
+    slo_ttft_ms: Any = Field(None, description="goodput's TTFT bound (from the schedule on open-loop levels)")
+    slo_tpot_ms: Any = Field(None, description="goodput's TPOT bound")
+    slice_s: Any = Field(None, description="per-time-slice results of this width (a replay: 60 s by default)")
     label: Any = Field(None, description="free text shown beside the run")
     time_limit_s: Any = Field(None, description="the job's time limit")
 

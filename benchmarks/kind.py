@@ -22,6 +22,7 @@ from benchmarks.loadgen import (
     LevelResult,
     Target,
     filler_text,
+    level_client,
     run_level,
     sized_prompt,
     stream_one,
@@ -30,9 +31,9 @@ from benchmarks.models import BenchmarkLevel, BenchmarkRun
 from benchmarks.params import Level, plan_levels
 from benchmarks.promdelta import ROCE_SCRIPT, metrics_delta, parse_roce, roce_delta
 from benchmarks.records import run_for_job
-from benchmarks.selectors import level_payload
+from benchmarks.selectors import Trace, level_payload, replay_trace
 from benchmarks.services import run_key_name
-from benchmarks.stats import RequestRecord
+from benchmarks.stats import RequestRecord, Slo
 from core.broadcast import abroadcast, broadcast
 from core.http import async_http_client
 from gateway.models import ApiKey
@@ -47,7 +48,12 @@ PROGRESS_EVERY_S = 0.25
 KEY_GRACE_S = 300
 
 
-def _level_requests(params: dict[str, Any], level: Level) -> int | None:
+REPLAY_SLICE_S = 60.0  # a replay's time slices unless slice_s says otherwise
+
+
+def _level_requests(params: dict[str, Any], level: Level, trace: Trace | None) -> int | None:
+    if trace is not None:
+        return len(trace)
     if params.get("duration_s"):
         return None
     return int(params.get("requests_per_level") or level.concurrency or 1)
@@ -77,21 +83,12 @@ class LevelOutcome:
     prime: dict[str, Any]
 
 
-def level_limits(level: Level) -> httpx.Limits:
-    """A level's connections: as many as its concurrency (httpx's default pool of 100 would
-    queue the rest inside the client, and their wait would count as TTFT); at a request rate,
-    as many as the arrivals need (no cap)."""
-    if level.concurrency is None:
-        return httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    return httpx.Limits(max_connections=level.concurrency, max_keepalive_connections=level.concurrency)
-
-
 async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[str, Target], level: Level,
-                         total_levels: int, ratio_prompt: str, run_tag: str) -> LevelOutcome:
+                         total_levels: int, ratio_prompt: str, run_tag: str, trace: Trace | None) -> LevelOutcome:
     direct = targets["direct"]
     target = targets[level.target]
     timeout = httpx.Timeout(params["timeout_s"], connect=10.0)
-    async with async_http_client(timeout=timeout, limits=level_limits(level)) as client:
+    async with level_client(level.concurrency, timeout) as client:
         prime: dict[str, Any] = {}
         tokens = int(params["prompt_tokens"])
         output = int(params["output_tokens"])
@@ -109,12 +106,14 @@ async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[
             ratio = len(ratio_prompt) / max(tokens, 1)
 
             async def prompt_for(index: int) -> str:
-                # A fresh tag in front of every prompt: no request shares a cached block.
-                return filler_text(tokens, f"{run_tag}-{level.position}-{index}", ratio)
+                # A fresh tag in front of every prompt: no request shares a cached block. A
+                # replayed request: synthetic text of its recorded length (warm-up: the run's).
+                size = trace.prompt_tokens[index] if trace is not None and index >= 0 else tokens
+                return filler_text(size, f"{run_tag}-{level.position}-{index}", ratio)
 
         before = await _scrape(client, direct.base_url)
         loop = asyncio.get_running_loop()
-        planned = _level_requests(params, level)
+        planned = _level_requests(params, level, trace)
         last_sent = [0.0]
         sending: set[asyncio.Task[None]] = set()  # held until sent: the loop keeps only weak references
 
@@ -133,8 +132,10 @@ async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[
         plan = LevelPlan(concurrency=level.concurrency, request_rate=level.request_rate, requests=planned,
                          duration_s=params.get("duration_s"), output_tokens=output,
                          timeout_s=float(params["timeout_s"]), idle_timeout_s=params.get("idle_timeout_s"),
-                         warmup=int(params["warmup"]), seed=level.position)
-        result = await run_level(client, target, plan, prompt_for, on_request=progress)
+                         warmup=int(params["warmup"]), seed=level.position,
+                         schedule=trace.offsets_s if trace is not None else None)
+        output_for = (lambda index: trace.output_tokens[index]) if trace is not None else None
+        result = await run_level(client, target, plan, prompt_for, on_request=progress, output_for=output_for)
         await asyncio.gather(*sending, return_exceptions=True)  # a lost progress message fails nothing
         after = await _scrape(client, direct.base_url)
     return LevelOutcome(result, before, after, prime)
@@ -171,11 +172,23 @@ def _read_roce(ctx: JobContext, lane: Lane) -> dict[str, dict[str, int]]:
 
 
 def _summary(level: Level, stats: dict[str, Any]) -> str:
-    name = f"C={level.concurrency}" if level.concurrency is not None else f"{level.request_rate:g} req/s"
+    name = (f"C={level.concurrency}" if level.concurrency is not None
+            else f"{level.request_rate:g} req/s" if level.request_rate is not None else "replay")
     return (f"{level.target} {name}: {stats['completed']}/{stats['total']} ok, "
             f"TTFT p50 {stats['median_ttft_ms'] / 1000:.3f} s p95 {stats['p95_ttft_ms'] / 1000:.3f} s, "
             f"TPOT {stats['mean_tpot_ms']:.1f} ms, decode p50 {stats['median_decode_tok_s']:.2f} tok/s, "
-            f"output {stats['output_throughput']:.2f} tok/s")
+            f"output {stats['output_throughput']:.2f} tok/s" + _schedule_summary(stats))
+
+
+def _schedule_summary(stats: dict[str, Any]) -> str:
+    if "achieved_request_rate" not in stats:
+        return ""
+    return (f"; sent {stats['achieved_request_rate']:.2f} req/s (schedule {stats['scheduled_request_rate']:.2f}), "
+            f"dispatch delay p95 {stats['p95_dispatch_delay_ms']:.1f} ms, from the schedule: "
+            f"TTFT p50 {stats['median_ttft_from_schedule_ms'] / 1000:.3f} s, "
+            f"E2E p50 {stats['median_e2el_from_schedule_ms'] / 1000:.3f} s"
+            + (f"; goodput {stats['goodput_share']:.1%} of requests within the SLOs" if "goodput_share" in stats
+               else ""))
 
 
 def run_benchmark(ctx: JobContext) -> dict[str, Any]:
@@ -188,7 +201,8 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
     steps = ctx.declare_steps([
         (f"level.{level.position}", "benchmark", "",
          f"{level.target}: " + (f"concurrency {level.concurrency}" if level.concurrency is not None
-                                else f"{level.request_rate:g} requests/s"))
+                                else f"{level.request_rate:g} requests/s" if level.request_rate is not None
+                                else "replay of the request log"))
         for level in levels
     ])
     actor = ctx.job.created_by or AnonymousUser()
@@ -196,8 +210,10 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
     targets = _lane_targets(lane, secret)
     run_tag = uuid.uuid4().hex[:12]
     saturated: list[int] = []
+    flagged: list[int] = []
     completed = 0
     errors: set[str] = set()
+    trace = _replay_logged(ctx, params)
     try:
         ratio_prompt = ctx.wait(_calibrate(params, targets["direct"], f"{run_tag}-shared"))
         _check_paths_logged(ctx, targets, float(params["timeout_s"]), run_tag)
@@ -207,19 +223,48 @@ def run_benchmark(ctx: JobContext) -> dict[str, Any]:
             with ctx.step(step):
                 roce_before = _read_roce(ctx, lane)
                 outcome = ctx.wait(_run_one_level(ctx.job.pk, params, targets, level, len(levels), ratio_prompt,
-                                                  run_tag))
+                                                  run_tag, trace))
                 stats = _record_level(ctx, run, level, outcome, roce_before, _read_roce(ctx, lane))
                 completed += stats["completed"]
                 errors.update(stats["errors"])
                 if _client_saturated(ctx, step, stats):
                     saturated.append(level.position)
+                if _level_flagged(ctx, step, stats):
+                    flagged.append(level.position)
     finally:
         if key is not None:
             api_key_revoke(actor=actor, key=key)
     if not completed:
         # Every level is saved with its failures; a sweep where nothing answered still fails.
         raise JobFailed("no request succeeded: " + "; ".join(sorted(errors))[:1000])
-    return {"levels": len(levels), "client_saturated_levels": saturated}
+    return {"levels": len(levels), "client_saturated_levels": saturated, "flagged_levels": flagged}
+
+
+def _replay_logged(ctx: JobContext, params: dict[str, Any]) -> Trace | None:
+    """A replay's window, read once for every level (each target replays the same trace)."""
+    replay = params.get("replay")
+    if not replay:
+        return None
+    trace = replay_trace(replay)
+    if not trace:
+        raise JobFailed("the replay window holds no answered request with its arrival time and token counts")
+    ctx.log(f"replaying {len(trace)} requests logged from {replay['since']} to {replay['until']}"
+            + (f" on lane {replay['lane']}" if replay.get("lane") else "")
+            + f" at {replay['speed']:g}x their pace ({trace.skipped} rows of the window skipped: failed, or "
+              "without an arrival time or token counts); each prompt is synthetic text of its recorded "
+              "length (captured prompts are not replayed), each answer its recorded output tokens")
+    return trace
+
+
+def level_slo(params: dict[str, Any]) -> Slo | None:
+    ttft, tpot = params.get("slo_ttft_ms"), params.get("slo_tpot_ms")
+    if ttft is None and tpot is None:
+        return None
+    return Slo(ttft_s=None if ttft is None else ttft / 1000, tpot_s=None if tpot is None else tpot / 1000)
+
+
+def level_slice_s(params: dict[str, Any]) -> float | None:
+    return params.get("slice_s") or (REPLAY_SLICE_S if params.get("replay") else None)
 
 
 def _run_key(ctx: JobContext, lane: Lane, params: dict[str, Any], actor: Any) -> tuple[ApiKey | None, str | None]:
@@ -247,7 +292,7 @@ def _check_paths_logged(ctx: JobContext, targets: dict[str, Target], timeout_s: 
 def _record_level(ctx: JobContext, run: BenchmarkRun, level: Level, outcome: LevelOutcome,
                   roce_before: dict[str, dict[str, int]], roce_after: dict[str, dict[str, int]]) -> dict[str, Any]:
     """The level's row saved, then broadcast and logged; its statistics."""
-    stats = outcome.result.stats()
+    stats = outcome.result.stats(slo=level_slo(run.params), slice_s=level_slice_s(run.params))
     row = BenchmarkLevel.objects.create(
         run=run, position=level.position, target=level.target, concurrency=level.concurrency,
         request_rate=level.request_rate, stats=stats,
@@ -271,4 +316,17 @@ def _client_saturated(ctx: JobContext, step: Any, stats: dict[str, Any]) -> bool
     step.detail = f"client saturated: {client['saturated_because']}"
     ctx.log(f"  the client was saturated ({client['saturated_because']}): these figures "
             f"measure the load generator, not only the lane", stream="stderr")
+    return True
+
+
+def _level_flagged(ctx: JobContext, step: Any, stats: dict[str, Any]) -> bool:
+    """A level whose figures may not be what it says (a rate not reached, a concurrency not in
+    flight, a client slow to send) is warned with the figures; its results stay."""
+    flags = stats.get("flags") or []
+    if not flags:
+        return False
+    step.state = StepState.WARNED
+    step.detail = "; ".join(filter(None, [step.detail, *flags]))[:1000]
+    for flag in flags:
+        ctx.log(f"  flagged: {flag}", stream="stderr")
     return True

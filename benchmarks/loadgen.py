@@ -3,6 +3,15 @@ arrivals, or a wave of streams sent at once, each recorded chunk by chunk (bench
 turns the records into figures), and the client measured too, so a saturated client is
 reported instead of showing up as a slow lane.
 
+Open-loop levels (a request rate, or an explicit schedule such as a replay) send request i at
+an absolute deadline, the level's start + tᵢ from a seeded schedule, never after a relative
+sleep (those drift: each send's own cost pushes every later one); a client that falls behind
+sends late, and the lateness shows as dispatch delay and in the latency from the schedule. A
+level's client holds as many connections as the level can have streams (never httpx's default
+100), reads every stream to its end so its connection is reused, and stamps the moment the
+request headers are written, so the time spent in the client before the lane saw the request
+is reported, not hidden in TTFT.
+
 It reads time only through its event loop (loop.time()), so on sparksim's simulated clock a
 sweep runs in moments and its figures are exact. No Django here: perf/ scripts use it too.
 """
@@ -12,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -19,9 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import psutil
 from httpx_aiohttp import AiohttpTransport
 
-from benchmarks.stats import RequestRecord, level_stats
+from benchmarks.stats import RequestRecord, Slo, level_stats
 from core.http import async_http_client
 from core.stats import percentile_linear
 
@@ -29,6 +40,15 @@ from core.stats import percentile_linear
 # wakes this late: either way the figures measure the client, not the lane.
 SATURATED_CPU_SHARE = 0.9
 SATURATED_LAG_S = 0.05
+# A late event loop on a host whose CPUs were this busy is the host's contention, not the client's.
+HOST_BUSY_SHARE = 0.9
+# A level is flagged when its figures may not be what it says it measured: an open-loop level
+# whose sends fell short of its schedule's rate by more than this share; a concurrency level
+# whose requests in flight at the lane stayed under this share of the level; a level whose
+# client spent more than this share of the median TTFT before writing a request (p95).
+RATE_SHORTFALL_SHARE = 0.05
+IN_FLIGHT_SHARE = 0.95
+PRE_SEND_TTFT_SHARE = 0.05
 LAG_TICK_S = 0.02
 CHARS_PER_TOKEN_GUESS = 4.0
 WORDS = ("spark", "lane", "fabric", "token", "prefill", "decode", "cache", "tensor", "node",
@@ -57,6 +77,13 @@ class LevelPlan:
     idle_timeout_s: float | None = None  # no chunk for this long (the first one included)
     warmup: int = 0
     seed: int = 0
+    # An explicit open-loop schedule: request i at the level's start + schedule[i] seconds (a
+    # replay's arrivals); otherwise request_rate draws a seeded Poisson one.
+    schedule: tuple[float, ...] | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return self.schedule is not None or bool(self.request_rate)
 
 
 @dataclass
@@ -67,6 +94,8 @@ class ClientLoad:
     chunks: int = 0
     lag_p99_s: float = 0.0
     lag_max_s: float = 0.0
+    host_busy_share: float = 0.0  # all of the host's CPUs over the level, every process
+    host_load_per_core: float = 0.0  # the 1-minute load average over the CPU count, at the end
 
     @property
     def cpu_share(self) -> float:
@@ -77,7 +106,12 @@ class ClientLoad:
         if self.cpu_share >= SATURATED_CPU_SHARE:
             return f"the client used {self.cpu_share:.0%} of a core"
         if self.lag_p99_s >= SATURATED_LAG_S:
-            return f"the client's event loop woke {self.lag_p99_s * 1000:.0f} ms late (p99)"
+            late = f"the client's event loop woke {self.lag_p99_s * 1000:.0f} ms late (p99)"
+            if self.host_busy_share >= HOST_BUSY_SHARE:  # other processes kept the client waiting
+                return (f"{late} while the host's CPUs were {self.host_busy_share:.0%} busy (load "
+                        f"{self.host_load_per_core:.2f} per core) and the client used {self.cpu_share:.0%} "
+                        f"of a core: the host is contended")
+            return late
         return ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -85,22 +119,82 @@ class ClientLoad:
             "cpu_s": self.cpu_s, "wall_s": self.wall_s, "cpu_share": self.cpu_share,
             "parse_us_per_chunk": self.parse_s / self.chunks * 1e6 if self.chunks else 0.0,
             "loop_lag_p99_ms": self.lag_p99_s * 1000, "loop_lag_max_ms": self.lag_max_s * 1000,
+            "host_busy_share": self.host_busy_share, "host_load_per_core": self.host_load_per_core,
             "saturated": bool(self.saturated_because), "saturated_because": self.saturated_because,
         }
 
 
 @dataclass
 class LevelResult:
-    records: list[RequestRecord]
+    records: list[RequestRecord]  # in the order the requests were planned
     started_at: float
     ended_at: float
     ends: list[float]
     client: ClientLoad
+    plan: LevelPlan | None = None
 
-    def stats(self) -> dict[str, Any]:
-        stats = level_stats(self.records, started_at=self.started_at, ended_at=self.ended_at, ends=self.ends)
+    def stats(self, slo: Slo | None = None, slice_s: float | None = None) -> dict[str, Any]:
+        stats = level_stats(self.records, started_at=self.started_at, ended_at=self.ended_at, ends=self.ends,
+                            slo=slo, slice_s=slice_s)
         stats["client"] = self.client.as_dict()
+        if self.plan is not None:
+            stats["flags"] = level_flags(self.plan, stats)
+            if self.plan.open_loop:
+                # Each request's tᵢ and actual send, from the level's start, in the planned order.
+                stats["nominal_request_rate"] = self.plan.request_rate
+                stats["schedule_s"] = [round(record.scheduled_at - self.started_at, 6) for record in self.records
+                                       if record.scheduled_at is not None]
+                stats["sent_s"] = [round(record.sent_at - self.started_at, 6) for record in self.records]
         return stats
+
+
+def level_flags(plan: LevelPlan, stats: dict[str, Any]) -> list[str]:
+    """Why a level's figures may not measure what the level says, each with its figure."""
+    flags: list[str] = []
+    scheduled = stats.get("scheduled_request_rate") or 0.0
+    achieved = stats.get("achieved_request_rate") or 0.0
+    if plan.open_loop and scheduled > 0 and achieved < scheduled * (1 - RATE_SHORTFALL_SHARE):
+        flags.append(f"sent {achieved:.2f} requests/s against a schedule of {scheduled:.2f} "
+                     f"({1 - achieved / scheduled:.0%} short); requests left up to "
+                     f"{stats['max_dispatch_delay_ms'] / 1000:.2f} s late: read the latency from the schedule")
+    in_flight = stats.get("max_in_flight_at_lane")
+    expected = min(plan.concurrency, stats["total"]) if plan.concurrency and not plan.open_loop else 0
+    if expected and in_flight is not None and in_flight < expected * IN_FLIGHT_SHARE:
+        flags.append(f"at most {in_flight} of {expected} requests were in flight at the lane "
+                     f"({in_flight / expected:.0%}): the level did not reach its concurrency")
+    share = stats.get("pre_send_p95_share_of_ttft") or 0.0
+    if share > PRE_SEND_TTFT_SHARE:
+        flags.append(f"the client took {stats['p95_pre_send_ms']:.1f} ms (p95) before writing a request, "
+                     f"{share:.0%} of the median TTFT (over {PRE_SEND_TTFT_SHARE:.0%}): TTFT includes the client")
+    return flags
+
+
+def level_limits(concurrency: int | None) -> httpx.Limits:
+    """A level's connections: as many as its concurrency (httpx's default pool of 100 would
+    queue the rest inside the client, and their wait would count as TTFT), all kept between
+    requests; at a request rate or a schedule, as many as the arrivals need (no cap)."""
+    if concurrency is None:
+        return httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    return httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+
+def level_client(concurrency: int | None, timeout: httpx.Timeout | float) -> httpx.AsyncClient:
+    """The client of one level: httpx's own transport (its trace stamps each request's
+    connection and header-write moments), its pool sized by level_limits."""
+    return async_http_client(timeout=timeout, limits=level_limits(concurrency))
+
+
+def poisson_schedule(rate: float, seed: int, *, count: int | None = None,
+                     duration_s: float | None = None) -> list[float]:
+    """Send offsets from the level's start, seeded: the first at 0, then exponential gaps
+    of mean 1/rate; `count` of them, or every one before `duration_s`."""
+    rng = random.Random(seed)
+    offsets: list[float] = []
+    at = 0.0
+    while (count is None or len(offsets) < count) and (duration_s is None or at < duration_s):
+        offsets.append(at)
+        at += rng.expovariate(rate)
+    return offsets
 
 
 ChunkHook = Callable[[], None]
@@ -168,11 +262,34 @@ def request_body(target: Target, prompt: str, output_tokens: int) -> dict[str, A
     }
 
 
+def _tracer(record: RequestRecord, loop: asyncio.AbstractEventLoop) -> Callable[[str, dict[str, Any]],
+                                                                               Awaitable[None]]:
+    """httpcore's trace hook for one request: when a connection was in hand (pooled, or a
+    connect began), how long a new connection's TCP connect took, and when the request
+    headers began to be written."""
+
+    async def trace(event: str, info: dict[str, Any]) -> None:  # noqa: ARG001 (the event name tells all)
+        now = loop.time()
+        if event == "connection.connect_tcp.started":
+            record.connection_at = now
+        elif event == "connection.connect_tcp.complete":
+            record.connect_s = now - (record.connection_at or now)
+        elif event.endswith(".send_request_headers.started") and record.headers_at is None:
+            record.headers_at = now
+            if record.connection_at is None:
+                record.connection_at = now
+
+    return trace
+
+
 async def stream_one(client: httpx.AsyncClient, target: Target, prompt: str, output_tokens: int,
                      timeout_s: float, load: ClientLoad, hook: ChunkHook | None = None,
-                     idle_timeout_s: float | None = None) -> tuple[RequestRecord, float]:
+                     idle_timeout_s: float | None = None,
+                     scheduled_at: float | None = None) -> tuple[RequestRecord, float]:
+    """One streamed request, read to the end of its body (after `data: [DONE]` the chunked
+    body still has to end, or the connection is not reused and the next request reconnects)."""
     loop = asyncio.get_running_loop()
-    record = RequestRecord(sent_at=loop.time())
+    record = RequestRecord(sent_at=loop.time(), scheduled_at=scheduled_at)
     usage_tokens: int | None = None
     done = False
     try:
@@ -181,6 +298,7 @@ async def stream_one(client: httpx.AsyncClient, target: Target, prompt: str, out
                                      json=request_body(target, prompt, output_tokens),
                                      headers=target.headers,
                                      timeout=httpx.Timeout(timeout_s, connect=10.0, read=idle_timeout_s or timeout_s),
+                                     extensions={"trace": _tracer(record, loop)},
                                      ) as response:
                 if response.status_code != 200:
                     text = (await response.aread()).decode(errors="replace")
@@ -193,7 +311,7 @@ async def stream_one(client: httpx.AsyncClient, target: Target, prompt: str, out
                             continue
                         if line == "data: [DONE]":
                             done = True
-                            break
+                            continue  # on to the body's end
                         payload = json.loads(line[6:])
                         usage = payload.get("usage")
                         if usage:
@@ -233,18 +351,29 @@ async def _watch_lag(lags: list[float]) -> None:
         lags.append(max(0.0, loop.time() - before - LAG_TICK_S))
 
 
+def _cpu_total(times: Any) -> float:
+    # Linux counts guest time inside user time already.
+    return sum(value for name, value in times._asdict().items() if name not in ("guest", "guest_nice"))
+
+
 @contextlib.asynccontextmanager
 async def _measuring(load: ClientLoad) -> AsyncIterator[None]:
     """The client's CPU, wall time and event-loop lag over the block, into `load`."""
     lags: list[float] = []
     watcher = asyncio.get_running_loop().create_task(_watch_lag(lags))
     cpu_before, wall_before = time.process_time(), time.perf_counter()
+    host_before = psutil.cpu_times()
     try:
         yield
     finally:
         watcher.cancel()
     load.cpu_s = time.process_time() - cpu_before
     load.wall_s = time.perf_counter() - wall_before
+    host_after = psutil.cpu_times()
+    idle = (host_after.idle - host_before.idle) + (getattr(host_after, "iowait", 0.0) - getattr(host_before, "iowait", 0.0))
+    total = _cpu_total(host_after) - _cpu_total(host_before)
+    load.host_busy_share = max(0.0, 1.0 - idle / total) if total > 0 else 0.0
+    load.host_load_per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
     load.lag_p99_s = percentile_linear(lags, 0.99) or 0.0
     load.lag_max_s = max(lags, default=0.0)
 
@@ -252,48 +381,55 @@ async def _measuring(load: ClientLoad) -> AsyncIterator[None]:
 async def run_level(client: httpx.AsyncClient, target: Target, plan: LevelPlan,
                     prompt_for: Callable[[int], Awaitable[str]],
                     hook: ChunkHook | None = None,
-                    on_request: Callable[[int], None] | None = None) -> LevelResult:
-    """One level: warm-up requests (discarded), then the measured ones. prompt_for(i) gives
-    request i's prompt (i < 0 for warm-up)."""
+                    on_request: Callable[[int], None] | None = None,
+                    output_for: Callable[[int], int] | None = None) -> LevelResult:
+    """One level: warm-up requests (discarded), then the measured ones, their records in the
+    order planned. prompt_for(i) gives request i's prompt (i < 0 for warm-up), output_for(i)
+    its output tokens (default: the plan's). At a fixed concurrency the next request starts
+    when a slot frees (closed loop); at a rate or on a schedule request i is sent at the
+    level's start + tᵢ whatever the earlier ones do (open loop)."""
     loop = asyncio.get_running_loop()
     scratch = ClientLoad()
     for index in range(plan.warmup):
         await stream_one(client, target, await prompt_for(-1 - index), plan.output_tokens, plan.timeout_s, scratch)
     load = ClientLoad()
-    records: list[RequestRecord] = []
-    ends: list[float] = []
-    started = loop.time()
-    rng = random.Random(plan.seed)
+    slots: dict[int, tuple[RequestRecord, float]] = {}
     limit = asyncio.Semaphore(plan.concurrency or 1_000_000)
+    schedule: Sequence[float] | None = plan.schedule
+    if schedule is None and plan.request_rate:
+        schedule = poisson_schedule(plan.request_rate, plan.seed, count=plan.requests, duration_s=plan.duration_s)
 
-    async def one(index: int) -> None:
+    async def one(index: int, scheduled_at: float | None) -> None:
         async with limit:
             prompt = await prompt_for(index)
-            record, ended = await stream_one(client, target, prompt, plan.output_tokens, plan.timeout_s, load, hook,
-                                             plan.idle_timeout_s)
-        records.append(record)
-        ends.append(ended)
+            output = output_for(index) if output_for is not None else plan.output_tokens
+            slots[index] = await stream_one(client, target, prompt, output, plan.timeout_s, load, hook,
+                                            plan.idle_timeout_s, scheduled_at)
         if on_request is not None:
-            on_request(len(records))
+            on_request(len(slots))
 
-    async with _measuring(load), asyncio.TaskGroup() as group:
-        index = 0
-        while True:
-            if plan.requests is not None and index >= plan.requests:
-                break
-            if plan.duration_s is not None and loop.time() - started >= plan.duration_s:
-                break
-            if plan.concurrency is not None and plan.request_rate is None:
-                await limit.acquire()  # the next request starts when a slot frees
-                limit.release()
-            group.create_task(one(index))
-            index += 1
-            if plan.request_rate:
-                await asyncio.sleep(rng.expovariate(plan.request_rate))
+    async with _measuring(load):
+        started = loop.time()
+        async with asyncio.TaskGroup() as group:
+            if schedule is not None:
+                for index, offset in enumerate(schedule):
+                    deadline = started + offset
+                    if deadline > loop.time():
+                        await asyncio.sleep(deadline - loop.time())
+                    group.create_task(one(index, deadline))
             else:
-                await asyncio.sleep(0)
+                index = 0
+                while (plan.requests is None or index < plan.requests) and \
+                        (plan.duration_s is None or loop.time() - started < plan.duration_s):
+                    await limit.acquire()  # the next request starts when a slot frees
+                    limit.release()
+                    group.create_task(one(index, None))
+                    index += 1
+                    await asyncio.sleep(0)
+    records = [slots[index][0] for index in sorted(slots)]
+    ends = [slots[index][1] for index in sorted(slots)]
     ended_at = max(ends) if ends else loop.time()
-    return LevelResult(records, started, ended_at, ends, load)
+    return LevelResult(records, started, ended_at, ends, load, plan)
 
 
 def wave_client(streams: int, timeout_s: float) -> httpx.AsyncClient:

@@ -49,4 +49,6 @@ class BenchmarkLevel(models.Model):
 
     @property
     def level_label(self) -> str:
-        return f"C={self.concurrency}" if self.concurrency is not None else f"{self.request_rate:g} req/s"
+        if self.concurrency is not None:
+            return f"C={self.concurrency}"
+        return f"{self.request_rate:g} req/s" if self.request_rate is not None else "replay"

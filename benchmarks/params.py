@@ -4,13 +4,18 @@ all come through jobs.params), each bad one refused naming the field and the rul
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
+
+from django.utils.dateparse import parse_datetime
 
 from core.validators import finite_number, has_control_characters, shown_bound
 
 TARGETS = ("direct", "gateway")
 CACHE_MODES = ("cold", "cache_hit")
 MAX_LEVELS = 32
+MAX_REPLAY_WINDOW = timedelta(days=1)
+REPLAY_FIELDS = ("since", "until", "lane", "speed")
 DEFAULTS: dict[str, Any] = {
     "targets": ["direct"],
     "cache_mode": "cold",
@@ -28,8 +33,12 @@ _NUMBERS: dict[str, tuple[float, float, bool]] = {
     "duration_s": (1, 86_400, False),
     "timeout_s": (1, 7_200, False),
     "idle_timeout_s": (1, 7_200, False),
+    # Goodput's bounds (set by the admin) and the width of the per-time-slice results.
+    "slo_ttft_ms": (1, 3_600_000, False),
+    "slo_tpot_ms": (0.01, 600_000, False),
+    "slice_s": (0.1, 3_600, False),
 }
-BENCHMARK_PARAMS = (*_NUMBERS, "targets", "cache_mode", "concurrency", "request_rates", "label")
+BENCHMARK_PARAMS = (*_NUMBERS, "targets", "cache_mode", "concurrency", "request_rates", "replay", "label")
 
 
 def _number(name: str, value: Any, errors: dict[str, str]) -> float | int | None:
@@ -97,6 +106,10 @@ def _clean_one(name: str, value: Any, clean: dict[str, Any], errors: dict[str, s
         levels = _levels(name, value, whole, low, high, errors)
         if levels is not None:
             clean[name] = levels
+    elif name == "replay":
+        replay = _replay(value, errors)
+        if replay is not None:
+            clean[name] = replay
     elif name == "label":
         if not isinstance(value, str) or len(value) > 100 or has_control_characters(value):
             errors[name] = "must be text of at most 100 characters, without NUL or control characters"
@@ -104,13 +117,53 @@ def _clean_one(name: str, value: Any, clean: dict[str, Any], errors: dict[str, s
             clean[name] = value.strip()
 
 
+def _moment(value: Any) -> datetime | None:
+    parsed = parse_datetime(value) if isinstance(value, str) and len(value) <= 64 else None
+    return parsed if parsed is not None and parsed.tzinfo is not None else None
+
+
+def _replay(value: Any, errors: dict[str, str]) -> dict[str, Any] | None:
+    """A window of the request log to replay: since/until (ISO 8601 with a time zone), an
+    optional lane the rows were served by, and a speed (2 = twice as fast, 0.5 = half)."""
+    if not isinstance(value, dict):
+        errors["replay"] = "must be an object with since and until"
+        return None
+    unknown = sorted(set(value) - set(REPLAY_FIELDS))
+    if unknown:
+        errors["replay"] = f"unknown field {unknown[0]!r} (fields: {', '.join(REPLAY_FIELDS)})"
+        return None
+    since, until = _moment(value.get("since")), _moment(value.get("until"))
+    if since is None or until is None:
+        which = "since" if since is None else "until"
+        errors["replay"] = f"{which} must be an ISO 8601 date-time with a time zone"
+        return None
+    if not since < until <= since + MAX_REPLAY_WINDOW:
+        errors["replay"] = "until must be after since, at most a day later"
+        return None
+    lane = value.get("lane")
+    if lane is not None and (not isinstance(lane, str) or not 1 <= len(lane) <= 63 or has_control_characters(lane)):
+        errors["replay"] = "lane must be a lane name (1 to 63 characters)"
+        return None
+    speed = value.get("speed", 1.0)
+    if not finite_number(speed) or not 0.01 <= speed <= 100:
+        errors["replay"] = "speed must be a number between 0.01 and 100"
+        return None
+    return {"since": since.isoformat(), "until": until.isoformat(), "lane": lane, "speed": float(speed)}
+
+
 def _check_sweep_shape(params: dict[str, Any], clean: dict[str, Any], errors: dict[str, str]) -> None:
-    """What to sweep (concurrency or rates) and how long a level lasts (requests or a duration)."""
+    """What to sweep (concurrency, rates or a replay) and how long a level lasts (requests or
+    a duration; a replay lasts its window)."""
+    if params.get("replay") is not None:
+        for other in ("concurrency", "request_rates", "requests_per_level", "duration_s"):
+            if params.get(other) is not None:
+                errors[other] = "a replay sends the window's requests on their own schedule: leave it out"
+        return
     if "concurrency" in params and "request_rates" in params and params["request_rates"] is not None \
             and params["concurrency"] is not None:
         errors["request_rates"] = "give either concurrency levels or request rates, not both"
     elif "concurrency" not in clean and "request_rates" not in clean and not {"concurrency", "request_rates"} & set(errors):
-        errors["concurrency"] = "give the concurrency levels (or request rates) to sweep"
+        errors["concurrency"] = "give the concurrency levels (or request rates, or a replay) to sweep"
     if "requests_per_level" in params and "duration_s" in params and params["requests_per_level"] is not None \
             and params["duration_s"] is not None:
         errors["duration_s"] = "give either requests per level or a duration, not both"
@@ -132,7 +185,8 @@ def plan_levels(params: dict[str, Any]) -> list[Level]:
     """Each concurrency (or rate) for each target in turn, so direct and gateway figures of a
     level are taken back to back, under the same conditions."""
     values: list[tuple[int | None, float | None]] = (
-        [(None, rate) for rate in params["request_rates"]] if params.get("request_rates")
+        [(None, None)] if params.get("replay")  # one replay per target
+        else [(None, rate) for rate in params["request_rates"]] if params.get("request_rates")
         else [(int(c), None) for c in params["concurrency"]]
     )
     levels: list[Level] = []

@@ -1,7 +1,10 @@
-"""Reading benchmark runs: the run list, one run's levels, two runs side by side, exports."""
+"""Reading benchmark runs: the run list, one run's levels, two runs side by side, exports;
+and the request-log window a replay sends."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, QuerySet
@@ -10,6 +13,52 @@ from django.http import Http404
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
 from benchmarks.stats import SUMMARY_COLUMNS
 from core.validators import INT64_MAX
+from gateway.models import RequestLog
+
+MAX_REPLAY_REQUESTS = 100_000
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A request-log window as a replay sends it: request i at offsets_s[i] from the start
+    (the recorded arrival after `since`, divided by the speed), with its recorded prompt and
+    output token counts."""
+
+    offsets_s: tuple[float, ...]
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    # Rows of the window a replay cannot send: failed, without token counts, or written in the
+    # window without an arrival time (logged before arrival times were kept).
+    skipped: int
+
+    def __len__(self) -> int:
+        return len(self.offsets_s)
+
+
+def _replay_rows(replay: dict[str, Any]) -> QuerySet[RequestLog]:
+    since, until = datetime.fromisoformat(replay["since"]), datetime.fromisoformat(replay["until"])
+    # created_at (indexed) is never before received_at: it bounds the scan from below.
+    rows = RequestLog.objects.filter(created_at__gte=since, received_at__gte=since, received_at__lt=until)
+    return rows.filter(lane=replay["lane"]) if replay.get("lane") else rows
+
+
+def replay_trace(replay: dict[str, Any]) -> Trace:
+    """The window's answered requests in arrival order (at most MAX_REPLAY_REQUESTS + 1, so a
+    caller can tell a window that is too large)."""
+    since = datetime.fromisoformat(replay["since"])
+    speed = float(replay.get("speed") or 1.0)
+    rows = _replay_rows(replay)
+    usable = rows.filter(status=200, prompt_tokens__gt=0, completion_tokens__gt=0)
+    picked = list(usable.order_by("received_at", "id").values_list("received_at", "prompt_tokens", "completion_tokens")
+                  [:MAX_REPLAY_REQUESTS + 1])
+    until = datetime.fromisoformat(replay["until"])
+    unplaced = RequestLog.objects.filter(created_at__gte=since, created_at__lt=until, received_at__isnull=True)
+    if replay.get("lane"):
+        unplaced = unplaced.filter(lane=replay["lane"])
+    skipped = rows.count() - usable.count() + unplaced.count()
+    kept = [(at, prompt, output) for at, prompt, output in picked if at is not None and prompt and output]
+    return Trace(tuple((at - since).total_seconds() / speed for at, _, _ in kept),
+                 tuple(prompt for _, prompt, _ in kept), tuple(output for _, _, output in kept), skipped)
 
 
 def run_list() -> QuerySet[BenchmarkRun]:
@@ -110,7 +159,9 @@ def export_json(run: BenchmarkRun) -> dict[str, Any]:
         stats = {key: value for key, value in level["stats"].items() if key != "client"}
         results.append({
             "target": level["target"], "max_concurrency": level["concurrency"],
-            "request_rate": level["request_rate"] if level["request_rate"] is not None else "inf",
+            # A replay's rate is its trace's (a number, as vLLM's field is); a concurrency level's "inf".
+            "request_rate": level["request_rate"] if level["request_rate"] is not None
+            else "inf" if level["concurrency"] is not None else stats.get("scheduled_request_rate", "inf"),
             "num_prompts": stats["total"], "random_input_len": run.params.get("prompt_tokens"),
             "random_output_len": run.params.get("output_tokens"), **stats,
             "client": level["stats"].get("client"), "metrics_delta": level["metrics"], "roce": level["fabric"],
@@ -128,7 +179,13 @@ CSV_COLUMNS = ("target", "max_concurrency", "request_rate", "completed", "failed
                "request_throughput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
                "mean_ttft_ms", "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
                "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p95_itl_ms", "p99_itl_ms", "mean_e2el_ms",
-               "median_e2el_ms", "p99_e2el_ms", "median_decode_tok_s", "mean_prefill_tok_s")
+               "median_e2el_ms", "p99_e2el_ms", "median_decode_tok_s", "mean_prefill_tok_s",
+               # The client's own figures, and an open-loop level's (a rate, a replay) from its schedule:
+               # empty where a level has none.
+               "max_in_flight_at_lane", "connections_opened", "p95_pre_send_ms", "p99_connection_wait_ms",
+               "scheduled_request_rate", "achieved_request_rate", "p99_dispatch_delay_ms",
+               "median_ttft_from_schedule_ms", "p99_ttft_from_schedule_ms", "median_e2el_from_schedule_ms",
+               "good_requests", "goodput_share")
 
 
 def export_rows(run: BenchmarkRun) -> list[list[Any]]:

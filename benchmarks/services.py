@@ -9,7 +9,9 @@ from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from benchmarks.params import validate_benchmark_params
 from benchmarks.records import run_for_job
+from benchmarks.selectors import MAX_REPLAY_REQUESTS, replay_trace
 from core.audit import audit_record
 from core.roles import UserLike
 from gateway.models import ApiKey
@@ -26,10 +28,25 @@ def benchmark_start(*, lane: Lane, user: UserLike | None, params: dict[str, Any]
     nodes = lane.ranked_nodes()
     if not nodes:
         raise ValidationError({"lane": f"lane {lane.name} has no nodes"})
+    _check_replay_window(params)
     job = job_create(kind=JobKind.BENCHMARK, user=user, nodes=nodes, lane=lane, revision=revision, params=params)
     run_for_job(job)
     audit_record(actor=user, action="benchmark.start", obj=lane, after={"job": job.pk, "revision": revision.number})
     return job
+
+
+def _check_replay_window(params: dict[str, Any]) -> None:
+    """A replay's window must hold something to send, and not more than a level can."""
+    clean, errors = validate_benchmark_params(params)
+    if errors or not clean.get("replay"):
+        return  # job_create refuses bad parameters, each naming its field
+    count = len(replay_trace(clean["replay"]))
+    if count == 0:
+        raise ValidationError({"replay": "the window holds no answered request with its arrival time and token "
+                                         "counts (rows logged before arrival times were kept have none)"})
+    if count > MAX_REPLAY_REQUESTS:
+        raise ValidationError({"replay": f"the window holds more than {MAX_REPLAY_REQUESTS:,} requests: "
+                                         "pick a shorter one"})
 
 
 def benchmark_start_named(*, lane_name: Any, user: UserLike | None, params: dict[str, Any]) -> Job:

@@ -17,10 +17,12 @@ import hashlib
 import logging
 import random
 import time
+from datetime import timedelta
 from typing import Any
 
 import orjson
 from django.conf import settings
+from django.utils import timezone
 
 from gateway import limits
 from gateway.admission import admit, refuse, release, trace_left
@@ -301,6 +303,7 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
            outcome: Outcome) -> None:
     """After the answer: one request log row (batched), and maybe a mirror replay."""
     latency_ms = (time.perf_counter() - outcome.started) * 1000
+    received_at = timezone.now() - timedelta(milliseconds=latency_ms)  # the wall clock at `started`
     rt.log_writer.add({
         "request_id": outcome.request_id, "key_id": key.id if key else None, "endpoint": endpoint,
         "requested_model": (request.model if request else "")[:200], "lane": outcome.lane,
@@ -310,7 +313,7 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "error_code": outcome.error_code, "prompt_tokens": outcome.usage.prompt_tokens,
         "completion_tokens": outcome.usage.completion_tokens, "usage_source": outcome.usage_source,
         "ttft_ms": outcome.ttft_ms,
-        "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms,
+        "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms, "received_at": received_at,
         "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
         **outcome.router_columns(),
     })

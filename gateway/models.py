@@ -100,6 +100,9 @@ class RequestLog(models.Model):
     usage_source = models.CharField(max_length=8, blank=True, default="", db_default="")
     ttft_ms = models.FloatField(null=True, blank=True)
     latency_ms = models.FloatField()
+    # When the gateway received the request (created_at is when its batch was written): the
+    # arrival times a benchmark replays. Empty on rows written before it was kept.
+    received_at = models.DateTimeField(null=True, blank=True)
     upstream_ms = models.FloatField(null=True, blank=True)
     prompt_text = models.TextField(blank=True, default="")
 

@@ -23,7 +23,10 @@ perf/sparksim_fit.py):
   003: at C=8 on a cache hit, TTFT p50 5.634 s and p95 5.646 s);
 - per-stream decode speed falls with the running streams as
   decode_tok_s / (1 + decode_falloff * (running - 1) ** decode_exponent), and to
-  EAGER_DECODE_FACTOR of that outside the captured CUDA graphs.
+  EAGER_DECODE_FACTOR of that outside the captured CUDA graphs;
+- a prompt that joins another's prefill batch (a cache hit's short tail) costs
+  batched_prefill_s more (seed 003: the cache-hit prompts waiting together cost 0.69-0.87 s
+  each against 0.66-0.78 s alone).
 """
 
 from collections import deque
@@ -54,6 +57,8 @@ class TimingProfile:
     # decodes computes at most this many uncached tokens a step (chunked prefill), and waiting
     # prompts whose uncached tokens fit in it together share one batch. 0: no chunking.
     batch_tokens: int = 0
+    # Extra prefill work of each prompt that joins another's prefill batch.
+    batched_prefill_s: float = 0.0
 
 
 def falloff_for(single_tok_s: float, loaded_tok_s: float, running: int) -> float:
@@ -91,6 +96,24 @@ DEEPSEEK_TP4 = replace(
     decode_tok_s=89.0,
     decode_falloff=0.22,
     decode_exponent=1.06,
+    # Between C=4's need (>= 0.023 s: its TTFT within 10%) and C=12's wave 2 (<= 0.038 s).
+    batched_prefill_s=0.03,
+)
+
+# Seed 004: DeepSeek V4 Flash on two Sparks as that poster runs it (Ray, a community image
+# with a vLLM development build, the full 1M context, a fixed 11 GiB KV cache): a deployment
+# of its own, slower than seed 000's TP=2 figures. Fitted by perf/sparksim_fit.py: a single
+# request 41-52 tok/s and 42 tok/s after a 904,911-token prompt (decode 45); eight concurrent
+# 88 tok/s in total (the falloff, set from it); a 129K prompt's TTFT ~63 s, four at once the
+# slowest 228 s, the 904,911-token prompt's 12.2 min (prefill 2,460 tok/s and the attention
+# term, least worst over the three: within 5.4%).
+DEEPSEEK_TP2_1M = replace(
+    DEEPSEEK,
+    name="deepseek-tp2-1m",
+    prefill_tok_s=2460.0,
+    prefill_quadratic_s=4.2e-10,
+    decode_tok_s=45.0,
+    decode_falloff=falloff_for(45.0, 88.0 / 8, 8),
 )
 
 # Seed 000: Qwen 3.8 27B FP8 on one Spark, 120 tok/s for one user, 262K prefill in 3 s.
@@ -124,7 +147,8 @@ QWEN_NEXT = replace(
     max_model_len=131_072,
 )
 
-PROFILES = {"deepseek": DEEPSEEK, "deepseek-tp4": DEEPSEEK_TP4, "qwen": QWEN, "qwen-next": QWEN_NEXT}
+PROFILES = {"deepseek": DEEPSEEK, "deepseek-tp4": DEEPSEEK_TP4, "deepseek-tp2-1m": DEEPSEEK_TP2_1M,
+            "qwen": QWEN, "qwen-next": QWEN_NEXT}
 
 
 def profile_for_model(model: str, tensor_parallel_size: int = 1) -> TimingProfile:
@@ -255,7 +279,7 @@ class Stepper:
             while self.waiting and self.waiting[0][1] <= budget:
                 key, uncached, work = self.waiting.popleft()
                 batch.keys.append(key)
-                batch.work_s += work
+                batch.work_s += work + self.profile.batched_prefill_s
                 batch.tokens += uncached
                 budget -= uncached
         self.current = batch

@@ -136,7 +136,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     sim = parser.add_argument_group("sparksim", "simulation switches (not vLLM flags)")
     add = sim.add_argument
     add("--time-scale", type=float, default=None, help="real seconds per simulated second")
-    add("--sim-profile", choices=["deepseek", "deepseek-tp4", "qwen", "qwen-next"], default=None)
+    add("--sim-profile", choices=["deepseek", "deepseek-tp4", "deepseek-tp2-1m", "qwen", "qwen-next"], default=None)
     add("--sim-prefill-tok-s", type=float, default=None)
     add("--sim-cached-prefill-tok-s", type=float, default=None)
     add("--sim-base-ttft-s", type=float, default=None)

@@ -83,7 +83,8 @@
       return c[0] === "failed" && level.stats.failed ? [value, (level.stats.errors || []).join("\n")] : value;
     }))
       .concat([pct(m.prefix_cache_hit_rate), fmt(m.preemptions), spec(m), roce(level.fabric),
-               client.saturated ? "saturated: " + client.saturated_because : (100 * (client.cpu_share || 0)).toFixed(0) + "% CPU"]);
+               client.saturated ? "saturated: " + client.saturated_because : (100 * (client.cpu_share || 0)).toFixed(0) + "% CPU" +
+               (client.host_busy_share !== undefined ? " · host " + (100 * client.host_busy_share).toFixed(0) + "% busy" : "")]);
     for (const cell of cells) {
       const td = document.createElement("td");
       td.textContent = Array.isArray(cell) ? cell[0] : cell;
@@ -93,6 +94,8 @@
     if (level.stats.failed) tr.classList.add("table-warning");
     if (client.saturated) tr.classList.add("table-danger");
     tbody.appendChild(tr);
+    const notes = levelNotes(level, tr.children.length);
+    if (notes) tbody.appendChild(notes);
     if (level.stats.failed && (level.stats.errors || []).length) {
       // Failures are shown with their reasons, under the level they belong to.
       const errors = document.createElement("tr");
@@ -105,6 +108,42 @@
       errors.appendChild(td);
       tbody.appendChild(errors);
     }
+  }
+
+  function levelNotes(level, width) {
+    // An open-loop level's figures from its schedule, and every flag with its figures, under its row.
+    const s = level.stats;
+    const notes = [];
+    if (s.achieved_request_rate !== undefined && s.completed && s.scheduled_request_rate) {
+      notes.push("from the schedule: TTFT p50 " + fmt(s.median_ttft_from_schedule_ms) + " ms, p95 " +
+                 fmt(s.p95_ttft_from_schedule_ms) + " ms, E2E p50 " + fmt(s.median_e2el_from_schedule_ms) +
+                 " ms; sent " + fmt(s.achieved_request_rate) + " req/s (schedule " + fmt(s.scheduled_request_rate) +
+                 "), dispatch delay p95 " + fmt(s.p95_dispatch_delay_ms) + " ms");
+    }
+    if (s.goodput_share !== undefined) {
+      const bounds = [];
+      if (s.slo && s.slo.ttft_ms !== null) bounds.push("TTFT ≤ " + fmt(s.slo.ttft_ms) + " ms");
+      if (s.slo && s.slo.tpot_ms !== null) bounds.push("TPOT ≤ " + fmt(s.slo.tpot_ms) + " ms");
+      notes.push("goodput " + fmt(100 * s.goodput_share) + "% (" + s.good_requests + " of " + s.total + " within " +
+                 bounds.join(", ") + ")");
+    }
+    if (s.slices && s.slices.length) {
+      // The slowest slice, the one an admin looks for in a replay.
+      const worst = s.slices.reduce(function (a, b) { return b.p95_ttft_ms > a.p95_ttft_ms ? b : a; });
+      notes.push(s.slices.length + " slices of " + fmt(s.slice_s) + " s; the slowest from " + fmt(worst.start_s) +
+                 " s: TTFT p95 " + fmt(worst.p95_ttft_ms) + " ms over " + worst.requests + " requests");
+    }
+    for (const flag of s.flags || []) notes.push("flagged: " + flag);
+    if (!notes.length) return null;
+    const tr = document.createElement("tr");
+    tr.className = "level-notes";
+    tr.dataset.position = level.position;
+    const td = document.createElement("td");
+    td.colSpan = width;
+    td.className = "small pt-0 " + ((s.flags || []).length ? "text-warning-emphasis" : "text-body-secondary");
+    td.textContent = notes.join(" · ");
+    tr.appendChild(td);
+    return tr;
   }
 
   function gatewayAdded() {

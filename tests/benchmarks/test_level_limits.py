@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-from benchmarks.kind import level_limits
-from benchmarks.params import Level
+from benchmarks.loadgen import level_limits
 
 
 def test_a_concurrency_level_gets_one_connection_per_stream_past_httpxs_default() -> None:
-    limits = level_limits(Level(position=0, target="direct", concurrency=300, request_rate=None))
+    limits = level_limits(300)
     assert (limits.max_connections, limits.max_keepalive_connections) == (300, 300)
 
 
 def test_a_request_rate_level_is_not_capped() -> None:
-    limits = level_limits(Level(position=0, target="gateway", concurrency=None, request_rate=50.0))
+    limits = level_limits(None)
     assert limits.max_connections is None

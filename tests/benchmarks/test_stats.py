@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.loadgen import ClientLoad
+from benchmarks.loadgen import ClientLoad, LevelPlan, level_flags
 from benchmarks.promdelta import metrics_delta, parse_roce, roce_delta
 from benchmarks.stats import RequestRecord, level_stats
 
@@ -120,3 +120,18 @@ def test_roce_counters_count_four_octet_words() -> None:
     before = parse_roce("spark1", ["ROCE\trocep1s0f0\t100\t200\n", "junk"])
     after = parse_roce("spark1", ["ROCE\trocep1s0f0\t1100\t700\n"])
     assert roce_delta(before, after) == {"spark1/rocep1s0f0": {"tx_bytes": 4000, "rx_bytes": 2000}}
+
+
+def test_a_client_slow_to_send_is_flagged_with_its_share_of_ttft() -> None:
+    plan = LevelPlan(concurrency=2, request_rate=None, requests=2, duration_s=None, output_tokens=3, timeout_s=60.0)
+
+    def level(pre_send: float) -> dict[str, object]:
+        records = [RequestRecord(sent_at=0.0, headers_at=pre_send, connection_at=pre_send,
+                                 chunk_times=[0.2, 0.3, 0.4], output_tokens=3) for _ in range(2)]
+        return level_stats(records, started_at=0.0, ended_at=0.4, ends=[0.4, 0.4])
+
+    slow = level(0.02)  # 20 ms of a 200 ms TTFT: 10%
+    assert slow["p95_pre_send_ms"] == pytest.approx(20.0) and slow["max_in_flight_at_lane"] == 2
+    (flag,) = level_flags(plan, slow)
+    assert "20.0 ms (p95)" in flag and "10% of the median TTFT" in flag
+    assert level_flags(plan, level(0.002)) == []  # 1%

@@ -5,6 +5,7 @@ side, and exports one run as JSON."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -51,13 +52,17 @@ def test_admin_runs_a_sweep_compares_two_runs_and_exports_json(
                            timeout=60_000)
     page.wait_for_selector("#run-state:has-text('succeeded')", timeout=60_000)
     assert page.inner_text("#bench-progress") == "100%"
-    assert page.locator("#bench-levels tbody tr").count() == 3
+    # One row per level (a level's notes and failures go in rows of their own under it).
+    levels = page.locator("#bench-levels tbody tr:not(.level-notes):not(.level-errors)")
+    assert levels.count() == 3
     # The /metrics columns of a lane without speculation: no acceptance; the header names each
     # column the row fills.
     headers = page.locator("#bench-levels thead th").all_inner_texts()
-    cells = page.locator("#bench-levels tbody tr").first.locator("td").all_inner_texts()
+    cells = levels.first.locator("td").all_inner_texts()
     assert len(cells) == len(headers)
     assert cells[headers.index("spec acc. · length")] == "-"
+    # The client's CPU beside the host's: a busy host is not the client's fault.
+    assert re.fullmatch(r"(\d+% CPU · host \d+% busy|saturated: .+)", cells[headers.index("client")])
     assert page.evaluate("window.__notReloaded") is True
     first = BenchmarkRun.objects.get(label="first")
 
@@ -92,3 +97,37 @@ def second_sweep(lane: Any, user: Any) -> BenchmarkRun:
     starter.join()
     return wait_for(lambda: BenchmarkRun.objects.filter(label="second", job__state="succeeded").first(),
                     timeout=60, what="the second sweep")
+
+
+def test_an_open_loop_levels_schedule_figures_goodput_and_flags_show_under_its_row(
+        asgi_server: Any, page: Any, admin_user: Any) -> None:
+    from benchmarks.models import BenchmarkLevel
+    from benchmarks.stats import RequestRecord, Slo, level_stats
+    from jobs.models import Job, JobKind, JobState
+    from lanes.models import Lane, LaneNode, LaneRevision, Node
+
+    node = Node.objects.create(name="spark9", address="127.0.0.9", transport="local")
+    lane = Lane.objects.create(name="qwen", model_id=SIM_QWEN, image="img@sha256:" + "0" * 64, max_model_len=32768)
+    LaneNode.objects.create(lane=lane, node=node, rank=0)
+    revision = LaneRevision.objects.create(lane=lane, number=1, config={})
+    params = {"request_rates": [40.0], "targets": ["direct"], "cache_mode": "cold", "prompt_tokens": 100,
+              "output_tokens": 3, "requests_per_level": 2}
+    job = Job.objects.create(kind=JobKind.BENCHMARK, lane=lane, lane_revision=revision, state=JobState.SUCCEEDED,
+                             params=params)
+    run = BenchmarkRun.objects.create(job=job, lane=lane, lane_name="qwen", lane_revision=revision, revision_number=1,
+                                      levels_planned=1, params=params)
+    # Two requests meant 25 ms apart that left 1 s apart: late, and one past the TTFT bound.
+    records = [RequestRecord(sent_at=0.0, scheduled_at=0.0, chunk_times=[0.1, 0.2, 0.3], output_tokens=3),
+               RequestRecord(sent_at=1.0, scheduled_at=0.025, chunk_times=[1.1, 1.2, 1.3], output_tokens=3)]
+    stats = level_stats(records, started_at=0.0, ended_at=1.3, slo=Slo(ttft_s=0.5))
+    stats["flags"] = ["sent 1.00 requests/s against a schedule of 40.00 (98% short)"]
+    BenchmarkLevel.objects.create(run=run, position=0, target="direct", request_rate=40.0, stats=stats)
+    browser_login(page, asgi_server.url, admin_user.username)
+    page.goto(f"{asgi_server.url}/benchmarks/{job.pk}/")
+    notes = page.locator("#bench-levels tbody tr.level-notes")
+    notes.wait_for()
+    text = notes.inner_text()
+    assert "from the schedule: TTFT p50 588" in text  # (100 + 1075) / 2 ms
+    assert "sent 1 req/s (schedule 40), dispatch delay p95 926 ms" in text
+    assert "goodput 50% (1 of 2 within TTFT ≤ 500 ms)" in text
+    assert "flagged: sent 1.00 requests/s against a schedule of 40.00" in text

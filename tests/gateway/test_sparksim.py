@@ -55,6 +55,10 @@ def test_the_official_client_through_the_gateway_to_a_sparksim_engine(sim_client
     wait_for(lambda: RequestLog.objects.filter(lane="qwen", status=200).count() == 4, what="the request log batch")
     row = RequestLog.objects.filter(stream=True, lane="qwen").first()
     assert row is not None and row.completion_tokens and row.ttft_ms is not None and row.prompt_text == ""
+    # Each row keeps when the request arrived (a replay's schedule): before its batch was
+    # written, by at least the request's own latency.
+    for arrived, written, latency_ms in RequestLog.objects.values_list("received_at", "created_at", "latency_ms"):
+        assert arrived is not None and (written - arrived).total_seconds() * 1000 >= latency_ms - 1
 
 
 def test_tool_calls_stream_through_from_sparksim(sim_client: openai.OpenAI) -> None:

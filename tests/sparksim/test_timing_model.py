@@ -208,3 +208,21 @@ def test_docker_format_templates() -> None:
         "running 2026-11-29T18:00:00Z"
     assert render('{{index .Config.Labels "dgx-spark.role"}}\\t{{json .State.Status}}',
                   document) == 'head\t"running"'
+
+
+def test_a_prompt_joining_a_prefill_batch_costs_the_profiles_batched_cost() -> None:
+    from dataclasses import replace
+
+    from sparksim.timing import DEEPSEEK_TP4, PlannedRequest, prefill_seconds, simulate
+
+    alone = prefill_seconds(DEEPSEEK_TP4, 240, 149_760)
+    # The first prompt starts alone; the next three wait and share one batch.
+    wave = simulate(DEEPSEEK_TP4, [PlannedRequest(0.0, 150_000, 2, cached_tokens=149_760) for _ in range(4)])
+    firsts = sorted(timeline.first_token_s for timeline in wave)
+    assert DEEPSEEK_TP4.batched_prefill_s == 0.03
+    assert firsts[0] == pytest.approx(alone, rel=1e-6)
+    assert firsts[1] == firsts[3]  # one batch: one first token
+    free = simulate(replace(DEEPSEEK_TP4, batched_prefill_s=0.0),
+                    [PlannedRequest(0.0, 150_000, 2, cached_tokens=149_760) for _ in range(4)])
+    # Two of the three joined the first one's batch: 2 x 0.03 s.
+    assert max(timeline.first_token_s for timeline in free) == pytest.approx(firsts[3] - 2 * 0.03, abs=1e-9)
