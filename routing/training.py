@@ -1,0 +1,63 @@
+"""Training the learned decision (routing.learned) with scikit-learn, in a worker job.
+
+Deterministic (lbfgs, fixed random_state, prototypes in a fixed order): the same prototypes
+and encoder give the same head, bit for bit, so retraining unchanged prototypes changes
+nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+from routing.learned import LearnedHead, Matrix, prototypes_sha
+
+# Regularisation: embeddings are unit vectors, so the weights need room (C large).
+# Chosen by 5-fold cross-validation on the starter prototypes only (C in 1, 3, 10, 30, 100:
+# 10 was best), never on the evaluation set.
+LEARNED_C = 10.0
+CV_FOLDS = 5
+RANDOM_STATE = 0
+MIN_PER_LABEL = 2  # a label needs two prototypes to be learned (and one to hold out)
+
+
+class TrainingRefused(ValueError):
+    """The prototypes cannot train a head (too few, one label only): says which rule."""
+
+
+def _ordered(vectors: Matrix, labels: Sequence[str], texts: Sequence[str]) -> tuple[Matrix, list[str]]:
+    order = sorted(range(len(labels)), key=lambda i: (labels[i], texts[i]))
+    return vectors[order], [labels[i] for i in order]
+
+
+def train_head(vectors: Matrix, texts: Sequence[str], labels: Sequence[str], *, encoder: str,
+               lane_for: Callable[[str], str]) -> LearnedHead:
+    """Fits the head on every prototype, and scores it by stratified k-fold cross-validation
+    (lane-level accuracy: a label confused with another of the same lane routes right)."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    if len(counts) < 2:
+        raise TrainingRefused("prototypes: a learned decision needs at least two labels.")
+    thin = sorted(label for label, n in counts.items() if n < MIN_PER_LABEL)
+    if thin:
+        raise TrainingRefused(f"prototypes: each label needs at least {MIN_PER_LABEL} enabled prototypes "
+                              f"({', '.join(thin)} has fewer).")
+    x, y = _ordered(np.asarray(vectors, dtype=np.float64), labels, texts)
+
+    def model() -> LogisticRegression:
+        return LogisticRegression(C=LEARNED_C, max_iter=5000, random_state=RANDOM_STATE)
+
+    folds = min(CV_FOLDS, min(counts.values()))
+    held_out = cross_val_predict(model(), x, y, cv=StratifiedKFold(folds, shuffle=True, random_state=RANDOM_STATE))
+    fitted = model().fit(x, y)
+    in_sample = fitted.predict(x)
+
+    def lane_accuracy(predicted: Sequence[str]) -> float:
+        return float(np.mean([lane_for(a) == lane_for(b) for a, b in zip(y, predicted, strict=True)]))
+
+    return LearnedHead(encoder, prototypes_sha(texts, labels), tuple(str(c) for c in fitted.classes_),
+                       fitted.coef_.astype(np.float32), fitted.intercept_.astype(np.float32),
+                       round(lane_accuracy(list(held_out)), 4), round(lane_accuracy(list(in_sample)), 4))
