@@ -52,6 +52,24 @@ def test_a_text_over_the_limit_keeps_its_start_and_its_end(encoder):
     assert "which port does it listen on" in tail
 
 
+@pytest.mark.parametrize("size", [20_000, 100_000])
+def test_a_huge_prompt_is_cut_in_characters_before_tokenizing_and_keeps_the_same_tokens(encoder, size):
+    filler = "node spark3 reported ok at step 41; latency=12ms, queue {depth: 3} SELECT id FROM runs; "
+    text = "Summarise the failures in this log. " + (filler * (size // len(filler) + 1))[:size] + " Which node failed?"
+    pieces = encoder._char_head_and_tail(encoder.spec.query_prefix + text)
+    assert len(pieces) == 2 and sum(map(len, pieces)) < 6_000  # what the tokenizer sees, not 100K characters
+    ids, _ = encoder.tokenize([text])
+    whole = encoder._head_and_tail(encoder.tokenizer.encode(encoder.spec.query_prefix + text).ids)
+    assert list(ids[0]) == whole  # the same tokens as tokenizing everything, then cutting
+    assert len(whole) == encoder.spec.max_tokens
+
+
+def test_a_long_text_without_whitespace_is_still_cut_right(encoder):
+    text = "x" * 30_000
+    ids, _ = encoder.tokenize([text])
+    assert list(ids[0]) == encoder._head_and_tail(encoder.tokenizer.encode(text).ids)
+
+
 def test_vectors_are_unit_length_and_similar_texts_score_higher(encoder):
     vectors = encoder.embed(["Prove that there are infinitely many primes.",
                              "Show that the set of prime numbers is infinite.",
