@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from routing.batcher import EmbeddingBatcher
+from routing.batcher import EmbeddingBatcher, length_batches
 from routing.encoder import Encoder, EncoderUnavailable
 from routing.engine import router_encoder
 from tests.gateway.conftest import run_async
@@ -118,3 +118,29 @@ def test_concurrent_queries_are_micro_batched_and_repeats_come_from_the_cache(en
     direct = encoder.embed(texts)
     assert np.allclose(np.stack(first), direct, atol=1e-4)
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_waiting_queries_are_batched_by_length_shortest_first():
+    short = [f"What is port {i}?" for i in range(20)]
+    long = [("log line with a status and a latency; " * 30) + str(i) for i in range(20)]  # ~1,150 chars: 256 tokens
+    batches = length_batches(long + short, max_batch=32, max_tokens=256)
+    assert batches[0] == sorted(short, key=len)  # the short ones together, first, padded to a short length
+    assert all(len(batch) <= 8 for batch in batches[1:])  # long ones in small batches (2,048 padded tokens)
+    assert sorted(t for batch in batches for t in batch) == sorted(long + short)
+    # A batch never mixes lengths far apart: no text over twice the batch's shortest.
+    mixed = length_batches([("word " * n) for n in (4, 6, 9, 30, 60, 200)], max_batch=32, max_tokens=256)
+    assert [len(batch) for batch in mixed] == [3, 2, 1]  # ~7-13 tokens, ~39-77, ~252
+
+
+def test_mixed_lengths_arriving_together_are_all_answered_right(encoder):
+    texts = [f"What is port {i}?" for i in range(8)] + [("pasted config line; " * 80) + str(i) for i in range(8)]
+
+    async def scenario() -> tuple[list[np.ndarray], int]:
+        batcher = EmbeddingBatcher(encoder, max_batch=32)
+        vectors = await asyncio.gather(*(batcher.embed(t) for t in texts))
+        batcher.close()
+        return vectors, batcher.batches
+
+    vectors, passes = run_async(scenario)
+    assert passes == 2  # the short ones together, the long ones together: never one batch padded to 256
+    assert np.allclose(np.stack(vectors), np.concatenate([encoder.embed(texts[:8]), encoder.embed(texts[8:])]), atol=1e-4)
