@@ -54,6 +54,7 @@ from gateway.relay import (
 )
 from gateway.replicas import affinity_key
 from gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
+from gateway.route import conversation_digest
 from gateway.runtime import GatewayRuntime, runtime
 from gateway.shared_files import SharedBody, busy_error, read_shared_body
 from gateway.upstream import provably_not_received, upstream_send
@@ -311,6 +312,7 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "ttft_ms": outcome.ttft_ms,
         "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms,
         "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
+        "conversation": (conversation_digest(request.body) or "") if request else "",
         **outcome.router_columns(),
     })
     large_slot = outcome.mirror and request is not None and request.large is not None

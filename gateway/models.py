@@ -102,6 +102,9 @@ class RequestLog(models.Model):
     latency_ms = models.FloatField()
     upstream_ms = models.FloatField(null=True, blank=True)
     prompt_text = models.TextField(blank=True, default="")
+    # The conversation it belongs to (gateway.route.conversation_digest: its first messages),
+    # so a conversation-level outcome reaches each of its requests. Empty: no messages.
+    conversation = models.CharField(max_length=32, blank=True, default="", db_default="")
 
     class Meta:
         db_table = "routing_requestlog"
@@ -110,10 +113,33 @@ class RequestLog(models.Model):
             models.Index(fields=["key", "-id"], name="requestlog_key_recent"),
             # The request log page filtered by lane (and status), newest first (keyset on id).
             models.Index(fields=["lane", "status", "-id"], name="requestlog_lane_status_recent"),
+            models.Index(fields=["request_id"], name="requestlog_request_id"),
+            models.Index(fields=["key", "conversation"], name="requestlog_key_conversation"),
         ]
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.lane} {self.status}"
+
+
+class RequestOutcome(models.Model):
+    """How a request went, told by the agent that sent it (POST /v1/feedback): seed 000's
+    (task, model, latency, quality score), joined to the request log by request_id. A
+    conversation-level outcome is one row per request of that conversation."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
+    request_id = models.CharField(max_length=40, db_index=True)
+    score = models.FloatField()  # 0 (failure) … 1 (success); a boolean is 0 or 1
+    comment = models.TextField(blank=True, default="")
+    task = models.CharField(max_length=64, blank=True, default="")
+    conversation = models.BooleanField(default=False)  # given for the whole conversation
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [models.UniqueConstraint(fields=["request_id"], name="one_outcome_per_request")]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.score}"
 
 
 class MirrorSample(models.Model):

@@ -94,16 +94,21 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
-def conversation_key(body: Mapping[str, Any], key: KeyInfo) -> str | None:
-    """A conversation is known by its first messages: every later turn starts the same way,
-    so it keeps its lane (and that lane's prefix cache)."""
+def conversation_digest(body: Mapping[str, Any]) -> str | None:
+    """A conversation is known by its first messages: every later turn starts the same way
+    (the same digest keeps its lane, and a conversation-level outcome reaches every turn)."""
     count = settings.ROUTER_AFFINITY_MESSAGES
     messages = body.get("messages")
     if not count or not isinstance(messages, list) or not messages:
         return None
     head = [[m.get("role"), _text(m.get("content"))] for m in messages[:count] if isinstance(m, dict)]
-    digest = hashlib.sha256(orjson.dumps(head)).hexdigest()[:32]
-    return f"{settings.REDIS_PREFIX}:router:aff:{key.id}:{digest}"
+    return hashlib.sha256(orjson.dumps(head)).hexdigest()[:32]
+
+
+def conversation_key(body: Mapping[str, Any], key: KeyInfo) -> str | None:
+    """The Redis key of a conversation's lane (and that lane's prefix cache)."""
+    digest = conversation_digest(body)
+    return f"{settings.REDIS_PREFIX}:router:aff:{key.id}:{digest}" if digest else None
 
 
 def prompt_upper_bound(raw_bytes: int, body: Mapping[str, Any]) -> int:

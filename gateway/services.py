@@ -18,7 +18,7 @@ from core.audit import audit_record
 from core.roles import UserLike
 from core.validators import has_control_characters
 from gateway.keys import hash_secret, key_names, key_namespace
-from gateway.models import ApiKey, RequestLog
+from gateway.models import ApiKey, RequestLog, RequestOutcome
 from lanes.models import Lane
 from lanes.replica_health import invalidation_channel
 
@@ -168,4 +168,38 @@ def request_log_purge(
         deleted += count
         batches += 1
         start = end
+    RequestOutcome.objects.filter(created_at__lt=cutoff).delete()  # outcomes are kept as long as their requests
     return PurgeResult(deleted=deleted, batches=batches, finished=True)
+
+
+class FeedbackRefused(Exception):
+    """A feedback the gateway answers with an error (status, code, the field it is about)."""
+
+    def __init__(self, status: int, message: str, *, code: str, param: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+
+def request_outcome_record(*, key_id: int, request_id: str, score: float, comment: str = "", task: str = "",
+                           conversation: bool = False) -> int:
+    """Records how a request went (or, with `conversation`, every request so far of its
+    conversation) for the key that sent it; a later feedback for the same request replaces
+    the earlier one. Returns how many requests it attaches to."""
+    row = RequestLog.objects.filter(request_id=request_id, key_id=key_id).only("conversation").first()
+    if row is None:  # unknown, or another key's: the same answer, so ids leak nothing
+        raise FeedbackRefused(
+            404, f"request_id: no request of this key has the id {request_id!r} (its log row is written within "
+            "a second of the answer; feedback on another key's request is refused).",
+            code="request_not_found", param="request_id")
+    if conversation and not row.conversation:
+        raise FeedbackRefused(400, "scope: this request has no conversation (no messages): rate it with scope `request`.",
+                              code="invalid_request", param="scope")
+    ids = ([request_id] if not conversation else
+           list(RequestLog.objects.filter(key_id=key_id, conversation=row.conversation)
+                .values_list("request_id", flat=True).distinct()))
+    RequestOutcome.objects.bulk_create(
+        [RequestOutcome(key_id=key_id, request_id=rid, score=score, comment=comment, task=task,
+                        conversation=conversation) for rid in ids],
+        update_conflicts=True, unique_fields=["request_id"],
+        update_fields=["score", "comment", "task", "conversation", "created_at"])
+    return len(ids)
