@@ -124,8 +124,9 @@ def test_waiting_queries_are_batched_by_length_shortest_first():
     short = [f"What is port {i}?" for i in range(20)]
     long = [("log line with a status and a latency; " * 30) + str(i) for i in range(20)]  # ~1,150 chars: 256 tokens
     batches = length_batches(long + short, max_batch=32, max_tokens=256)
+    assert [len(b) for b in length_batches(long, max_batch=32, max_tokens=256, batch_tokens=2048)] == [8, 8, 4]
     assert batches[0] == sorted(short, key=len)  # the short ones together, first, padded to a short length
-    assert all(len(batch) <= 8 for batch in batches[1:])  # long ones in small batches (2,048 padded tokens)
+    assert batches[1:] == [sorted(long, key=len)]  # the long ones together, after them
     assert sorted(t for batch in batches for t in batch) == sorted(long + short)
     # A batch never mixes lengths far apart: no text over twice the batch's shortest.
     mixed = length_batches([("word " * n) for n in (4, 6, 9, 30, 60, 200)], max_batch=32, max_tokens=256)
