@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from core.roles import Capability, require, role_required
 from gateway.forms import ApiKeyForm
 from gateway.models import ApiKey
-from gateway.selectors import api_key_list, mirror_sample_list, mirror_summary, shadow_comparison
+from gateway.selectors import api_key_list, mirror_sample_list, mirror_summary, outcome_summary, shadow_comparison
 from gateway.services import api_key_create, api_key_revoke
 from routing.models import VersionStatus
 from routing.selectors import shadow_version, version_list, version_or_404
@@ -93,3 +93,9 @@ def draft_shadow_page(request: HttpRequest) -> HttpResponse:
     return render(request, "routing/shadow.html", {
         "tab": "shadow", "version": version, "total": total, "table": table, "examples": examples,
         "agreement": agree / total if total else None, "drafts": version_list().filter(status=VersionStatus.DRAFT)})
+
+
+@role_required(Capability.VIEW)
+def outcomes_page(request: HttpRequest) -> HttpResponse:
+    """What the agents said of their requests (POST /v1/feedback), by lane × label, key, task."""
+    return render(request, "routing/outcomes.html", {"tab": "outcomes", "summary": outcome_summary()})
