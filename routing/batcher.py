@@ -8,7 +8,7 @@ batches do not fight each other for the two cores.
 Batched by length: the waiting queries are sorted by length and cut into batches that pad
 little (no text in a batch over SPREAD times its shortest), shortest first, under a bound
 in padded tokens (BATCH_TOKENS): a short question never waits for, nor pads to, a pasted
-log (32 mixed prompts: 1.3× one-at-a-time by length, 0.85× in one plain batch)."""
+log, and long prompts go in small batches (figures in docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ import numpy as np
 from routing.encoder import Encoder, Vector
 
 # Chosen with perf/router.py (32 concurrent clients, short, long and mixed prompts).
-# Padded tokens per forward pass: 32 prompts of 256 tokens. A bound of 2,048 (8 long prompts a
-# pass) halved long-prompt throughput against one 32-prompt batch (2.0 against 4.2 per s).
-BATCH_TOKENS = 8192
+# Padded tokens per forward pass: 32 short prompts, 4 of 256 tokens. Long prompts gain nothing
+# from big batches on this CPU: 32 prompts of 225 tokens embedded 15.5/s one at a time,
+# 11.3/s in batches of 4, 6.5/s of 8, 5.2/s of 32 (perf/router.py's prompts, 2 cores).
+BATCH_TOKENS = 1024
 SPREAD = 2.0  # the longest text of a batch is at most this many times its shortest
 CHARS_PER_TOKEN = 4  # a length estimate before tokenizing (English and code: 3-5)
 

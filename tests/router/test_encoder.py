@@ -126,7 +126,7 @@ def test_waiting_queries_are_batched_by_length_shortest_first():
     batches = length_batches(long + short, max_batch=32, max_tokens=256)
     assert [len(b) for b in length_batches(long, max_batch=32, max_tokens=256, batch_tokens=2048)] == [8, 8, 4]
     assert batches[0] == sorted(short, key=len)  # the short ones together, first, padded to a short length
-    assert batches[1:] == [sorted(long, key=len)]  # the long ones together, after them
+    assert all(len(batch) <= 4 for batch in batches[1:])  # long ones after them, in small batches (1,024 tokens)
     assert sorted(t for batch in batches for t in batch) == sorted(long + short)
     # A batch never mixes lengths far apart: no text over twice the batch's shortest.
     mixed = length_batches([("word " * n) for n in (4, 6, 9, 30, 60, 200)], max_batch=32, max_tokens=256)
@@ -143,5 +143,5 @@ def test_mixed_lengths_arriving_together_are_all_answered_right(encoder):
         return vectors, batcher.batches
 
     vectors, passes = run_async(scenario)
-    assert passes == 2  # the short ones together, the long ones together: never one batch padded to 256
+    assert passes == 3  # the short ones together, the long ones in two of 4: never one batch padded to 256
     assert np.allclose(np.stack(vectors), np.concatenate([encoder.embed(texts[:8]), encoder.embed(texts[8:])]), atol=1e-4)
