@@ -168,8 +168,13 @@ def request_log_purge(
         deleted += count
         batches += 1
         start = end
-    RequestOutcome.objects.filter(created_at__lt=cutoff).delete()  # outcomes are kept as long as their requests
     return PurgeResult(deleted=deleted, batches=batches, finished=True)
+
+
+def request_outcome_purge(*, now: datetime | None = None) -> int:
+    """Outcomes are kept as long as the request log (PORTAL_GATEWAY_LOG_RETENTION_DAYS)."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS)
+    return RequestOutcome.objects.filter(created_at__lt=cutoff).delete()[0]
 
 
 class FeedbackRefused(Exception):

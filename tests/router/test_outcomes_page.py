@@ -34,3 +34,19 @@ def test_outcomes_are_shown_per_lane_and_label_and_per_key(db, admin_user, viewe
     assert keys == {"review-agent": (2, 0.5), "refactor-agent": (2, 0.5)}
     content = response.content.decode()
     assert 'id="outcomes-lanes"' in content and "review-agent" in content and "code_refactor" in content
+
+
+def test_outcomes_are_purged_with_the_request_log_retention(db, admin_user, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from gateway.services import api_key_create, request_outcome_purge
+
+    key = api_key_create(actor=admin_user, name="agent").key
+    now = timezone.now()
+    old = RequestOutcome.objects.create(key=key, request_id="req-old", score=1,
+                                        created_at=now - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS, hours=1))
+    kept = RequestOutcome.objects.create(key=key, request_id="req-new", score=1, created_at=now - timedelta(days=1))
+    assert request_outcome_purge(now=now) == 1
+    assert list(RequestOutcome.objects.values_list("pk", flat=True)) == [kept.pk] and old.pk != kept.pk
