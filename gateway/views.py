@@ -18,8 +18,9 @@ from gateway.models import ApiKey
 from gateway.selectors import api_key_list, mirror_sample_list, mirror_summary, outcome_summary, shadow_comparison
 from gateway.services import api_key_create, api_key_revoke
 from routing.models import VersionStatus
-from routing.selectors import shadow_version, version_list, version_or_404
-from routing.services import router_version_set_shadow
+from routing.published import shadow_count
+from routing.selectors import published_version, shadow_version, version_changes, version_list, version_or_404
+from routing.services import previous_active_version, router_version_set_shadow
 
 FORM_TOKENS_SESSION_KEY = "gateway_key_form_tokens"
 
@@ -90,9 +91,12 @@ def draft_shadow_page(request: HttpRequest) -> HttpResponse:
     version = shadow_version()
     total, table, examples = shadow_comparison(version.number) if version else (0, [], [])
     agree = sum(row.count for row in table if row.published_lane == row.shadow_lane)
+    published, previous = published_version(), previous_active_version()
     return render(request, "routing/shadow.html", {
         "tab": "shadow", "version": version, "total": total, "table": table, "examples": examples,
-        "agreement": agree / total if total else None, "drafts": version_list().filter(status=VersionStatus.DRAFT)})
+        "agreement": agree / total if total else None, "drafts": version_list().filter(status=VersionStatus.DRAFT),
+        "sampled": shadow_count(version.number) if version else 0, "published": published, "previous": previous,
+        "activate_changes": version_changes(version, published) if version else None})
 
 
 @role_required(Capability.VIEW)

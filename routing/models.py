@@ -82,6 +82,7 @@ class RouterVersion(models.Model):
     train_state = models.CharField(max_length=8, choices=TrainState.choices, default=TrainState.NONE, blank=True)
     train_error = models.CharField(max_length=300, blank=True)
     shadow = models.BooleanField(default=False, help_text="Decide beside the published version on sampled live traffic.")
+    shadow_limit = models.PositiveIntegerField(default=1000, help_text="Stop sampling in shadow after this many decisions.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     published_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

@@ -33,11 +33,29 @@ def published_key() -> str:
     return f"{settings.REDIS_PREFIX}:router:published"
 
 
-def announce_published() -> None:
+def _client() -> redis.Redis:
     client = _clients.get(settings.REDIS_URL)
     if client is None:
         client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
-    client.incr(published_key())
+    return client
+
+
+def announce_published() -> None:
+    _client().incr(published_key())
+
+
+def shadow_count_key(number: int) -> str:
+    """Shadow decisions taken for a draft, counted by every gateway process (INCR)."""
+    return f"{settings.REDIS_PREFIX}:router:shadow-count:{number}"
+
+
+def shadow_count(number: int) -> int:
+    raw = _client().get(shadow_count_key(number))
+    return int(raw) if raw else 0
+
+
+def shadow_count_reset(number: int) -> None:
+    _client().delete(shadow_count_key(number))
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,7 @@ class RouterSnapshot:
     number: int
     config: RouterConfig
     prototypes: PrototypeSet
+    sample_limit: int = 0  # in shadow: stop after this many decisions (0: no limit)
 
 
 @dataclass(frozen=True)
@@ -85,7 +104,8 @@ def version_snapshot(version: RouterVersion, encoder: Encoder) -> RouterSnapshot
                     version.number)
     return RouterSnapshot(version.number, version_config(version),
                           PrototypeSet(texts, labels, stored_embeddings(encoder, texts),
-                                       head=current_head(version, encoder.id, texts, labels)))
+                                       head=current_head(version, encoder.id, texts, labels)),
+                          sample_limit=version.shadow_limit)
 
 
 # Published versions are frozen: their matrices are built once per process and encoder.

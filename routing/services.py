@@ -23,7 +23,7 @@ from routing.engine import router_encoder, stored_embeddings
 from routing.imports import LABEL_RE, MAX_TEXT_CHARS, ImportProblem, LabelledText, parse_labelled
 from routing.learned import prototypes_sha
 from routing.models import Aggregation, EvalPrompt, Prototype, RouterVersion, TrainState, VersionStatus
-from routing.published import announce_published, current_head, version_config
+from routing.published import announce_published, current_head, shadow_count_reset, version_config
 from routing.selectors import live_prototypes, version_prototypes
 from routing.training import TrainingRefused, train_head
 
@@ -209,7 +209,21 @@ def router_version_update(*, actor: UserLike | None, version: RouterVersion, dat
     return version
 
 
-def router_version_publish(*, actor: UserLike | None, version: RouterVersion) -> RouterVersion:
+def previous_active_version() -> RouterVersion | None:
+    """The version that was active before the published one: what a revert restores."""
+    return RouterVersion.objects.filter(status=VersionStatus.RETIRED, published_at__isnull=False).order_by("-published_at").first()
+
+
+def router_version_revert(*, actor: UserLike | None) -> RouterVersion:
+    """Restore the previously active version (audited as router.revert): every gateway
+    process switches back within ROUTER_VERSION_CHECK_S of the commit (one Redis key)."""
+    previous = previous_active_version()
+    if previous is None:
+        raise ValidationError({"status": ["No earlier active version to revert to."]})
+    return router_version_publish(actor=actor, version=previous, action="router.revert")
+
+
+def router_version_publish(*, actor: UserLike | None, version: RouterVersion, action: str = "") -> RouterVersion:
     """Publish a draft (freezing its prototypes), or roll back to a retired version. The
     gateways switch when the transaction commits, all at once (one Redis key)."""
     with transaction.atomic():
@@ -219,7 +233,7 @@ def router_version_publish(*, actor: UserLike | None, version: RouterVersion) ->
         if not version.default_lane:
             raise ValidationError({"default_lane": ["Choose a default lane before publishing."]})
         current = RouterVersion.objects.select_for_update().filter(status=VersionStatus.PUBLISHED).first()
-        action = "router.rollback" if version.status == VersionStatus.RETIRED else "router.publish"
+        action = action or ("router.rollback" if version.status == VersionStatus.RETIRED else "router.publish")
         if current is not None:
             current.status = VersionStatus.RETIRED
             current.save(update_fields=["status"])
@@ -298,6 +312,8 @@ def router_version_set_shadow(*, actor: UserLike | None, version: RouterVersion 
             if version.status != VersionStatus.DRAFT:
                 raise ValidationError({"shadow": ["Only a draft can run in shadow."]})
             RouterVersion.objects.filter(pk=version.pk).update(shadow=True)
+            number = version.number
+            transaction.on_commit(lambda: shadow_count_reset(number))  # a new shadow run samples afresh
         audit_record(actor=actor, action="router.shadow", obj=version or previous or RouterVersion(number=0),
                      before={"shadow": previous.number if previous else None},
                      after={"shadow": version.number if version else None})

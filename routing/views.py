@@ -37,12 +37,14 @@ from routing.selectors import (
 )
 from routing.services import (
     eval_prompts_import,
+    previous_active_version,
     prototype_create,
     prototype_delete,
     prototype_update,
     prototypes_import,
     router_version_create_draft,
     router_version_publish,
+    router_version_revert,
     router_version_train_request,
     router_version_update,
 )
@@ -300,3 +302,21 @@ def version_publish(request: HttpRequest, number: int) -> HttpResponse:
     return render(request, "routing/publish.html", {
         "tab": "versions", "version": version, "published": published,
         "changes": version_changes(version, published), "rollback": version.status == VersionStatus.RETIRED})
+
+
+@role_required(Capability.VIEW)
+def version_revert(request: HttpRequest) -> HttpResponse:
+    """GET: what a revert changes; POST: restore the previously active version."""
+    published, previous = published_version(), previous_active_version()
+    if request.method == "POST":
+        require(request.user, Capability.EDIT_ROUTING)
+        try:
+            restored = router_version_revert(actor=request.user)
+        except ValidationError as exc:
+            messages.error(request, "; ".join(exc.messages))
+            return redirect("routing:router-versions")
+        messages.success(request, f"Reverted to v{restored.number}: every gateway routes with it within a second.")
+        return redirect("routing:router-versions")
+    return render(request, "routing/revert.html", {
+        "tab": "versions", "published": published, "previous": previous,
+        "changes": version_changes(previous, published) if previous is not None else None})
