@@ -36,6 +36,8 @@ class ApiKey(models.Model):
     tpm_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Tokens per minute; empty = no limit.")
     max_parallel = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Requests in flight; empty = no limit.")
     log_prompts = models.BooleanField(default=False, help_text="Store prompt text in the request log.")
+    # Opt-in: keep this key's last prompts (redacted, capped) as CapturedPrompt, to replay drafts on.
+    capture_prompts = models.BooleanField(default=False, help_text="Keep the last prompts (secrets redacted) for router replay.")
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -119,6 +121,28 @@ class RequestLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.lane} {self.status}"
+
+
+class CapturedPrompt(models.Model):
+    """One prompt of a key that opted in (ApiKey.capture_prompts): the text the router embeds
+    (the last user message), secrets redacted before it is stored (gateway.capture), cut
+    to CAPTURE_MAX_CHARS, the key's last CAPTURE_PER_KEY kept, and no longer than the
+    request log. Router replay (and later the teams' and benchmarks' work) reads these."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
+    request_id = models.CharField(max_length=40, db_index=True)
+    text = models.TextField()
+    lane = models.CharField(max_length=63, blank=True)  # the lane that answered
+    route_label = models.CharField(max_length=64, blank=True)
+    router_version = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["key", "-id"], name="capturedprompt_key_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.text[:40]}"
 
 
 class RequestOutcome(models.Model):
