@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from core.stats import percentile_nearest_rank
 from core.validators import whole_number
-from gateway.models import ApiKey, MirrorSample, RequestLog, RequestOutcome, RouteReason
+from gateway.models import ApiKey, CapturedPrompt, MirrorSample, RequestLog, RequestOutcome, RouteReason
 
 STATUS_FILTER_RULE = "must be ok, error or an HTTP status from 100 to 599"
 
@@ -153,3 +153,10 @@ def outcome_summary() -> dict[str, list[OutcomeRow]]:
         by_key.setdefault((key_name or "—",), []).append(item)
         by_task.setdefault((tasks.get(request_id, "—"), lane), []).append(item)
     return {"lanes": _outcome_rows(by_lane), "keys": _outcome_rows(by_key), "tasks": _outcome_rows(by_task)}
+
+
+def captured_prompts_with_outcomes(*, limit: int = 5000) -> tuple[list[str], list[str], list[float | None]]:
+    """The captured prompts (newest first), the lane that served each, and its outcome score."""
+    rows = list(CapturedPrompt.objects.order_by("-id").values_list("request_id", "text", "lane")[:limit])
+    scores = dict(RequestOutcome.objects.filter(request_id__in=[r[0] for r in rows]).values_list("request_id", "score"))
+    return [r[1] for r in rows], [r[2] for r in rows], [scores.get(r[0]) for r in rows]

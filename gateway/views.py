@@ -15,8 +15,17 @@ from django.views.decorators.http import require_POST
 from core.roles import Capability, require, role_required
 from gateway.forms import ApiKeyForm
 from gateway.models import ApiKey
-from gateway.selectors import api_key_list, mirror_sample_list, mirror_summary, outcome_summary, shadow_comparison
+from gateway.selectors import (
+    api_key_list,
+    captured_prompts_with_outcomes,
+    mirror_sample_list,
+    mirror_summary,
+    outcome_summary,
+    shadow_comparison,
+)
 from gateway.services import api_key_create, api_key_revoke
+from routing.encoder import EncoderUnavailable
+from routing.evaluation import replay_version
 from routing.models import VersionStatus
 from routing.published import shadow_count
 from routing.selectors import published_version, shadow_version, version_changes, version_list, version_or_404
@@ -103,3 +112,19 @@ def draft_shadow_page(request: HttpRequest) -> HttpResponse:
 def outcomes_page(request: HttpRequest) -> HttpResponse:
     """What the agents said of their requests (POST /v1/feedback), by lane × label, key, task."""
     return render(request, "routing/outcomes.html", {"tab": "outcomes", "summary": outcome_summary()})
+
+
+@role_required(Capability.VIEW)
+def replay_page(request: HttpRequest) -> HttpResponse:
+    """A version replayed offline on the captured prompts (keys that opt in to capture)."""
+    drafts = version_list().filter(status=VersionStatus.DRAFT)
+    number = request.GET.get("version", "")
+    report, unavailable = None, None
+    if number:
+        texts, served, scores = captured_prompts_with_outcomes()
+        try:
+            report = replay_version(version_or_404(number), texts=texts, served=served, scores=scores)
+        except EncoderUnavailable as exc:
+            unavailable = str(exc)
+    return render(request, "routing/replay.html", {"tab": "replay", "drafts": drafts, "report": report,
+                                                   "unavailable": unavailable, "number": number})

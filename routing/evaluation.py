@@ -7,6 +7,7 @@ What is in-sample is said: a length cut fitted on the set it scores, the calibra
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from routing.decision import (
@@ -17,6 +18,7 @@ from routing.decision import (
     RouterConfig,
     ThresholdPoint,
     best_threshold,
+    decide,
     evaluate,
     keyword_baseline,
     length_baseline,
@@ -26,7 +28,7 @@ from routing.engine import router_encoder, stored_embeddings
 from routing.learned import LearnedHead
 from routing.models import Aggregation, RouterVersion
 from routing.published import version_snapshot
-from routing.selectors import eval_prompt_list
+from routing.selectors import eval_prompt_list, published_version
 
 # Written from seed 000's description of deepseek's traffic (long generation, reasoning,
 # long-file refactoring, architecture review), before looking at any evaluation prompt.
@@ -105,3 +107,47 @@ def _rule_name(prototypes: PrototypeSet, config: RouterConfig) -> str:
     if config.aggregation == LEARNED:
         return f"learned, untrained: the similarity rule decides (mean top-{config.top_k}, threshold {config.threshold:.2f})"
     return f"similarity rule ({config.aggregation}, threshold {config.threshold:.2f})"
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """A version replayed offline on captured prompts (gateway.CapturedPrompt)."""
+
+    version: RouterVersion
+    against: RouterVersion | None  # the published version
+    count: int
+    agreement: float | None  # share of prompts where both versions pick the same lane
+    shares: dict[str, float]  # the replayed version's predicted share per lane
+    rated: int  # prompts whose request has an agent's outcome
+    outcome_accuracy: float | None
+    changed: tuple[tuple[str, str, str], ...]  # (text, published lane, this version's lane), first ones
+
+
+def outcome_weighted_accuracy(predicted: Sequence[str], served: Sequence[str], scores: Sequence[float | None]) -> tuple[int, float | None]:
+    """Over the requests an agent rated: keeping the lane that served inherits its score;
+    choosing another lane earns 1 - score (leaving a failure was right, leaving a success wrong)."""
+    pairs = [(p == s, score) for p, s, score in zip(predicted, served, scores, strict=True) if score is not None]
+    if not pairs:
+        return 0, None
+    return len(pairs), sum(score if kept else 1 - score for kept, score in pairs) / len(pairs)
+
+
+def replay_version(version: RouterVersion, *, texts: Sequence[str], served: Sequence[str],
+                   scores: Sequence[float | None], examples: int = 20) -> ReplayReport:
+    """Replays `version` (a draft, typically) on captured prompts beside the published version."""
+    encoder = router_encoder()
+    published = published_version()
+    snapshot = version_snapshot(version, encoder)
+    queries = stored_embeddings(encoder, list(texts))
+    mine = [decide(q, snapshot.prototypes, snapshot.config, usable=lambda _l: True).lane or "" for q in queries]
+    theirs: list[str] = []
+    if published is not None:
+        base = version_snapshot(published, encoder)
+        theirs = [decide(q, base.prototypes, base.config, usable=lambda _l: True).lane or "" for q in queries]
+    lanes = sorted({*mine, *snapshot.config.label_lanes.values(), snapshot.config.default_lane} - {""})
+    rated, accuracy = outcome_weighted_accuracy(mine, served, scores)
+    changed = tuple((t, b, a) for t, b, a in zip(texts, theirs, mine, strict=False) if a != b)[:examples]
+    return ReplayReport(
+        version, published, len(texts),
+        sum(a == b for a, b in zip(mine, theirs, strict=True)) / len(texts) if theirs and texts else None,
+        {lane: (mine.count(lane) / len(mine) if mine else 0.0) for lane in lanes}, rated, accuracy, changed)

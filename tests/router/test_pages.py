@@ -11,7 +11,7 @@ from core.models import AuditEvent
 from routing.models import EvalPrompt, Prototype, RouterVersion, VersionStatus
 
 READ_PAGES = ["/routing/", "/routing/playground/", "/routing/versions/", "/routing/eval/", "/routing/shadow/",
-              "/routing/prototypes/export?format=csv", "/routing/outcomes/"]
+              "/routing/prototypes/export?format=csv", "/routing/outcomes/", "/routing/replay/"]
 
 
 def upload(content: str, name: str = "p.csv") -> SimpleUploadedFile:
