@@ -14,6 +14,7 @@
 3. the starter version's accuracy on the evaluation set, learned and similarity rules side
    by side, the head's cross-validated accuracy on the prototypes, beside the best single
    cut on characters and on tokens and the keyword baseline;
+   feedback ingestion (the service behind POST /v1/feedback, per request and per conversation);
 4. the gateway's added latency for model="auto" against an explicit lane (uvicorn + a fast
    local upstream, as perf/gateway_overhead.py).
 Percentiles are in milliseconds. No timing here is asserted by a test."""
@@ -48,8 +49,8 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import AnonymousUser  # noqa: E402
 
 from core.stats import percentile_nearest_rank  # noqa: E402
-from gateway.models import ApiKey  # noqa: E402
-from gateway.services import api_key_create  # noqa: E402
+from gateway.models import ApiKey, RequestLog, RequestOutcome  # noqa: E402
+from gateway.services import api_key_create, request_outcome_record  # noqa: E402
 from lanes.models import Lane, LaneNode, Node  # noqa: E402
 from perf.gateway_drive import BODY, Result, drive, free_port, serve_upstream, wait_port  # noqa: E402
 from routing.batcher import EmbeddingBatcher  # noqa: E402
@@ -256,6 +257,31 @@ def bench_accuracy(encoder: Encoder, prototypes: PrototypeSet, config: RouterCon
             "keywords": {"accuracy": round(keywords.accuracy, 3), "rule": keywords.detail}}
 
 
+def bench_feedback(n: int) -> dict[str, Any]:
+    """Feedback ingestion: the service behind POST /v1/feedback (ownership check + upsert),
+    sequential, per request and per conversation of 5 turns; the HTTP hop is not included."""
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True)
+    ApiKey.objects.filter(name="router-bench-feedback").delete()
+    key = api_key_create(actor=AnonymousUser(), name="router-bench-feedback").key
+    RequestLog.objects.bulk_create([
+        RequestLog(request_id=f"req-bench-{i}", key=key, endpoint="chat.completions", lane="qwen", status=200,
+                   latency_ms=1.0, conversation=f"{i // 5:032x}") for i in range(n)])
+    out: dict[str, Any] = {}
+    for scope, ids in (("request", range(n)), ("conversation", range(0, n, 5))):
+        times = []
+        begin = time.perf_counter()
+        for i in ids:
+            started = time.perf_counter()
+            request_outcome_record(key_id=key.pk, request_id=f"req-bench-{i}", score=1.0, task="bench",
+                                   conversation=scope == "conversation")
+            times.append(time.perf_counter() - started)
+        out[scope] = {"feedbacks_per_s": round(len(times) / (time.perf_counter() - begin), 1), **summary(times)}
+    RequestOutcome.objects.filter(key=key).delete()
+    RequestLog.objects.filter(key=key).delete()
+    key.delete()
+    return out
+
+
 def bench_gateway(quick: bool) -> dict[str, Any]:
     """model="auto" against model="bench-fast" through one uvicorn worker, a fast upstream."""
     upstream_port, gateway_port = free_port(), free_port()
@@ -355,6 +381,8 @@ def main() -> None:
     print(json.dumps(report["concurrent_32"], indent=1), flush=True)
     report["accuracy"] = bench_accuracy(encoder, prototypes, config)
     print(json.dumps(report["accuracy"], indent=1), flush=True)
+    report["feedback"] = bench_feedback(200 if args.quick else 1000)
+    print(json.dumps(report["feedback"], indent=1), flush=True)
     if not args.no_gateway:
         report["gateway"] = bench_gateway(args.quick)
         print(json.dumps(report["gateway"], indent=1), flush=True)
