@@ -20,7 +20,7 @@ from routing.learned import LearnedHead, Matrix, prototypes_sha
 LEARNED_C = 10.0
 CV_FOLDS = 5
 RANDOM_STATE = 0
-MIN_PER_LABEL = 2  # a label needs two prototypes to be learned (and one to hold out)
+CV_MIN_PER_LABEL = 2  # a label takes part in cross-validation with two prototypes or more
 
 
 class TrainingRefused(ValueError):
@@ -41,23 +41,26 @@ def train_head(vectors: Matrix, texts: Sequence[str], labels: Sequence[str], *, 
         counts[label] = counts.get(label, 0) + 1
     if len(counts) < 2:
         raise TrainingRefused("prototypes: a learned decision needs at least two labels.")
-    thin = sorted(label for label, n in counts.items() if n < MIN_PER_LABEL)
-    if thin:
-        raise TrainingRefused(f"prototypes: each label needs at least {MIN_PER_LABEL} enabled prototypes "
-                              f"({', '.join(thin)} has fewer).")
     x, y = _ordered(np.asarray(vectors, dtype=np.float64), labels, texts)
 
     def model() -> LogisticRegression:
         return LogisticRegression(C=LEARNED_C, max_iter=5000, random_state=RANDOM_STATE)
 
-    folds = min(CV_FOLDS, min(counts.values()))
-    held_out = cross_val_predict(model(), x, y, cv=StratifiedKFold(folds, shuffle=True, random_state=RANDOM_STATE))
     fitted = model().fit(x, y)
     in_sample = fitted.predict(x)
 
-    def lane_accuracy(predicted: Sequence[str]) -> float:
-        return float(np.mean([lane_for(a) == lane_for(b) for a, b in zip(y, predicted, strict=True)]))
+    def lane_accuracy(want: Sequence[str], predicted: Sequence[str]) -> float:
+        return float(np.mean([lane_for(a) == lane_for(b) for a, b in zip(want, predicted, strict=True)]))
 
+    # A label with a single prototype (just added) is learned but cannot be held out: the
+    # cross-validation runs on the labels with two or more.
+    rows = [i for i, label in enumerate(y) if counts[label] >= CV_MIN_PER_LABEL]
+    cv_y = [y[i] for i in rows]
+    cv_accuracy = 0.0
+    if len(set(cv_y)) >= 2:
+        folds = min(CV_FOLDS, min(counts[label] for label in cv_y))
+        held_out = cross_val_predict(model(), x[rows], cv_y, cv=StratifiedKFold(folds, shuffle=True, random_state=RANDOM_STATE))
+        cv_accuracy = lane_accuracy(cv_y, list(held_out))
     return LearnedHead(encoder, prototypes_sha(texts, labels), tuple(str(c) for c in fitted.classes_),
                        fitted.coef_.astype(np.float32), fitted.intercept_.astype(np.float32),
-                       round(lane_accuracy(list(held_out)), 4), round(lane_accuracy(list(in_sample)), 4))
+                       round(cv_accuracy, 4), round(lane_accuracy(y, list(in_sample)), 4))

@@ -113,11 +113,13 @@ def test_the_order_of_the_prototypes_does_not_change_the_head():
     assert one.to_json() == two.to_json()
 
 
-def test_training_needs_two_labels_with_two_prototypes_each():
+def test_training_needs_two_labels_and_learns_a_label_with_one_prototype():
     with pytest.raises(TrainingRefused, match="at least two labels"):
         train_head(np.eye(3, dtype=np.float32), ["a", "b", "c"], ["x"] * 3, encoder="e", lane_for=str)
-    with pytest.raises(TrainingRefused, match="y has fewer"):
-        train_head(np.eye(3, dtype=np.float32), ["a", "b", "c"], ["x", "x", "y"], encoder="e", lane_for=str)
+    vectors = np.eye(5, dtype=np.float32)
+    head = train_head(vectors, list("abcde"), ["x", "x", "y", "y", "new"], encoder="e", lane_for=str)
+    assert head.classes == ("new", "x", "y")  # learned, though it cannot be held out
+    assert head.probabilities(vectors[4:5])[0].argmax() == 0
 
 
 def test_a_changed_prototype_makes_the_head_stale_and_publishing_it_is_refused(starter, admin_user):
