@@ -7,10 +7,9 @@ nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
 from routing.learned import LearnedHead, Matrix, prototypes_sha
 
@@ -36,6 +35,12 @@ def train_head(vectors: Matrix, texts: Sequence[str], labels: Sequence[str], *, 
                lane_for: Callable[[str], str]) -> LearnedHead:
     """Fits the head on every prototype, and scores it by stratified k-fold cross-validation
     (lane-level accuracy: a label confused with another of the same lane routes right)."""
+    # scikit-learn loads here, in the process that trains (the worker), not at import: every
+    # web and gateway process imports this module, and scikit-learn costs them ~100 MB and
+    # 1-4 s of start-up (measured with /usr/bin/time) for nothing they run.
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
     counts: dict[str, int] = {}
     for label in labels:
         counts[label] = counts.get(label, 0) + 1
@@ -43,7 +48,7 @@ def train_head(vectors: Matrix, texts: Sequence[str], labels: Sequence[str], *, 
         raise TrainingRefused("prototypes: a learned decision needs at least two labels.")
     x, y = _ordered(np.asarray(vectors, dtype=np.float64), labels, texts)
 
-    def model() -> LogisticRegression:
+    def model() -> Any:
         return LogisticRegression(C=LEARNED_C, max_iter=5000, random_state=RANDOM_STATE)
 
     fitted = model().fit(x, y)
