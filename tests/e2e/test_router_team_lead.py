@@ -10,6 +10,7 @@ from typing import Any
 import openai
 import pytest
 
+from routing.models import RouterVersion
 from routing.services import starter_load
 from routing.tasks import train_router_version
 from sparksim.standalone import EngineHandle
@@ -75,7 +76,7 @@ def draft_sending_the_label_to_deepseek(page: Any, url: str) -> None:
     # the test runs the task the worker would run for the queued message)
     page.click("#train")
     page.wait_for_selector("text=Training v2")
-    train_router_version(2)
+    train_router_version(RouterVersion.objects.get(number=2).pk)
     page.reload()
     assert page.inner_text("#train-state") == "trained"
 
