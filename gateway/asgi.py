@@ -21,6 +21,7 @@ from django.conf import settings
 
 from gateway.choose import AUTO
 from gateway.directory import KeyInfo, LaneInfo, resolve_model
+from gateway.feedback import handle_feedback
 from gateway.handler import finish, handle_completion
 from gateway.http import (
     NO_BODY_LIMIT,
@@ -115,11 +116,13 @@ async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
     endpoint = ENDPOINTS.get(rest)
     if endpoint is not None and method == "POST":
         await handle_completion(scope, receive, send, endpoint=endpoint, path_lane=path_lane or None)
+    elif rest == "feedback" and not path_lane and method == "POST":
+        await handle_feedback(scope, receive, send)
     elif (rest == "models" or rest.startswith("models/")) and method == "GET":
         await handle_models(scope, receive, send, path_lane=path_lane or None, model_id=rest[7:] or None)
-    elif endpoint is not None or rest == "models" or rest.startswith("models/"):
+    elif endpoint is not None or rest in ("models", "feedback") or rest.startswith("models/"):
         error = GatewayError(405, f"{method} is not allowed on {scope['path']}.", code="method_not_allowed")
-        await send_error(send, error, [(b"allow", b"POST" if endpoint else b"GET"),
+        await send_error(send, error, [(b"allow", b"POST" if endpoint or rest == "feedback" else b"GET"),
                                        (b"x-request-id", new_request_id().encode())])
     else:
         error = GatewayError(404, f"Unknown endpoint {scope['path']}.", code="unknown_url")

@@ -36,6 +36,7 @@ class KeyInfo:
     tpm: int
     max_parallel: int
     log_prompts: bool
+    capture_prompts: bool
     expires_at: float | None
     revoked: bool
 
@@ -95,6 +96,7 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
         tpm=key.tpm_limit or 0,
         max_parallel=key.max_parallel or 0,
         log_prompts=key.log_prompts,
+        capture_prompts=key.capture_prompts,
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
     )

@@ -14,6 +14,7 @@ class ApiKeyForm(forms.Form):
     max_parallel = forms.IntegerField(required=False, label="Max in flight")
     expires_at = forms.DateTimeField(required=False, help_text="YYYY-MM-DD HH:MM (UTC); empty = never.")
     log_prompts = forms.BooleanField(required=False, label="Store prompt text in the request log")
+    capture_prompts = forms.BooleanField(required=False, label="Capture the last prompts (secrets redacted) for router replay")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ import orjson
 from django.conf import settings
 from django.utils import timezone
 
+from core.db import db_call
 from gateway import limits
 from gateway.admission import admit, refuse, release, trace_left
 from gateway.choose import RouteDecision, choose_lane
@@ -57,7 +58,9 @@ from gateway.relay import (
 )
 from gateway.replicas import affinity_key
 from gateway.request import ParsedRequest, parse_request, prompt_text, upstream_body
+from gateway.route import conversation_digest, last_user_text
 from gateway.runtime import GatewayRuntime, runtime
+from gateway.services import captured_prompt_store
 from gateway.shared_files import SharedBody, busy_error, read_shared_body
 from gateway.upstream import provably_not_received, upstream_send
 from gateway.wire import GatewayError, completion_text
@@ -315,8 +318,13 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "ttft_ms": outcome.ttft_ms,
         "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms, "received_at": received_at,
         "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
+        "conversation": (conversation_digest(request.body) or "") if request else "",
         **outcome.router_columns(),
     })
+    if key is not None and key.capture_prompts and request is not None and request.large is None and outcome.status == 200:
+        rt.spawn(db_call(captured_prompt_store, key_id=key.id, request_id=outcome.request_id,
+                         text=last_user_text(request.body), lane=outcome.lane, route_label=outcome.label,
+                         router_version=outcome.auto.version if outcome.auto else None))
     large_slot = outcome.mirror and request is not None and request.large is not None
     if key is not None and request is not None and outcome.mirror and outcome.status == 200 and outcome.record is not None:
         raw = outcome.record.partition(b"|")[2].partition(b"|")[2]

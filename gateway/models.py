@@ -36,6 +36,8 @@ class ApiKey(models.Model):
     tpm_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Tokens per minute; empty = no limit.")
     max_parallel = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Requests in flight; empty = no limit.")
     log_prompts = models.BooleanField(default=False, help_text="Store prompt text in the request log.")
+    # Opt-in: keep this key's last prompts (redacted, capped) as CapturedPrompt, to replay drafts on.
+    capture_prompts = models.BooleanField(default=False, help_text="Keep the last prompts (secrets redacted) for router replay.")
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -105,6 +107,9 @@ class RequestLog(models.Model):
     received_at = models.DateTimeField(null=True, blank=True)
     upstream_ms = models.FloatField(null=True, blank=True)
     prompt_text = models.TextField(blank=True, default="")
+    # The conversation it belongs to (gateway.route.conversation_digest: its first messages),
+    # so a conversation-level outcome reaches each of its requests. Empty: no messages.
+    conversation = models.CharField(max_length=32, blank=True, default="", db_default="")
 
     class Meta:
         db_table = "routing_requestlog"
@@ -113,10 +118,55 @@ class RequestLog(models.Model):
             models.Index(fields=["key", "-id"], name="requestlog_key_recent"),
             # The request log page filtered by lane (and status), newest first (keyset on id).
             models.Index(fields=["lane", "status", "-id"], name="requestlog_lane_status_recent"),
+            models.Index(fields=["request_id"], name="requestlog_request_id"),
+            models.Index(fields=["key", "conversation"], name="requestlog_key_conversation"),
         ]
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.lane} {self.status}"
+
+
+class CapturedPrompt(models.Model):
+    """One prompt of a key that opted in (ApiKey.capture_prompts): the text the router embeds
+    (the last user message), secrets redacted before it is stored (gateway.capture), cut
+    to CAPTURE_MAX_CHARS, the key's last CAPTURE_PER_KEY kept, and no longer than the
+    request log. Router replay (and later the teams' and benchmarks' work) reads these."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
+    request_id = models.CharField(max_length=40, db_index=True)
+    text = models.TextField()
+    lane = models.CharField(max_length=63, blank=True)  # the lane that answered
+    route_label = models.CharField(max_length=64, blank=True)
+    router_version = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["key", "-id"], name="capturedprompt_key_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.text[:40]}"
+
+
+class RequestOutcome(models.Model):
+    """How a request went, told by the agent that sent it (POST /v1/feedback): seed 000's
+    (task, model, latency, quality score), joined to the request log by request_id. A
+    conversation-level outcome is one row per request of that conversation."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
+    request_id = models.CharField(max_length=40, db_index=True)
+    score = models.FloatField()  # 0 (failure) … 1 (success); a boolean is 0 or 1
+    comment = models.TextField(blank=True, default="")
+    task = models.CharField(max_length=64, blank=True, default="")
+    conversation = models.BooleanField(default=False)  # given for the whole conversation
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [models.UniqueConstraint(fields=["request_id"], name="one_outcome_per_request")]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.score}"
 
 
 class MirrorSample(models.Model):

@@ -22,7 +22,7 @@ from gateway.wire import GatewayError
 from routing.batcher import EmbeddingBatcher
 from routing.decision import Decision, decide
 from routing.encoder import Encoder
-from routing.published import PublishedRouter, RouterState
+from routing.published import PublishedRouter, RouterState, shadow_count_key
 
 REASON_CONTEXT = "context"
 
@@ -50,6 +50,16 @@ class RouterRuntime:
         self.published = PublishedRouter(client)
         self._batcher: EmbeddingBatcher | None = None
         self._writes: set[asyncio.Task[Any]] = set()
+        self.shadow_done: set[int] = set()  # shadow drafts whose sample limit is reached
+
+    def count_shadow(self, number: int, limit: int) -> None:
+        """Count a shadow decision in Redis (every process shares the count), off the client's time."""
+        async def incr() -> None:
+            if await self.redis.incr(shadow_count_key(number)) >= limit > 0:
+                self.shadow_done.add(number)
+        task = asyncio.create_task(incr())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     def remember(self, key: str, value: bytes) -> None:
         """Store a conversation's lane without making the client wait for Redis."""
@@ -94,16 +104,21 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
-def conversation_key(body: Mapping[str, Any], key: KeyInfo) -> str | None:
-    """A conversation is known by its first messages: every later turn starts the same way,
-    so it keeps its lane (and that lane's prefix cache)."""
+def conversation_digest(body: Mapping[str, Any]) -> str | None:
+    """A conversation is known by its first messages: every later turn starts the same way
+    (the same digest keeps its lane, and a conversation-level outcome reaches every turn)."""
     count = settings.ROUTER_AFFINITY_MESSAGES
     messages = body.get("messages")
     if not count or not isinstance(messages, list) or not messages:
         return None
     head = [[m.get("role"), _text(m.get("content"))] for m in messages[:count] if isinstance(m, dict)]
-    digest = hashlib.sha256(orjson.dumps(head)).hexdigest()[:32]
-    return f"{settings.REDIS_PREFIX}:router:aff:{key.id}:{digest}"
+    return hashlib.sha256(orjson.dumps(head)).hexdigest()[:32]
+
+
+def conversation_key(body: Mapping[str, Any], key: KeyInfo) -> str | None:
+    """The Redis key of a conversation's lane (and that lane's prefix cache)."""
+    digest = conversation_digest(body)
+    return f"{settings.REDIS_PREFIX}:router:aff:{key.id}:{digest}" if digest else None
 
 
 def prompt_upper_bound(raw_bytes: int, body: Mapping[str, Any]) -> int:
@@ -149,7 +164,7 @@ async def route_auto(
         if decision.lane is None:
             raise GatewayError(503, "No lane this key may use is serving.", code="no_lane_available",
                                type_="server_error", retry_after_s=5, retryable=True)
-        route = _with_shadow(state, vector, decision)
+        route = _with_shadow(rt, state, vector, decision)
         if affinity_key:
             rt.remember(affinity_key, orjson.dumps([route.lane, route.reason, route.score, route.label, route.version]))
     return _fit_context(route, lanes, usable, prompt_upper_bound(raw_bytes, body))
@@ -165,12 +180,13 @@ async def _remembered(rt: RouterRuntime, affinity_key: str, usable: Any) -> Auto
     return AutoRoute(lane=lane, reason=reason, score=score, label=label, version=version, affinity=True)
 
 
-def _with_shadow(state: RouterState, vector: Any, decision: Decision) -> AutoRoute:
+def _with_shadow(rt: RouterRuntime, state: RouterState, vector: Any, decision: Decision) -> AutoRoute:
     assert state.published is not None and decision.lane is not None
     route = AutoRoute(lane=decision.lane, reason=decision.reason, score=decision.score, label=decision.label,
                       prototype=decision.prototype[:200], version=state.published.number)
-    if state.shadow is None or random.random() >= settings.ROUTER_SHADOW_SHARE:
+    if state.shadow is None or state.shadow.number in rt.shadow_done or random.random() >= settings.ROUTER_SHADOW_SHARE:
         return route
+    rt.count_shadow(state.shadow.number, state.shadow.sample_limit)
     # The draft decides on the same vector, as if every lane could take it: what it would do.
     shadow = decide(vector, state.shadow.prototypes, state.shadow.config, usable=lambda _lane: True)
     return replace(route, shadow_version=state.shadow.number, shadow_lane=shadow.lane or "",

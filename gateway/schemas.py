@@ -20,6 +20,7 @@ class ApiKeyIn(InSchema):
     max_parallel: int | None = None
     expires_at: datetime | None = None
     log_prompts: bool = False
+    capture_prompts: bool = False
 
 
 class ApiKeyOut(Schema):
@@ -32,6 +33,7 @@ class ApiKeyOut(Schema):
     tpm_limit: int | None
     max_parallel: int | None
     log_prompts: bool
+    capture_prompts: bool
     expires_at: datetime | None
     revoked_at: datetime | None
     created_at: datetime

@@ -11,8 +11,9 @@ from django.core.exceptions import ValidationError
 from django.db.models import Avg, Count, F, Q, QuerySet
 from django.utils import timezone
 
+from core.stats import percentile_nearest_rank
 from core.validators import whole_number
-from gateway.models import ApiKey, MirrorSample, RequestLog, RouteReason
+from gateway.models import ApiKey, CapturedPrompt, MirrorSample, RequestLog, RequestOutcome, RouteReason
 
 STATUS_FILTER_RULE = "must be ok, error or an HTTP status from 100 to 599"
 
@@ -114,3 +115,48 @@ def shadow_comparison(version_number: int, *, examples: int = 20) -> tuple[int, 
     table = [ShadowRow(a, b, n) for (a, b), n in sorted(counts.items())]
     disagreements = list(rows.exclude(shadow_lane="").exclude(lane=F("shadow_lane")).order_by("-id")[:examples])
     return sum(counts.values()), table, disagreements
+
+
+@dataclass(frozen=True)
+class OutcomeRow:
+    """Rated requests of one group: success is the mean score (0-1)."""
+
+    group: tuple[str, ...]
+    count: int
+    success: float
+    latency_p50_ms: float | None
+    completion_tokens_mean: float | None
+
+
+def _outcome_rows(groups: dict[tuple[str, ...], list[tuple[float, float, int | None]]]) -> list[OutcomeRow]:
+    out = []
+    for group, items in sorted(groups.items()):
+        tokens = [t for _, _, t in items if t is not None]
+        out.append(OutcomeRow(group, len(items), sum(s for s, _, _ in items) / len(items),
+                              percentile_nearest_rank([lat for _, lat, _ in items], 0.5),
+                              sum(tokens) / len(tokens) if tokens else None))
+    return out
+
+
+def outcome_summary() -> dict[str, list[OutcomeRow]]:
+    """Agents' outcomes joined to the request log: per lane × router label, per key, per task."""
+    scores = dict(RequestOutcome.objects.values_list("request_id", "score"))
+    tasks = dict(RequestOutcome.objects.exclude(task="").values_list("request_id", "task"))
+    by_lane: dict[tuple[str, ...], list[tuple[float, float, int | None]]] = {}
+    by_key: dict[tuple[str, ...], list[tuple[float, float, int | None]]] = {}
+    by_task: dict[tuple[str, ...], list[tuple[float, float, int | None]]] = {}
+    rows = (RequestLog.objects.filter(request_id__in=list(scores))
+            .values_list("request_id", "lane", "route_label", "key__name", "latency_ms", "completion_tokens"))
+    for request_id, lane, label, key_name, latency, tokens in rows:
+        item = (scores[request_id], latency, tokens)
+        by_lane.setdefault((lane, label or "—"), []).append(item)
+        by_key.setdefault((key_name or "—",), []).append(item)
+        by_task.setdefault((tasks.get(request_id, "—"), lane), []).append(item)
+    return {"lanes": _outcome_rows(by_lane), "keys": _outcome_rows(by_key), "tasks": _outcome_rows(by_task)}
+
+
+def captured_prompts_with_outcomes(*, limit: int = 5000) -> tuple[list[str], list[str], list[float | None]]:
+    """The captured prompts (newest first), the lane that served each, and its outcome score."""
+    rows = list(CapturedPrompt.objects.order_by("-id").values_list("request_id", "text", "lane")[:limit])
+    scores = dict(RequestOutcome.objects.filter(request_id__in=[r[0] for r in rows]).values_list("request_id", "score"))
+    return [r[1] for r in rows], [r[2] for r in rows], [scores.get(r[0]) for r in rows]

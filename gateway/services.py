@@ -17,8 +17,9 @@ from django.utils import timezone
 from core.audit import audit_record
 from core.roles import UserLike
 from core.validators import has_control_characters
+from gateway.capture import CAPTURE_PER_KEY, captured_text
 from gateway.keys import hash_secret, key_names, key_namespace
-from gateway.models import ApiKey, RequestLog
+from gateway.models import ApiKey, CapturedPrompt, RequestLog, RequestOutcome
 from lanes.models import Lane
 from lanes.replica_health import invalidation_channel
 
@@ -45,7 +46,7 @@ def _key_snapshot(key: ApiKey) -> dict[str, object]:
     return {
         "name": key.name, "prefix": key.prefix, "allowed_lanes": sorted(key.allowed_lanes.values_list("name", flat=True)),
         "default_route": key.default_route, "rpm_limit": key.rpm_limit, "tpm_limit": key.tpm_limit,
-        "max_parallel": key.max_parallel, "log_prompts": key.log_prompts,
+        "max_parallel": key.max_parallel, "log_prompts": key.log_prompts, "capture_prompts": key.capture_prompts,
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
     }
@@ -68,6 +69,7 @@ def api_key_create(
     max_parallel: int | None = None,
     expires_at: datetime | None = None,
     log_prompts: bool = False,
+    capture_prompts: bool = False,
 ) -> CreatedKey:
     errors: dict[str, list[str]] = {}
     name = (name or "").strip()
@@ -96,7 +98,7 @@ def api_key_create(
         name=name, owner=owner,
         prefix=secret[:VISIBLE_PREFIX_LEN], secret_hash=hash_secret(secret), default_lane=default_lane,
         rpm_limit=rpm_limit, tpm_limit=tpm_limit, max_parallel=max_parallel, expires_at=expires_at,
-        log_prompts=log_prompts,
+        log_prompts=log_prompts, capture_prompts=capture_prompts,
     )
     try:  # each field's declared rules (core.validators): the same for the form, the API and the shell
         key.full_clean(exclude=[*errors, "default_lane"])
@@ -169,3 +171,57 @@ def request_log_purge(
         batches += 1
         start = end
     return PurgeResult(deleted=deleted, batches=batches, finished=True)
+
+
+def request_outcome_purge(*, now: datetime | None = None) -> int:
+    """Outcomes and captured prompts are kept as long as the request log
+    (PORTAL_GATEWAY_LOG_RETENTION_DAYS)."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS)
+    return (RequestOutcome.objects.filter(created_at__lt=cutoff).delete()[0]
+            + CapturedPrompt.objects.filter(created_at__lt=cutoff).delete()[0])
+
+
+def captured_prompt_store(*, key_id: int, request_id: str, text: str, lane: str = "", route_label: str = "",
+                          router_version: int | None = None) -> CapturedPrompt | None:
+    """Keeps one prompt of a key that opted in: cut and redacted before it is stored, and
+    only the key's last CAPTURE_PER_KEY kept."""
+    if not text.strip():
+        return None
+    row = CapturedPrompt.objects.create(key_id=key_id, request_id=request_id, text=captured_text(text), lane=lane,
+                                        route_label=route_label, router_version=router_version)
+    stale = CapturedPrompt.objects.filter(key_id=key_id).order_by("-id").values_list("id", flat=True)[CAPTURE_PER_KEY:]
+    CapturedPrompt.objects.filter(id__in=list(stale)).delete()
+    return row
+
+
+class FeedbackRefused(Exception):
+    """A feedback the gateway answers with an error (status, code, the field it is about)."""
+
+    def __init__(self, status: int, message: str, *, code: str, param: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+
+def request_outcome_record(*, key_id: int, request_id: str, score: float, comment: str = "", task: str = "",
+                           conversation: bool = False) -> int:
+    """Records how a request went (or, with `conversation`, every request so far of its
+    conversation) for the key that sent it; a later feedback for the same request replaces
+    the earlier one. Returns how many requests it attaches to."""
+    row = RequestLog.objects.filter(request_id=request_id, key_id=key_id).only("conversation").first()
+    if row is None:  # unknown, or another key's: the same answer, so ids leak nothing
+        raise FeedbackRefused(
+            404, f"request_id: no request of this key has the id {request_id!r} (its log row is written within "
+            "a second of the answer; feedback on another key's request is refused).",
+            code="request_not_found", param="request_id")
+    if conversation and not row.conversation:
+        raise FeedbackRefused(400, "scope: this request has no conversation (no messages): rate it with scope `request`.",
+                              code="invalid_request", param="scope")
+    ids = ([request_id] if not conversation else
+           list(RequestLog.objects.filter(key_id=key_id, conversation=row.conversation)
+                .values_list("request_id", flat=True).distinct()))
+    RequestOutcome.objects.bulk_create(
+        [RequestOutcome(key_id=key_id, request_id=rid, score=score, comment=comment, task=task,
+                        conversation=conversation) for rid in ids],
+        update_conflicts=True, unique_fields=["request_id"],
+        update_fields=["score", "comment", "task", "conversation", "created_at"])
+    return len(ids)

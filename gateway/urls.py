@@ -12,4 +12,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("gateway/mirror/", views.mirror_page, name="mirror"),
     # The draft router's decisions on live traffic, read from the gateway's request log.
     path("routing/shadow/", views.draft_shadow_page, name="draft-shadow"),
+    # The agents' outcomes (POST /v1/feedback) joined to the request log.
+    path("routing/outcomes/", views.outcomes_page, name="outcomes"),
+    # A version replayed on the captured prompts (ApiKey.capture_prompts).
+    path("routing/replay/", views.replay_page, name="replay"),
 ]

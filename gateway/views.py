@@ -15,11 +15,21 @@ from django.views.decorators.http import require_POST
 from core.roles import Capability, require, role_required
 from gateway.forms import ApiKeyForm
 from gateway.models import ApiKey
-from gateway.selectors import api_key_list, mirror_sample_list, mirror_summary, shadow_comparison
+from gateway.selectors import (
+    api_key_list,
+    captured_prompts_with_outcomes,
+    mirror_sample_list,
+    mirror_summary,
+    outcome_summary,
+    shadow_comparison,
+)
 from gateway.services import api_key_create, api_key_revoke
+from routing.encoder import EncoderUnavailable
+from routing.evaluation import replay_version
 from routing.models import VersionStatus
-from routing.selectors import shadow_version, version_list, version_or_404
-from routing.services import router_version_set_shadow
+from routing.published import shadow_count
+from routing.selectors import published_version, shadow_version, version_changes, version_list, version_or_404
+from routing.services import previous_active_version, router_version_set_shadow
 
 FORM_TOKENS_SESSION_KEY = "gateway_key_form_tokens"
 
@@ -90,6 +100,31 @@ def draft_shadow_page(request: HttpRequest) -> HttpResponse:
     version = shadow_version()
     total, table, examples = shadow_comparison(version.number) if version else (0, [], [])
     agree = sum(row.count for row in table if row.published_lane == row.shadow_lane)
+    published, previous = published_version(), previous_active_version()
     return render(request, "routing/shadow.html", {
         "tab": "shadow", "version": version, "total": total, "table": table, "examples": examples,
-        "agreement": agree / total if total else None, "drafts": version_list().filter(status=VersionStatus.DRAFT)})
+        "agreement": agree / total if total else None, "drafts": version_list().filter(status=VersionStatus.DRAFT),
+        "sampled": shadow_count(version.number) if version else 0, "published": published, "previous": previous,
+        "activate_changes": version_changes(version, published) if version else None})
+
+
+@role_required(Capability.VIEW)
+def outcomes_page(request: HttpRequest) -> HttpResponse:
+    """What the agents said of their requests (POST /v1/feedback), by lane × label, key, task."""
+    return render(request, "routing/outcomes.html", {"tab": "outcomes", "summary": outcome_summary()})
+
+
+@role_required(Capability.VIEW)
+def replay_page(request: HttpRequest) -> HttpResponse:
+    """A version replayed offline on the captured prompts (keys that opt in to capture)."""
+    drafts = version_list().filter(status=VersionStatus.DRAFT)
+    number = request.GET.get("version", "")
+    report, unavailable = None, None
+    if number:
+        texts, served, scores = captured_prompts_with_outcomes()
+        try:
+            report = replay_version(version_or_404(number), texts=texts, served=served, scores=scores)
+        except EncoderUnavailable as exc:
+            unavailable = str(exc)
+    return render(request, "routing/replay.html", {"tab": "replay", "drafts": drafts, "report": report,
+                                                   "unavailable": unavailable, "number": number})

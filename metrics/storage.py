@@ -18,7 +18,7 @@ from django.db.models.functions import Cast, TruncDate
 
 from gateway.durable import keyed_request_purge
 from gateway.models import RequestLog
-from gateway.services import request_log_purge
+from gateway.services import request_log_purge, request_outcome_purge
 from metrics.models import (
     LATENCY_BUCKETS_MS,
     GatewayDay,
@@ -276,6 +276,7 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
     hour_cutoff = now - timedelta(days=settings.METRICS_HOUR_RETENTION_DAYS)
     report["deleted"]["SampleHour"] = SampleHour.objects.filter(ts__lt=hour_cutoff).delete()[0]
     report["deleted"]["KeyedRequest"] = keyed_request_purge(now=now)  # expired durable idempotency traces
+    report["deleted"]["RequestOutcome"] = request_outcome_purge(now=now)  # the agents' outcomes, as the log
     with transaction.atomic():
         # Hours before the previous one are final (the rollup recomputes only the current and
         # previous hours): fold them into /metrics' running totals, then delete the old ones —

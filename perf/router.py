@@ -6,11 +6,15 @@
 1. the bare encoder forward pass, short (~15 tokens) and long (~250 tokens) prompts, for the
    configured model (int8 MiniLM by default) and, with --fp32 DIR, an fp32 export of the same
    model (perf/export_fp32_minilm.py) — the representation fastest on this CPU;
-2. the full routing decision (embed through the micro-batcher + one matrix product + the
-   label pick), cold (unique prompts) and cached (repeats), sequential and 32 concurrent,
-   with micro-batching against one-at-a-time;
-3. the starter version's accuracy on the evaluation set, beside the best length-only cut
-   and the keyword baseline;
+2. the full routing decision of the starter (the learned head; embed through the
+   micro-batcher + the head + the lane pick), cold (unique prompts) and cached (repeats),
+   short and long, sequential and 32 concurrent (short, long and mixed), micro-batching by
+   length against one plain batch of up to 32 and against one-at-a-time;
+   a 100K-character prompt tokenized whole against cut before tokenizing;
+3. the starter version's accuracy on the evaluation set, learned and similarity rules side
+   by side, the head's cross-validated accuracy on the prototypes, beside the best single
+   cut on characters and on tokens and the keyword baseline;
+   feedback ingestion (the service behind POST /v1/feedback, per request and per conversation);
 4. the gateway's added latency for model="auto" against an explicit lane (uvicorn + a fast
    local upstream, as perf/gateway_overhead.py).
 Percentiles are in milliseconds. No timing here is asserted by a test."""
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +49,8 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import AnonymousUser  # noqa: E402
 
 from core.stats import percentile_nearest_rank  # noqa: E402
-from gateway.models import ApiKey  # noqa: E402
-from gateway.services import api_key_create  # noqa: E402
+from gateway.models import ApiKey, RequestLog, RequestOutcome  # noqa: E402
+from gateway.services import api_key_create, request_outcome_record  # noqa: E402
 from lanes.models import Lane, LaneNode, Node  # noqa: E402
 from perf.gateway_drive import BODY, Result, drive, free_port, serve_upstream, wait_port  # noqa: E402
 from routing.batcher import EmbeddingBatcher  # noqa: E402
@@ -59,17 +64,21 @@ from routing.decision import (  # noqa: E402
 )
 from routing.encoder import Encoder  # noqa: E402
 from routing.evaluation import DEEP_KEYWORDS  # noqa: E402
+from routing.learned import LearnedHead  # noqa: E402
 from routing.selectors import published_version  # noqa: E402
 from routing.services import (  # noqa: E402
     STARTER_AGGREGATION,
     STARTER_DEFAULT_LANE,
     STARTER_DIR,
     STARTER_LABEL_LANES,
+    STARTER_PROBABILITY_FLOOR,
     STARTER_THRESHOLD,
     prototypes_import,
     router_version_create_draft,
     router_version_publish,
+    router_version_train,
 )
+from routing.training import train_head  # noqa: E402
 
 SUBJECTS = ["PostgreSQL", "Redis", "the RoCE switch", "vLLM", "the Spark nodes", "Celery", "nginx", "Kafka",
             "the KV cache", "NCCL", "the router", "Docker", "Ray", "the UPS", "the gateway", "Prometheus"]
@@ -98,11 +107,39 @@ def request_summary(values: list[float]) -> dict[str, float]:
 
 
 def starter_set(encoder: Encoder) -> tuple[PrototypeSet, RouterConfig]:
+    """The starter version as published: its prototypes and their trained head."""
     rows = list(csv.DictReader((STARTER_DIR / "prototypes.csv").open()))
-    texts = tuple(r["text"] for r in rows)
-    prototypes = PrototypeSet(texts, tuple(r["label"] for r in rows), encoder.embed(list(texts)))
-    config = RouterConfig(STARTER_THRESHOLD, STARTER_AGGREGATION, 3, STARTER_LABEL_LANES, STARTER_DEFAULT_LANE)
-    return prototypes, config
+    texts, labels = tuple(r["text"] for r in rows), tuple(r["label"] for r in rows)
+    vectors = encoder.embed(list(texts))
+    config = RouterConfig(STARTER_THRESHOLD, STARTER_AGGREGATION, 3, STARTER_LABEL_LANES, STARTER_DEFAULT_LANE,
+                          probability_floor=STARTER_PROBABILITY_FLOOR)
+    head = train_head(vectors, texts, labels, encoder=encoder.id, lane_for=config.lane_for)
+    return PrototypeSet(texts, labels, vectors, head=head), config
+
+
+def huge_prompt(size: int = 100_000) -> str:
+    filler = "node spark3 reported ok at step 41; latency=12ms, queue {depth: 3} SELECT id FROM runs; "
+    return "Summarise the failures in this log. " + (filler * (size // len(filler) + 1))[:size] + " Which node failed?"
+
+
+def bench_truncation(encoder: Encoder, rounds: int) -> dict[str, Any]:
+    """A 100K-character prompt: tokenized whole then cut (before), against cut in characters
+    first (now); and its full embedding."""
+    text = huge_prompt()
+    whole, cut, embed = [], [], []
+    for _ in range(max(5, rounds // 20)):
+        started = time.perf_counter()
+        encoder._head_and_tail(encoder.tokenizer.encode(text).ids)
+        whole.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        encoder.tokenize([text])
+        cut.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        encoder.embed([text])
+        embed.append(time.perf_counter() - started)
+    return {"chars": len(text), "tokenize_whole_then_cut": summary(whole), "cut_then_tokenize": summary(cut),
+            "embed": summary(embed),
+            "same_tokens": list(encoder.tokenize([text])[0][0]) == encoder._head_and_tail(encoder.tokenizer.encode(text).ids)}
 
 
 def bench_forward(encoder: Encoder, rounds: int) -> dict[str, Any]:
@@ -160,12 +197,22 @@ async def bench_decision(encoder: Encoder, prototypes: PrototypeSet, config: Rou
 
 
 async def bench_concurrent(encoder: Encoder, prototypes: PrototypeSet, config: RouterConfig, rounds: int) -> dict[str, Any]:
-    """32 clients at once, each asking for unique prompts: micro-batched against one-at-a-time."""
+    """32 clients at once, each asking for unique prompts: micro-batched by length, in one
+    plain batch of up to 32 (no length grouping: the earlier batcher), and one at a time."""
     out: dict[str, Any] = {}
-    for kind, make in (("short", short_prompt), ("long", long_prompt)):
+
+    def mixed_prompt(i: int) -> str:
+        return long_prompt(i) if i % 2 else short_prompt(i)
+
+    modes: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("by_length", {"max_batch": settings.ROUTER_MAX_BATCH}),
+        ("plain_batch", {"max_batch": settings.ROUTER_MAX_BATCH, "batch_tokens": 10**9, "spread": float("inf")}),
+        ("one_at_a_time", {"max_batch": 1}),
+    )
+    for kind, make in (("short", short_prompt), ("long", long_prompt), ("mixed", mixed_prompt)):
         total = 32 * (rounds // 20 if kind == "short" else max(2, rounds // 80))
-        for mode, max_batch in (("batched", settings.ROUTER_MAX_BATCH), ("one_at_a_time", 1)):
-            batcher = EmbeddingBatcher(encoder, max_batch=max_batch, cache_size=0)
+        for mode, options in modes:
+            batcher = EmbeddingBatcher(encoder, cache_size=0, **options)
             await batcher.embed(make(99_999))
             latencies: list[float] = []
             counter = iter(range(total))
@@ -183,21 +230,56 @@ async def bench_concurrent(encoder: Encoder, prototypes: PrototypeSet, config: R
             out[f"{kind}_{mode}"] = {"decisions_per_s": round(total / elapsed, 1), **summary(latencies),
                                      "forward_passes": batcher.batches}
             batcher.close()
-        out[f"{kind}_speedup"] = round(out[f"{kind}_batched"]["decisions_per_s"] / out[f"{kind}_one_at_a_time"]["decisions_per_s"], 2)
+        for mode in ("by_length", "plain_batch"):
+            out[f"{kind}_{mode}_speedup"] = round(out[f"{kind}_{mode}"]["decisions_per_s"]
+                                                  / out[f"{kind}_one_at_a_time"]["decisions_per_s"], 2)
     return out
 
 
 def bench_accuracy(encoder: Encoder, prototypes: PrototypeSet, config: RouterConfig) -> dict[str, Any]:
     rows = list(csv.DictReader((STARTER_DIR / "eval_prompts.csv").open()))
     texts, labels = [r["text"] for r in rows], [r["label"] for r in rows]
-    result = evaluate(encoder.embed(texts), texts, labels, prototypes, config)
+    queries = encoder.embed(texts)
+    result = evaluate(queries, texts, labels, prototypes, config)
+    similarity = evaluate(queries, texts, labels, replace(prototypes, head=None), replace(config, aggregation="mean_top_k"))
     expected = [config.lane_for(label) for label in labels]
-    length = length_baseline([encoder.token_count(t) for t in texts], expected, result.lanes)
+    chars = length_baseline([len(t) for t in texts], expected, result.lanes, unit="characters")
+    tokens = length_baseline([encoder.token_count(t) for t in texts], expected, result.lanes, unit="tokens")
     keywords = keyword_baseline(texts, expected, keywords=DEEP_KEYWORDS, keyword_lane="deepseek", other_lane="qwen")
-    return {"prompts": len(texts), "accuracy": round(result.accuracy, 3), "shares": result.shares,
+    head: LearnedHead | None = prototypes.head
+    return {"prompts": len(texts), "learned_accuracy (held out)": round(result.accuracy, 3), "shares": result.shares,
             "confusion": {"lanes": result.lanes, "rows": result.confusion},
-            "length_only_best": {"accuracy": round(length.accuracy, 3), "rule": length.detail},
+            "similarity_accuracy (threshold tuned on this set: in-sample)": round(similarity.accuracy, 3),
+            "learned_cv_on_prototypes": head.cv_accuracy if head else None,
+            "learned_on_own_prototypes (in-sample)": head.train_accuracy if head else None,
+            "length_cut_characters (in-sample)": {"accuracy": round(chars.accuracy, 3), "rule": chars.detail},
+            "length_cut_tokens (in-sample)": {"accuracy": round(tokens.accuracy, 3), "rule": tokens.detail},
             "keywords": {"accuracy": round(keywords.accuracy, 3), "rule": keywords.detail}}
+
+
+def bench_feedback(n: int) -> dict[str, Any]:
+    """Feedback ingestion: the service behind POST /v1/feedback (ownership check + upsert),
+    sequential, per request and per conversation of 5 turns; the HTTP hop is not included."""
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True)
+    ApiKey.objects.filter(name="router-bench-feedback").delete()
+    key = api_key_create(actor=AnonymousUser(), name="router-bench-feedback").key
+    RequestLog.objects.bulk_create([
+        RequestLog(request_id=f"req-bench-{i}", key=key, endpoint="chat.completions", lane="qwen", status=200,
+                   latency_ms=1.0, conversation=f"{i // 5:032x}") for i in range(n)])
+    out: dict[str, Any] = {}
+    for scope, ids in (("request", range(n)), ("conversation", range(0, n, 5))):
+        times = []
+        begin = time.perf_counter()
+        for i in ids:
+            started = time.perf_counter()
+            request_outcome_record(key_id=key.pk, request_id=f"req-bench-{i}", score=1.0, task="bench",
+                                   conversation=scope == "conversation")
+            times.append(time.perf_counter() - started)
+        out[scope] = {"feedbacks_per_s": round(len(times) / (time.perf_counter() - begin), 1), **summary(times)}
+    RequestOutcome.objects.filter(key=key).delete()
+    RequestLog.objects.filter(key=key).delete()
+    key.delete()
+    return out
 
 
 def bench_gateway(quick: bool) -> dict[str, Any]:
@@ -219,7 +301,10 @@ def bench_gateway(quick: bool) -> dict[str, Any]:
             LaneNode.objects.create(lane=lane, node=node, rank=0)
         prototypes_import(actor=None, content=(STARTER_DIR / "prototypes.csv").read_text(), fmt="csv")
         if published_version() is None or published_version().label_lanes != STARTER_LABEL_LANES:  # type: ignore[union-attr]
-            router_version_publish(actor=None, version=router_version_create_draft(actor=None))
+            draft = router_version_create_draft(actor=None)
+            router_version_train(version_id=draft.pk)
+            draft.refresh_from_db()
+            router_version_publish(actor=None, version=draft)
         secret = api_key_create(actor=AnonymousUser(), name="router-bench").secret
         children.append(subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port",
@@ -290,10 +375,14 @@ def main() -> None:
     report["decision_over_forward"] = {k: round(report["decision"][k]["cold"]["p50_ms"] / fwd[k]["p50_ms"], 3)
                                        for k in ("short", "long")}
     print(json.dumps({k: report[k] for k in ("decision", "decision_over_forward")}, indent=1), flush=True)
+    report["truncation"] = bench_truncation(encoder, rounds)
+    print(json.dumps(report["truncation"], indent=1), flush=True)
     report["concurrent_32"] = asyncio.run(bench_concurrent(encoder, prototypes, config, rounds))
     print(json.dumps(report["concurrent_32"], indent=1), flush=True)
     report["accuracy"] = bench_accuracy(encoder, prototypes, config)
     print(json.dumps(report["accuracy"], indent=1), flush=True)
+    report["feedback"] = bench_feedback(200 if args.quick else 1000)
+    print(json.dumps(report["feedback"], indent=1), flush=True)
     if not args.no_gateway:
         report["gateway"] = bench_gateway(args.quick)
         print(json.dumps(report["gateway"], indent=1), flush=True)

@@ -3,7 +3,12 @@ a cache, and concurrent queries micro-batched into one forward pass.
 
 No timer: the first query of an idle process runs at once (no added wait); queries that
 arrive while a batch is running form the next batch. One encoder thread per process, so
-batches do not fight each other for the two cores."""
+batches do not fight each other for the two cores.
+
+Batched by length: the waiting queries are sorted by length and cut into batches that pad
+little (no text in a batch over SPREAD times its shortest), shortest first, under a bound
+in padded tokens (BATCH_TOKENS): a short question never waits for, nor pads to, a pasted
+log, and long prompts go in small batches (figures in docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -15,11 +20,47 @@ import numpy as np
 
 from routing.encoder import Encoder, Vector
 
+# Chosen with perf/router.py (32 concurrent clients, short, long and mixed prompts).
+# Padded tokens per forward pass: 32 short prompts, 4 of 256 tokens. Long prompts gain nothing
+# from big batches on this CPU: 32 prompts of 225 tokens embedded 15.5/s one at a time,
+# 11.3/s in batches of 4, 6.5/s of 8, 5.2/s of 32 (perf/router.py's prompts, 2 cores).
+BATCH_TOKENS = 1024
+SPREAD = 2.0  # the longest text of a batch is at most this many times its shortest
+CHARS_PER_TOKEN = 4  # a length estimate before tokenizing (English and code: 3-5)
+
+
+def length_batches(texts: list[str], *, max_batch: int, max_tokens: int, batch_tokens: int = BATCH_TOKENS,
+                   spread: float = SPREAD) -> list[list[str]]:
+    """Texts grouped for forward passes: sorted by estimated tokens, a batch closes at
+    max_batch texts, at batch_tokens padded tokens, or before a text over `spread` times
+    the batch's shortest. Pure: the bench and the tests call it."""
+    def tokens(text: str) -> int:
+        return max(1, min(max_tokens, len(text) // CHARS_PER_TOKEN + 2))
+
+    batches: list[list[str]] = []
+    current: list[str] = []
+    shortest = 0
+    for text in sorted(texts, key=len):
+        size = tokens(text)
+        if current and (len(current) >= max_batch or size * (len(current) + 1) > batch_tokens
+                        or size > spread * shortest):
+            batches.append(current)
+            current = []
+        if not current:
+            shortest = size
+        current.append(text)
+    if current:
+        batches.append(current)
+    return batches
+
 
 class EmbeddingBatcher:
-    def __init__(self, encoder: Encoder, *, max_batch: int = 32, cache_size: int = 4096) -> None:
+    def __init__(self, encoder: Encoder, *, max_batch: int = 32, cache_size: int = 4096,
+                 batch_tokens: int = BATCH_TOKENS, spread: float = SPREAD) -> None:
         self.encoder = encoder
         self.max_batch = max_batch
+        self.batch_tokens = batch_tokens
+        self.spread = spread
         self.cache_size = cache_size
         self._cache: OrderedDict[str, Vector] = OrderedDict()
         self._pending: list[tuple[str, asyncio.Future[Vector]]] = []
@@ -50,24 +91,32 @@ class EmbeddingBatcher:
         loop = asyncio.get_running_loop()
         try:
             while self._pending:
-                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-                texts = list(dict.fromkeys(text for text, _ in batch))
-                try:
-                    vectors = await loop.run_in_executor(self._executor, self.encoder.embed, texts)
-                except Exception as exc:  # a broken model fails the queries, not the loop
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                self.batches += 1
-                found = {text: vectors[i] for i, text in enumerate(texts)}
-                for text, vector in found.items():
-                    self._remember(text, vector)
-                for text, future in batch:
-                    if not future.done():
-                        future.set_result(found[text])
+                waiting, self._pending = self._pending, []
+                futures: dict[str, list[asyncio.Future[Vector]]] = {}
+                for text, future in waiting:
+                    futures.setdefault(text, []).append(future)
+                for texts in length_batches(list(futures), max_batch=self.max_batch, max_tokens=self.encoder.spec.max_tokens,
+                                            batch_tokens=self.batch_tokens, spread=self.spread):
+                    await self._run(loop, texts, futures)
         finally:
             self._draining = False
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, texts: list[str],
+                   futures: dict[str, list[asyncio.Future[Vector]]]) -> None:
+        try:
+            vectors = await loop.run_in_executor(self._executor, self.encoder.embed, texts)
+        except Exception as exc:  # a broken model fails the queries, not the loop
+            for text in texts:
+                for future in futures[text]:
+                    if not future.done():
+                        future.set_exception(exc)
+            return
+        self.batches += 1
+        for text, vector in zip(texts, vectors, strict=True):
+            self._remember(text, vector)
+            for future in futures[text]:
+                if not future.done():
+                    future.set_result(vector)
 
     def _remember(self, text: str, vector: Vector) -> None:
         self._cache[text] = np.asarray(vector, dtype=np.float32)

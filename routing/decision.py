@@ -2,8 +2,10 @@
 
 A query's score for a label is its cosine similarity to that label's prototypes,
 aggregated (max, or mean of the label's top-k). The best label above the threshold picks
-its lane; below it, the default lane. Lanes the caller cannot use (the key may not, or
-the lane is not serving) are skipped, never chosen."""
+its lane; below it, the default lane. The learned aggregation instead asks a logistic head
+(routing.learned) for each lane's probability: the best lane at or above the probability
+floor, else the default lane. Lanes the caller cannot use (the key may not, or the lane is
+not serving) are skipped, never chosen."""
 
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from routing.learned import LearnedHead, lane_probabilities
+
 Matrix = np.ndarray[Any, np.dtype[np.float32]]
 
 REASON_ROUTER = "router"
 REASON_DEFAULT = "default"
 REASON_FALLBACK = "fallback"
+LEARNED = "learned"
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class RouterConfig:
     top_k: int
     label_lanes: Mapping[str, str]
     default_lane: str
+    probability_floor: float = 0.5
 
     def lane_for(self, label: str) -> str:
         return self.label_lanes.get(label) or self.default_lane
@@ -39,6 +45,7 @@ class PrototypeSet:
     texts: tuple[str, ...]
     labels: tuple[str, ...]
     vectors: Matrix  # (n, d), L2-normalised
+    head: LearnedHead | None = None  # the learned aggregation's, when trained on exactly these
     label_names: tuple[str, ...] = field(init=False)
     label_rows: tuple[np.ndarray[Any, Any], ...] = field(init=False)
 
@@ -71,7 +78,8 @@ def label_scores(similarities: Matrix, prototypes: PrototypeSet, *, aggregation:
     columns = []
     for rows in prototypes.label_rows:
         block = similarities[:, rows]
-        if aggregation == "mean_top_k" and block.shape[1] > 1:
+        # "learned" without a current head falls back to the mean of the top-k.
+        if aggregation in ("mean_top_k", LEARNED) and block.shape[1] > 1:
             k = min(top_k, block.shape[1])
             best = -np.partition(-block, k - 1, axis=1)[:, :k]
             columns.append(best.mean(axis=1))
@@ -93,6 +101,8 @@ def decide(
     top = tuple(Match(prototypes.texts[i], prototypes.labels[i], float(sims[i])) for i in order)
     scores = label_scores(sims[None, :], prototypes, aggregation=config.aggregation, top_k=config.top_k)[0]
     best_index = int(order[0])
+    if config.aggregation == LEARNED and prototypes.head is not None:
+        return _decide_learned(query, prototypes, prototypes.head, sims, config, usable, top)
     for column in np.argsort(-scores):
         score = float(scores[column])
         if score < config.threshold:
@@ -106,7 +116,33 @@ def decide(
                     prototype=prototypes.texts[best_index], top=top)
 
 
+def routed_lanes(config: RouterConfig) -> tuple[str, ...]:
+    return tuple(sorted({*config.label_lanes.values(), config.default_lane} - {""}))
+
+
+def _decide_learned(query: Matrix, prototypes: PrototypeSet, head: LearnedHead, sims: Matrix, config: RouterConfig,
+                    usable: Callable[[str], bool], top: tuple[Match, ...]) -> Decision:
+    label_probs = head.probabilities(query[None, :])[0]
+    lanes = routed_lanes(config)
+    probs = lane_probabilities(label_probs[None, :], head.classes, config.lane_for, lanes)[0]
+    best_label = head.classes[int(np.argmax(label_probs))]
+    for column in np.argsort(-probs):
+        probability = float(probs[column])
+        if probability < config.probability_floor:
+            break
+        lane = lanes[column]
+        if usable(lane):
+            # The lane's most probable label names the decision ("why did this go to deepseek?").
+            label = max((c for c in head.classes if config.lane_for(c) == lane),
+                        key=lambda c: label_probs[head.classes.index(c)])
+            return Decision(lane, REASON_ROUTER, label, probability, _best_of(prototypes, sims, label), top)
+    return _default(config, usable, score=float(probs.max()), label=best_label,
+                    prototype=_best_of(prototypes, sims, best_label), top=top)
+
+
 def _best_of(prototypes: PrototypeSet, sims: Matrix, label: str) -> str:
+    if label not in prototypes.label_names:
+        return ""
     rows = prototypes.label_rows[prototypes.label_names.index(label)]
     return prototypes.texts[int(rows[int(np.argmax(sims[rows]))])]
 
@@ -145,12 +181,26 @@ class Evaluation:
     mistakes: tuple[tuple[str, str, str, str, float], ...]  # text, label, expected lane, predicted lane, score
 
 
-def _predict(scores: Matrix, prototypes: PrototypeSet, config: RouterConfig, threshold: float) -> list[str]:
+def version_scores(queries: Matrix, prototypes: PrototypeSet, config: RouterConfig) -> tuple[Matrix, tuple[str, ...]]:
+    """The version's rule as (m, columns) scores and each column's lane: label scores for
+    the similarity rule, lane probabilities for the learned one. The best column at or above
+    the threshold (the floor) wins, else the default lane."""
+    if config.aggregation == LEARNED and prototypes.head is not None:
+        lanes = routed_lanes(config)
+        probs = prototypes.head.probabilities(queries)
+        return lane_probabilities(probs, prototypes.head.classes, config.lane_for, lanes), lanes
+    sims = queries @ prototypes.vectors.T
+    scores = label_scores(sims, prototypes, aggregation=config.aggregation, top_k=config.top_k)
+    return scores, tuple(config.lane_for(name) for name in prototypes.label_names)
+
+
+def version_threshold(config: RouterConfig, prototypes: PrototypeSet) -> float:
+    return config.probability_floor if config.aggregation == LEARNED and prototypes.head is not None else config.threshold
+
+
+def _predict(scores: Matrix, column_lanes: Sequence[str], default_lane: str, threshold: float) -> list[str]:
     best = scores.argmax(axis=1)
-    return [
-        config.lane_for(prototypes.label_names[int(col)]) if scores[row, col] >= threshold else config.default_lane
-        for row, col in enumerate(best)
-    ]
+    return [column_lanes[int(col)] if scores[row, col] >= threshold else default_lane for row, col in enumerate(best)]
 
 
 def evaluate(
@@ -161,10 +211,9 @@ def evaluate(
     expected = [config.lane_for(label) for label in labels]
     if not len(texts) or not prototypes.texts:
         return Evaluation(0, 0.0, (), (), {}, (), ())
-    sims = queries @ prototypes.vectors.T
-    scores = label_scores(sims, prototypes, aggregation=config.aggregation, top_k=config.top_k)
+    scores, column_lanes = version_scores(queries, prototypes, config)
     lanes = tuple(sorted({*expected, *config.label_lanes.values(), config.default_lane} - {""}))
-    predicted = _predict(scores, prototypes, config, config.threshold)
+    predicted = _predict(scores, column_lanes, config.default_lane, version_threshold(config, prototypes))
     index = {lane: i for i, lane in enumerate(lanes)}
     confusion = [[0] * len(lanes) for _ in lanes]
     for want, got in zip(expected, predicted, strict=True):
@@ -176,7 +225,7 @@ def evaluate(
     )
     sweep = tuple(
         ThresholdPoint(t, _accuracy(expected, pred), _shares(pred, lanes))
-        for t in thresholds for pred in [_predict(scores, prototypes, config, t)]
+        for t in thresholds for pred in [_predict(scores, column_lanes, config.default_lane, t)]
     )
     return Evaluation(len(texts), _accuracy(expected, predicted), lanes,
                       tuple(tuple(row) for row in confusion), _shares(predicted, lanes), sweep, mistakes)
@@ -210,10 +259,13 @@ class Baseline:
     detail: str
 
 
-def length_baseline(lengths: Sequence[int], expected: Sequence[str], lanes: Sequence[str]) -> Baseline:
-    """The best single cut on prompt length (tokens), fitted on the prompts themselves, so
-    an upper bound of what a length rule can do: longer goes to one lane, shorter to another."""
-    best = Baseline("length only", 0.0, "")
+def length_baseline(lengths: Sequence[int], expected: Sequence[str], lanes: Sequence[str], *,
+                    unit: str = "tokens") -> Baseline:
+    """The best single cut on prompt length (in `unit`: tokens or characters), fitted on the
+    prompts themselves, so an in-sample upper bound of what a length rule can do: longer goes
+    to one lane, shorter to another."""
+    name = f"length only ({unit}, best cut fitted on this set: in-sample)"
+    best = Baseline(name, 0.0, "")
     cuts = sorted(set(lengths))
     for long_lane in lanes:
         for short_lane in lanes:
@@ -223,7 +275,7 @@ def length_baseline(lengths: Sequence[int], expected: Sequence[str], lanes: Sequ
                 predicted = [long_lane if n > cut else short_lane for n in lengths]
                 accuracy = _accuracy(expected, predicted)
                 if accuracy > best.accuracy:
-                    best = Baseline("length only", accuracy, f"over {cut} tokens → {long_lane}, else {short_lane}")
+                    best = Baseline(name, accuracy, f"over {cut} {unit} → {long_lane}, else {short_lane}")
     return best
 
 

@@ -42,6 +42,9 @@ class ImportForm(forms.Form):
 class VersionForm(forms.Form):
     threshold = forms.FloatField(min_value=0, max_value=1, help_text="Cosine similarity a label must reach.")
     aggregation = forms.ChoiceField(choices=Aggregation.choices)
+    probability_floor = forms.FloatField(
+        min_value=0, max_value=1, required=False, label="Probability floor",
+        help_text="Learned aggregation: below this probability for the best lane, the default lane.")
     top_k = forms.IntegerField(min_value=1, max_value=50, label="top-k", help_text="For the mean of the top-k.")
     label_lanes = forms.CharField(widget=forms.Textarea(attrs={"rows": 9}), label="Label → lane",
                                   help_text="One `label = lane` per line.")

@@ -45,6 +45,15 @@ class TextEmbedding(models.Model):
 class Aggregation(models.TextChoices):
     MAX = "max", "max (best prototype of each label)"
     MEAN_TOP_K = "mean_top_k", "mean of the label's top-k prototypes"
+    LEARNED = "learned", "learned (logistic regression over the embeddings)"
+
+
+class TrainState(models.TextChoices):
+    NONE = "", "not trained"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
 
 
 class VersionStatus(models.TextChoices):
@@ -66,7 +75,14 @@ class RouterVersion(models.Model):
     label_lanes = models.JSONField(default=dict, blank=True)  # {label: lane name}
     default_lane = models.CharField(max_length=63, blank=True)
     prototypes = models.JSONField(null=True, blank=True)  # frozen [{"text", "label"}] once published
+    # The learned aggregation: below this probability for the best lane, the default lane.
+    probability_floor = models.FloatField(default=0.5)
+    learned = models.JSONField(null=True, blank=True)  # routing.learned.LearnedHead.to_json(), with its encoder id
+    learned_at = models.DateTimeField(null=True, blank=True)
+    train_state = models.CharField(max_length=8, choices=TrainState.choices, default=TrainState.NONE, blank=True)
+    train_error = models.CharField(max_length=300, blank=True)
     shadow = models.BooleanField(default=False, help_text="Decide beside the published version on sampled live traffic.")
+    shadow_limit = models.PositiveIntegerField(default=1000, help_text="Stop sampling in shadow after this many decisions.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     published_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

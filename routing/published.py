@@ -20,6 +20,7 @@ from core.db import db_call
 from routing.decision import PrototypeSet, RouterConfig
 from routing.encoder import Encoder, EncoderUnavailable
 from routing.engine import router_encoder, stored_embeddings
+from routing.learned import LearnedHead, prototypes_sha
 from routing.models import RouterVersion, VersionStatus
 from routing.selectors import version_prototypes
 
@@ -32,11 +33,29 @@ def published_key() -> str:
     return f"{settings.REDIS_PREFIX}:router:published"
 
 
-def announce_published() -> None:
+def _client() -> redis.Redis:
     client = _clients.get(settings.REDIS_URL)
     if client is None:
         client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
-    client.incr(published_key())
+    return client
+
+
+def announce_published() -> None:
+    _client().incr(published_key())
+
+
+def shadow_count_key(number: int) -> str:
+    """Shadow decisions taken for a draft, counted by every gateway process (INCR)."""
+    return f"{settings.REDIS_PREFIX}:router:shadow-count:{number}"
+
+
+def shadow_count(number: int) -> int:
+    raw = _client().get(shadow_count_key(number))
+    return int(raw) if raw else 0
+
+
+def shadow_count_reset(number: int) -> None:
+    _client().delete(shadow_count_key(number))
 
 
 @dataclass(frozen=True)
@@ -44,6 +63,7 @@ class RouterSnapshot:
     number: int
     config: RouterConfig
     prototypes: PrototypeSet
+    sample_limit: int = 0  # in shadow: stop after this many decisions (0: no limit)
 
 
 @dataclass(frozen=True)
@@ -60,14 +80,32 @@ class RouterState:
 
 def version_config(version: RouterVersion) -> RouterConfig:
     return RouterConfig(threshold=version.threshold, aggregation=version.aggregation, top_k=version.top_k,
-                        label_lanes=dict(version.label_lanes), default_lane=version.default_lane)
+                        label_lanes=dict(version.label_lanes), default_lane=version.default_lane,
+                        probability_floor=version.probability_floor)
+
+
+def current_head(version: RouterVersion, encoder_id: str, texts: tuple[str, ...], labels: tuple[str, ...]) -> LearnedHead | None:
+    """The version's learned head if it was trained with this encoder on exactly these
+    prototypes; None when untrained or stale (the similarity rule decides then)."""
+    if not version.learned:
+        return None
+    head = LearnedHead.from_json(version.learned)
+    if head.encoder != encoder_id or head.prototypes_sha != prototypes_sha(texts, labels):
+        return None
+    return head
 
 
 def version_snapshot(version: RouterVersion, encoder: Encoder) -> RouterSnapshot:
     items = version_prototypes(version)
     texts = tuple(item["text"] for item in items)
+    labels = tuple(item["label"] for item in items)
+    if version.aggregation == "learned" and current_head(version, encoder.id, texts, labels) is None and version.learned:
+        log.warning("router: v%s's learned decision is stale (prototypes or encoder changed): the similarity rule decides",
+                    version.number)
     return RouterSnapshot(version.number, version_config(version),
-                          PrototypeSet(texts, tuple(item["label"] for item in items), stored_embeddings(encoder, texts)))
+                          PrototypeSet(texts, labels, stored_embeddings(encoder, texts),
+                                       head=current_head(version, encoder.id, texts, labels)),
+                          sample_limit=version.shadow_limit)
 
 
 # Published versions are frozen: their matrices are built once per process and encoder.

@@ -16,7 +16,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("routing/playground/", views.playground, name="router-playground"),
     path("routing/playground/send", views.playground_send, name="router-playground-send"),
     path("routing/versions/", views.versions_page, name="router-versions"),
+    path("routing/versions/revert", views.version_revert, name="router-revert"),
     path("routing/versions/<int:number>/", views.version_page, name="router-version"),
+    path("routing/versions/<int:number>/train", views.version_train, name="router-train"),
     path("routing/versions/<int:number>/evaluate", views.version_evaluate, name="router-evaluate"),
     path("routing/versions/<int:number>/publish", views.version_publish, name="router-publish"),
 ]

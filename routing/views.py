@@ -21,7 +21,8 @@ from routing.engine import router_encoder, router_unavailable_reason
 from routing.evaluation import evaluate_version
 from routing.forms import ImportForm, PlaygroundForm, PrototypeForm, VersionForm, label_lanes_text
 from routing.imports import FORMATS, LabelledText, render_labelled
-from routing.models import Prototype, VersionStatus
+from routing.learned import LearnedHead
+from routing.models import Prototype, RouterVersion, VersionStatus
 from routing.playground import lane_target, stream_answer
 from routing.published import version_snapshot
 from routing.selectors import (
@@ -36,12 +37,15 @@ from routing.selectors import (
 )
 from routing.services import (
     eval_prompts_import,
+    previous_active_version,
     prototype_create,
     prototype_delete,
     prototype_update,
     prototypes_import,
     router_version_create_draft,
     router_version_publish,
+    router_version_revert,
+    router_version_train_request,
     router_version_update,
 )
 
@@ -205,6 +209,7 @@ def versions_page(request: HttpRequest) -> HttpResponse:
 def version_page(request: HttpRequest, number: int) -> HttpResponse:
     version = version_or_404(number)
     initial = {"threshold": version.threshold, "aggregation": version.aggregation, "top_k": version.top_k,
+               "probability_floor": version.probability_floor,
                "label_lanes": label_lanes_text(version.label_lanes), "default_lane": version.default_lane,
                "note": version.note}
     form = VersionForm(request.POST or None, initial=initial)
@@ -222,7 +227,32 @@ def version_page(request: HttpRequest, number: int) -> HttpResponse:
     return render(request, "routing/version.html", {
         "tab": "versions", "version": version, "form": form, "published": published,
         "changes": version_changes(version, published) if version != published else None,
-        "editable": version.status == VersionStatus.DRAFT})
+        "editable": version.status == VersionStatus.DRAFT, "head": _head_status(version)})
+
+
+def _head_status(version: RouterVersion) -> dict[str, object] | None:
+    """The learned head as the page shows it: trained when, its figures, current or stale."""
+    if not version.learned:
+        return None
+    head = LearnedHead.from_json(version.learned)
+    try:
+        snapshot = version_snapshot(version, router_encoder())
+    except EncoderUnavailable:
+        return {"head": head, "current": False}
+    return {"head": head, "current": snapshot.prototypes.head is not None}
+
+
+@require_POST
+@role_required(Capability.EDIT_ROUTING)
+def version_train(request: HttpRequest, number: int) -> HttpResponse:
+    version = version_or_404(number)
+    try:
+        router_version_train_request(actor=request.user, version=version)
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    else:
+        messages.success(request, f"Training v{version.number}'s learned decision in a worker: reload in a few seconds.")
+    return redirect("routing:router-version", number=number)
 
 
 @role_required(Capability.VIEW)
@@ -272,3 +302,21 @@ def version_publish(request: HttpRequest, number: int) -> HttpResponse:
     return render(request, "routing/publish.html", {
         "tab": "versions", "version": version, "published": published,
         "changes": version_changes(version, published), "rollback": version.status == VersionStatus.RETIRED})
+
+
+@role_required(Capability.VIEW)
+def version_revert(request: HttpRequest) -> HttpResponse:
+    """GET: what a revert changes; POST: restore the previously active version."""
+    published, previous = published_version(), previous_active_version()
+    if request.method == "POST":
+        require(request.user, Capability.EDIT_ROUTING)
+        try:
+            restored = router_version_revert(actor=request.user)
+        except ValidationError as exc:
+            messages.error(request, "; ".join(exc.messages))
+            return redirect("routing:router-versions")
+        messages.success(request, f"Reverted to v{restored.number}: every gateway routes with it within a second.")
+        return redirect("routing:router-versions")
+    return render(request, "routing/revert.html", {
+        "tab": "versions", "published": published, "previous": previous,
+        "changes": version_changes(previous, published) if previous is not None else None})

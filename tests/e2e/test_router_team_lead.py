@@ -10,7 +10,9 @@ from typing import Any
 import openai
 import pytest
 
+from routing.models import RouterVersion
 from routing.services import starter_load
+from routing.tasks import train_router_version
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, browser_login, wait_for
 from tests.gateway.conftest import create_key, make_lane
@@ -70,6 +72,13 @@ def draft_sending_the_label_to_deepseek(page: Any, url: str) -> None:
     page.fill("#version-form textarea[name=label_lanes]", mapping + "\ntranslation = deepseek")
     page.click("#version-form button[type=submit]")
     page.wait_for_selector("text=v2 saved.")
+    # its learned decision is trained on the prototypes with the new label (a worker job:
+    # the test runs the task the worker would run for the queued message)
+    page.click("#train")
+    page.wait_for_selector("text=Training v2")
+    train_router_version(RouterVersion.objects.get(number=2).pk)
+    page.reload()
+    assert page.inner_text("#train-state") == "trained"
 
     # the playground with the draft already routes the prompt to deepseek
     page.goto(f"{url}/routing/playground/")

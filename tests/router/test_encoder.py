@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from routing.batcher import EmbeddingBatcher
+from routing.batcher import EmbeddingBatcher, length_batches
 from routing.encoder import Encoder, EncoderUnavailable
 from routing.engine import router_encoder
 from tests.gateway.conftest import run_async
@@ -50,6 +50,24 @@ def test_a_text_over_the_limit_keeps_its_start_and_its_end(encoder):
     assert ids.shape[1] == encoder.spec.max_tokens
     tail = encoder.tokenizer.decode(ids[0, -12:].tolist())
     assert "which port does it listen on" in tail
+
+
+@pytest.mark.parametrize("size", [20_000, 100_000])
+def test_a_huge_prompt_is_cut_in_characters_before_tokenizing_and_keeps_the_same_tokens(encoder, size):
+    filler = "node spark3 reported ok at step 41; latency=12ms, queue {depth: 3} SELECT id FROM runs; "
+    text = "Summarise the failures in this log. " + (filler * (size // len(filler) + 1))[:size] + " Which node failed?"
+    pieces = encoder._char_head_and_tail(encoder.spec.query_prefix + text)
+    assert len(pieces) == 2 and sum(map(len, pieces)) < 6_000  # what the tokenizer sees, not 100K characters
+    ids, _ = encoder.tokenize([text])
+    whole = encoder._head_and_tail(encoder.tokenizer.encode(encoder.spec.query_prefix + text).ids)
+    assert list(ids[0]) == whole  # the same tokens as tokenizing everything, then cutting
+    assert len(whole) == encoder.spec.max_tokens
+
+
+def test_a_long_text_without_whitespace_is_still_cut_right(encoder):
+    text = "x" * 30_000
+    ids, _ = encoder.tokenize([text])
+    assert list(ids[0]) == encoder._head_and_tail(encoder.tokenizer.encode(text).ids)
 
 
 def test_vectors_are_unit_length_and_similar_texts_score_higher(encoder):
@@ -100,3 +118,30 @@ def test_concurrent_queries_are_micro_batched_and_repeats_come_from_the_cache(en
     direct = encoder.embed(texts)
     assert np.allclose(np.stack(first), direct, atol=1e-4)
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_waiting_queries_are_batched_by_length_shortest_first():
+    short = [f"What is port {i}?" for i in range(20)]
+    long = [("log line with a status and a latency; " * 30) + str(i) for i in range(20)]  # ~1,150 chars: 256 tokens
+    batches = length_batches(long + short, max_batch=32, max_tokens=256)
+    assert [len(b) for b in length_batches(long, max_batch=32, max_tokens=256, batch_tokens=2048)] == [8, 8, 4]
+    assert batches[0] == sorted(short, key=len)  # the short ones together, first, padded to a short length
+    assert all(len(batch) <= 4 for batch in batches[1:])  # long ones after them, in small batches (1,024 tokens)
+    assert sorted(t for batch in batches for t in batch) == sorted(long + short)
+    # A batch never mixes lengths far apart: no text over twice the batch's shortest.
+    mixed = length_batches([("word " * n) for n in (4, 6, 9, 30, 60, 200)], max_batch=32, max_tokens=256)
+    assert [len(batch) for batch in mixed] == [3, 2, 1]  # ~7-13 tokens, ~39-77, ~252
+
+
+def test_mixed_lengths_arriving_together_are_all_answered_right(encoder):
+    texts = [f"What is port {i}?" for i in range(8)] + [("pasted config line; " * 80) + str(i) for i in range(8)]
+
+    async def scenario() -> tuple[list[np.ndarray], int]:
+        batcher = EmbeddingBatcher(encoder, max_batch=32)
+        vectors = await asyncio.gather(*(batcher.embed(t) for t in texts))
+        batcher.close()
+        return vectors, batcher.batches
+
+    vectors, passes = run_async(scenario)
+    assert passes == 3  # the short ones together, the long ones in two of 4: never one batch padded to 256
+    assert np.allclose(np.stack(vectors), np.concatenate([encoder.embed(texts[:8]), encoder.embed(texts[8:])]), atol=1e-4)

@@ -102,7 +102,7 @@ def test_a_conversation_keeps_its_lane(auto_gateway):
 
 def test_a_prompt_too_long_for_the_chosen_lane_goes_to_one_that_fits(auto_gateway, key_owner, settings):
     settings.ROUTER_VERSION_CHECK_S = 0
-    everything_on_qwen = router_version_create_draft(actor=key_owner)
+    everything_on_qwen = router_version_create_draft(actor=key_owner, source=RouterVersion.objects.get(number=1))
     labels = set(everything_on_qwen.label_lanes)
     router_version_update(actor=key_owner, version=everything_on_qwen, data={"label_lanes": dict.fromkeys(labels, "qwen")})
     router_version_publish(actor=key_owner, version=everything_on_qwen)

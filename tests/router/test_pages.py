@@ -11,7 +11,7 @@ from core.models import AuditEvent
 from routing.models import EvalPrompt, Prototype, RouterVersion, VersionStatus
 
 READ_PAGES = ["/routing/", "/routing/playground/", "/routing/versions/", "/routing/eval/", "/routing/shadow/",
-              "/routing/prototypes/export?format=csv"]
+              "/routing/prototypes/export?format=csv", "/routing/outcomes/", "/routing/replay/"]
 
 
 def upload(content: str, name: str = "p.csv") -> SimpleUploadedFile:
@@ -35,9 +35,10 @@ def edit_posts(prototype_id: int, draft: int) -> list[tuple[str, dict]]:
 
 @pytest.fixture
 def draft(starter, admin_user) -> RouterVersion:
+    from routing.selectors import published_version
     from routing.services import router_version_create_draft
 
-    return router_version_create_draft(actor=admin_user)
+    return router_version_create_draft(actor=admin_user, source=published_version())
 
 
 @pytest.mark.parametrize("role", ["admin", "lead", "viewer"])
@@ -111,7 +112,7 @@ def test_export_then_import_round_trips(starter, lead_client):
     exported = lead_client.get("/routing/prototypes/export?format=json").content.decode()
     Prototype.objects.all().delete()
     response = lead_client.post("/routing/prototypes/import", {"file": upload(exported, "p.json"), "format": "json"}, follow=True)
-    assert "Imported 200; 0 were already there." in response.content.decode()
+    assert "Imported 245; 0 were already there." in response.content.decode()
 
 
 def test_the_playground_shows_the_decision_and_the_top_five(starter, viewer_client):

@@ -1,0 +1,113 @@
+"""The policy lifecycle: draft → shadow (sampled, stops after N) → active → revert, audited;
+a revert reaches every gateway process's router state at its next check."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aredis
+
+from core.models import AuditEvent
+from gateway.route import RouterRuntime, _with_shadow
+from routing.decision import decide
+from routing.models import RouterVersion, VersionStatus
+from routing.published import PublishedRouter, load_router_state, shadow_count
+from routing.services import (
+    previous_active_version,
+    router_version_create_draft,
+    router_version_publish,
+    router_version_revert,
+    router_version_set_shadow,
+)
+from tests.gateway.conftest import run_async
+
+# Committed for real: the gateway's routers read the database from their own threads, and a
+# publish announces itself to Redis on commit.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def v2_active(starter, admin_user) -> RouterVersion:
+    draft = router_version_create_draft(actor=admin_user, source=RouterVersion.objects.get(number=1))
+    return router_version_publish(actor=admin_user, version=draft)
+
+
+def test_revert_restores_the_previous_active_version_and_is_audited(v2_active, admin_user):
+    assert previous_active_version().number == 1
+    restored = router_version_revert(actor=admin_user)
+    assert restored.number == 1 and restored.status == VersionStatus.PUBLISHED
+    assert RouterVersion.objects.get(number=2).status == VersionStatus.RETIRED
+    event = AuditEvent.objects.filter(action="router.revert").latest("id")
+    assert event.diff["version"] == [2, 1]
+    assert previous_active_version().number == 2  # a second revert goes forward again
+
+
+def test_revert_without_an_earlier_version_is_refused(starter, admin_user):
+    with pytest.raises(Exception, match="No earlier active version"):
+        router_version_revert(actor=admin_user)
+
+
+def test_a_revert_reaches_every_gateway_processs_router(v2_active, admin_user, settings):
+    """Two routers (as two gateway processes hold them) on the same Redis: each one sees the
+    revert at its next check (ROUTER_VERSION_CHECK_S, 0.25 s in production)."""
+    settings.ROUTER_VERSION_CHECK_S = 0
+
+    async def versions() -> list[int | None]:
+        clients = [aredis.Redis.from_url(settings.REDIS_URL) for _ in range(2)]
+        routers = [PublishedRouter(c) for c in clients]
+        before = [(await r.state()).published.number for r in routers]  # type: ignore[union-attr]
+        await asyncio.to_thread(router_version_revert, actor=admin_user)
+        after = [(await r.state()).published.number for r in routers]  # type: ignore[union-attr]
+        for c in clients:
+            await c.aclose()
+        return before + after
+
+    assert run_async(versions) == [2, 2, 1, 1]
+
+
+def test_the_shadow_stops_sampling_after_its_limit(starter, admin_user, settings):
+    settings.ROUTER_SHADOW_SHARE = 1.0
+    draft = router_version_create_draft(actor=admin_user, source=RouterVersion.objects.get(number=1))
+    RouterVersion.objects.filter(pk=draft.pk).update(shadow_limit=3)
+    router_version_set_shadow(actor=admin_user, version=draft)
+    state = load_router_state("t")
+    assert state.shadow is not None and state.shadow.sample_limit == 3
+    vector = state.encoder.embed(["What port does SSH use?"])[0]  # type: ignore[union-attr]
+    decision = decide(vector, state.published.prototypes, state.published.config, usable=lambda _l: True)  # type: ignore[union-attr]
+
+    async def sample(n: int) -> list[int | None]:
+        client = aredis.Redis.from_url(settings.REDIS_URL)
+        rt = RouterRuntime(client)
+        shadows = []
+        for _ in range(n):
+            shadows.append(_with_shadow(rt, state, vector, decision).shadow_version)
+            await asyncio.gather(*list(rt._writes))  # the count lands before the next request here
+        await client.aclose()
+        return shadows
+
+    assert run_async(lambda: sample(5)) == [draft.number] * 3 + [None, None]
+    assert shadow_count(draft.number) == 3
+    router_version_set_shadow(actor=admin_user, version=draft)  # set again: samples afresh
+    assert shadow_count(draft.number) == 0
+
+
+def test_the_shadow_page_offers_activate_and_revert_with_what_changes(v2_active, admin_user, lead_client, viewer_client):
+    draft = router_version_create_draft(actor=admin_user, source=RouterVersion.objects.get(number=2))
+    router_version_set_shadow(actor=admin_user, version=draft)
+    page = lead_client.get("/routing/shadow/").content.decode()
+    assert 'id="activate"' in page and f"/routing/versions/{draft.number}/publish" in page
+    assert 'id="revert"' in page and "Revert to v1" in page and 'id="shadow-samples"' in page
+    assert 'id="activate"' not in viewer_client.get("/routing/shadow/").content.decode()
+    confirm = lead_client.get("/routing/versions/revert").content.decode()
+    assert "Revert to v1?" in confirm and 'id="changes"' in confirm
+    assert lead_client.post("/routing/versions/revert").status_code == 302
+    assert RouterVersion.objects.get(status=VersionStatus.PUBLISHED).number == 1
+
+
+@pytest.mark.parametrize("role", ["viewer", "outsider"])
+def test_only_a_team_lead_may_revert(v2_active, role_clients, role):
+    assert role_clients[role].post("/routing/versions/revert").status_code == 403
+    assert RouterVersion.objects.get(status=VersionStatus.PUBLISHED).number == 2
+
+
