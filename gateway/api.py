@@ -1,5 +1,5 @@
-"""Management API of the gateway (admins: the OPERATE capability): API keys and the
-request log. The OpenAI-compatible endpoint itself is gateway.asgi (raw ASGI). The usage
+"""Management API of the gateway (admins: the OPERATE capability): teams, API keys and the
+request log; a team's members may read their team (gateway.selectors.teams_visible_to). The OpenAI-compatible endpoint itself is gateway.asgi (raw ASGI). The usage
 totals (/api/gateway/totals/...) are read from metrics' rollups: metrics/api.py."""
 
 from __future__ import annotations
@@ -10,24 +10,39 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Path, Query, Router, Status
 
-from core.api import can_operate
+from core.api import can_operate, can_view
 from core.validators import INT64_MAX
-from gateway.models import ApiKey, RequestLog
-from gateway.schemas import ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, RequestLogOut, RequestLogQuery
-from gateway.selectors import LogFilters, api_key_list, request_log_list
-from gateway.services import api_key_create, api_key_revoke
+from gateway.models import ApiKey, RequestLog, Team
+from gateway.schemas import (
+    ApiKeyCreatedOut,
+    ApiKeyIn,
+    ApiKeyOut,
+    RequestLogOut,
+    RequestLogQuery,
+    TeamIn,
+    TeamOut,
+    TeamPatchIn,
+)
+from gateway.selectors import LogFilters, api_key_list, request_log_list, team_for, teams_visible_to
+from gateway.services import api_key_create, api_key_revoke, team_create, team_update
 
 router = Router(tags=["routing"])
 
 
 def key_out(key: ApiKey) -> dict[str, Any]:
     return {
-        "id": key.pk, "name": key.name, "prefix": key.prefix,
+        "id": key.pk, "name": key.name, "team": key.team_id, "prefix": key.prefix,
         "allowed_lanes": sorted(lane.name for lane in key.allowed_lanes.all()), "default_route": key.default_route,
         "rpm_limit": key.rpm_limit, "tpm_limit": key.tpm_limit, "max_parallel": key.max_parallel,
         "log_prompts": key.log_prompts, "expires_at": key.expires_at, "revoked_at": key.revoked_at,
         "created_at": key.created_at, "active": key.is_active,
     }
+
+
+def team_out(team: Team) -> dict[str, Any]:
+    return {"id": team.pk, "name": team.name, "allowed_lanes": sorted(lane.name for lane in team.allowed_lanes.all()),
+            "members": sorted(user.username for user in team.members.all()),
+            "keys": [key_out(key) for key in team.keys.all()], "created_at": team.created_at}
 
 
 def log_out(row: RequestLog) -> dict[str, Any]:
@@ -50,6 +65,30 @@ def keys_create(request: HttpRequest, payload: ApiKeyIn) -> Status[dict[str, Any
 def keys_revoke(request: HttpRequest, key_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
     key = api_key_revoke(actor=request.auth, key=get_object_or_404(ApiKey, pk=key_id))  # type: ignore[attr-defined]
     return key_out(key)
+
+
+@router.get("/gateway/teams", response=list[TeamOut], auth=can_view)
+def teams_list(request: HttpRequest) -> list[dict[str, Any]]:
+    """Admins: every team. Other roles: the teams they belong to."""
+    return [team_out(team) for team in teams_visible_to(request.auth)]  # type: ignore[attr-defined]
+
+
+@router.post("/gateway/teams", response={201: TeamOut}, auth=can_operate)
+def teams_create(request: HttpRequest, payload: TeamIn) -> Status[dict[str, Any]]:
+    team = team_create(actor=request.auth, **payload.dict())  # type: ignore[attr-defined]
+    return Status(201, team_out(team_for(request.auth, team.pk)))  # type: ignore[attr-defined]
+
+
+@router.get("/gateway/teams/{team_id}", response=TeamOut, auth=can_view)
+def teams_detail(request: HttpRequest, team_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
+    return team_out(team_for(request.auth, team_id))  # type: ignore[attr-defined]
+
+
+@router.patch("/gateway/teams/{team_id}", response=TeamOut, auth=can_operate)
+def teams_update(request: HttpRequest, payload: TeamPatchIn, team_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
+    team = team_update(actor=request.auth, team=get_object_or_404(Team, pk=team_id),  # type: ignore[attr-defined]
+                       **payload.dict(exclude_unset=True))
+    return team_out(team_for(request.auth, team.pk))  # type: ignore[attr-defined]
 
 
 @router.get("/gateway/requests", response=list[RequestLogOut], auth=can_operate)

@@ -30,7 +30,7 @@ class KeyInfo:
     id: int
     name: str
     secret_hash: str
-    allowed_lanes: frozenset[str] | None  # None = every lane
+    allowed_lanes: frozenset[str] | None  # None = every lane (the key's, within its team's)
     default_lane: str | None  # None = auto
     rpm: int
     tpm: int
@@ -38,6 +38,7 @@ class KeyInfo:
     log_prompts: bool
     expires_at: float | None
     revoked: bool
+    team_id: int | None = None
 
     def may_use(self, lane: str) -> bool:
         return self.allowed_lanes is None or lane in self.allowed_lanes
@@ -79,17 +80,27 @@ class LaneInfo:
         return self.observed_state in SERVING_STATES and any(replica.serving for replica in self.replicas)
 
 
+def effective_lanes(key_lanes: frozenset[str], team_lanes: frozenset[str] | None) -> frozenset[str] | None:
+    """The lanes a key may use: its own within its team's (an empty set at either level is
+    every lane; None = every lane). A key narrowed to lanes its team no longer has may use none."""
+    if not team_lanes:
+        return key_lanes or None
+    return key_lanes & team_lanes if key_lanes else team_lanes
+
+
 def _load_key(secret_hash: str) -> KeyInfo | None:
     key = ApiKey.objects.filter(secret_hash=secret_hash).select_related("default_lane").first()
     # The lookup is by hash; compare again in constant time so the check never leaks timing.
     if key is None or not hmac.compare_digest(key.secret_hash, secret_hash):
         return None
-    allowed = frozenset(key.allowed_lanes.values_list("name", flat=True))
+    team_lanes = (frozenset(Lane.objects.filter(teams=key.team_id).values_list("name", flat=True))
+                  if key.team_id else None)
+    allowed = effective_lanes(frozenset(key.allowed_lanes.values_list("name", flat=True)), team_lanes)
     return KeyInfo(
         id=key.pk,
         name=key.name,
         secret_hash=key.secret_hash,
-        allowed_lanes=allowed or None,
+        allowed_lanes=allowed,
         default_lane=key.default_lane.name if key.default_lane else None,
         rpm=key.rpm_limit or 0,
         tpm=key.tpm_limit or 0,
@@ -97,6 +108,7 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
         log_prompts=key.log_prompts,
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
+        team_id=key.team_id,
     )
 
 

@@ -1,4 +1,4 @@
-"""Gateway models: API keys, the request log, mirrored samples.
+"""Gateway models: teams, API keys, the request log, mirrored samples.
 
 Gateway rows are kept small on purpose: LiteLLM's spend log grew to 26 GB for 5.9M rows
 because every row carried a copy of the model map (their #41499). A request log row here
@@ -17,6 +17,23 @@ from core.validators import POSITIVE_INT, TEXT
 from lanes.models import Lane
 
 
+class Team(models.Model):
+    """A group of people and the API keys they use. A key belongs to at most one team; the
+    team's lanes bound its keys' lanes (a key inherits them and may narrow them)."""
+
+    name = models.CharField(max_length=100, unique=True, validators=TEXT)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
+    # Empty = every lane.
+    allowed_lanes = models.ManyToManyField(Lane, blank=True, related_name="teams")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class ApiKey(models.Model):
     """An API client's credential. The secret is shown once at creation; only its SHA-256
     is stored (the token has 256 bits of entropy, so a plain hash is enough)."""
@@ -25,6 +42,8 @@ class ApiKey(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys"
     )
+    # A team with keys cannot be deleted: its keys' usage and budgets would lose their owner.
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="keys")
     prefix = models.CharField(max_length=24, db_index=True, help_text="First characters of the secret, shown to tell keys apart.")
     secret_hash = models.CharField(max_length=64, unique=True)
     # Empty = every lane.

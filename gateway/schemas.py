@@ -20,11 +20,13 @@ class ApiKeyIn(InSchema):
     max_parallel: int | None = None
     expires_at: datetime | None = None
     log_prompts: bool = False
+    team: int | None = Field(None, ge=1, le=INT64_MAX, description="The team's id; its lanes bound the key's.")
 
 
 class ApiKeyOut(Schema):
     id: int
     name: str
+    team: int | None
     prefix: str
     allowed_lanes: list[str]
     default_route: str
@@ -40,6 +42,29 @@ class ApiKeyOut(Schema):
 
 class ApiKeyCreatedOut(ApiKeyOut):
     secret: str  # shown once: only its hash is stored
+
+
+class TeamIn(InSchema):
+    name: str = Field(..., max_length=100)
+    allowed_lanes: list[str] = Field([], description="Lanes its keys may use; empty = every lane.")
+    members: list[str] = Field([], description="Usernames.")
+
+
+class TeamPatchIn(InSchema):
+    """Only the fields sent change."""
+
+    name: str | None = Field(None, max_length=100)
+    allowed_lanes: list[str] | None = None
+    members: list[str] | None = None
+
+
+class TeamOut(Schema):
+    id: int
+    name: str
+    allowed_lanes: list[str]
+    members: list[str]
+    keys: list[ApiKeyOut]
+    created_at: datetime
 
 
 class RequestLogQuery(Schema):

@@ -9,6 +9,8 @@ app_name = "gateway"
 urlpatterns: list[URLPattern | URLResolver] = [
     path("gateway/", views.gateway_home, name="gateway"),
     path("gateway/keys/<int:key_id>/revoke", views.key_revoke, name="key-revoke"),
+    path("teams/", views.teams_page, name="teams"),
+    path("teams/<int:team_id>/", views.team_page, name="team"),
     path("gateway/mirror/", views.mirror_page, name="mirror"),
     # The draft router's decisions on live traffic, read from the gateway's request log.
     path("routing/shadow/", views.draft_shadow_page, name="draft-shadow"),

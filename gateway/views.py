@@ -1,5 +1,5 @@
 """Gateway pages (/gateway/): API keys, mirrored samples, the draft router on live traffic.
-Admins only. Metrics serves the request log page (/monitor/requests/, with this app's
+Admins only. Teams (/teams/): admins manage them; members read their own team. Metrics serves the request log page (/monitor/requests/, with this app's
 filter) and the usage totals beside the keys (metrics_tags' usage_totals: its rollup)."""
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from core.roles import Capability, require, role_required
-from gateway.forms import ApiKeyForm
+from core.roles import Capability, require, role_required, user_can
+from gateway.forms import ApiKeyForm, TeamForm
 from gateway.models import ApiKey
-from gateway.selectors import api_key_list, mirror_sample_list, mirror_summary, shadow_comparison
-from gateway.services import api_key_create, api_key_revoke
+from gateway.selectors import (
+    api_key_list,
+    mirror_sample_list,
+    mirror_summary,
+    shadow_comparison,
+    team_for,
+    teams_visible_to,
+)
+from gateway.services import api_key_create, api_key_revoke, team_create, team_update
 from routing.models import VersionStatus
 from routing.selectors import shadow_version, version_list, version_or_404
 from routing.services import router_version_set_shadow
@@ -55,9 +62,7 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
         try:
             created = api_key_create(actor=request.user, **form.cleaned_data)
         except ValidationError as exc:
-            for field, errors in exc.message_dict.items():
-                for error in errors:
-                    form.add_error(field if field in form.fields else None, error)
+            _form_errors(form, exc)
         else:
             form = ApiKeyForm()
     return render(request, "gateway/gateway.html", {
@@ -70,6 +75,52 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
 def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     api_key_revoke(actor=request.user, key=get_object_or_404(ApiKey, pk=key_id))
     return redirect("gateway:gateway")
+
+
+def _form_errors(form: TeamForm | ApiKeyForm, exc: ValidationError) -> None:
+    for field, errors in exc.message_dict.items():
+        for error in errors:
+            form.add_error(field if field in form.fields else None, error)
+
+
+@role_required(Capability.VIEW)
+def teams_page(request: HttpRequest) -> HttpResponse:
+    """Admins: every team and a form for a new one. Others: the teams they belong to."""
+    form = TeamForm(request.POST or None)
+    if request.method == "POST":
+        require(request.user, Capability.OPERATE)
+        if form.is_valid():
+            try:
+                team = team_create(actor=request.user, **form.cleaned_data)
+            except ValidationError as exc:
+                _form_errors(form, exc)
+            else:
+                return redirect("gateway:team", team_id=team.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "gateway/teams.html", {"teams": teams_visible_to(request.user), "form": form}, status=status)
+
+
+@role_required(Capability.VIEW)
+def team_page(request: HttpRequest, team_id: int) -> HttpResponse:
+    """A team's members, lanes, keys and usage; admins change it here."""
+    team = team_for(request.user, team_id)
+    form = TeamForm(request.POST or None, initial={
+        "name": team.name, "allowed_lanes": [lane.name for lane in team.allowed_lanes.all()],
+        "members": [user.username for user in team.members.all()]})
+    if request.method == "POST":
+        require(request.user, Capability.OPERATE)
+        if form.is_valid():
+            try:
+                team_update(actor=request.user, team=team, **form.cleaned_data)
+            except ValidationError as exc:
+                _form_errors(form, exc)
+            else:
+                messages.success(request, f"Team “{team.name}” saved.")
+                return redirect("gateway:team", team_id=team.pk)
+    keys = list(team.keys.all())
+    return render(request, "gateway/team.html", {
+        "team": team, "keys": keys, "key_ids": [key.pk for key in keys], "form": form,
+        "can_manage": user_can(request.user, Capability.OPERATE)}, status=400 if request.method == "POST" else 200)
 
 
 @role_required(Capability.OPERATE)
