@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Q
 
 from core.db import db_call
-from gateway.models import ApiKey
+from gateway.budgets import BudgetInfo, budget_identity
+from gateway.models import ApiKey, Budget
 from lanes.models import Lane
 from lanes.selectors import lane_context_limit
 
@@ -39,6 +41,7 @@ class KeyInfo:
     expires_at: float | None
     revoked: bool
     team_id: int | None = None
+    budgets: tuple[BudgetInfo, ...] = ()  # its own and its team's (gateway.budgets)
 
     def may_use(self, lane: str) -> bool:
         return self.allowed_lanes is None or lane in self.allowed_lanes
@@ -109,6 +112,17 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
         team_id=key.team_id,
+        budgets=_budgets_of(key),
+    )
+
+
+def _budgets_of(key: ApiKey) -> tuple[BudgetInfo, ...]:
+    scope = Q(key_id=key.pk) | Q(team_id=key.team_id) if key.team_id else Q(key_id=key.pk)
+    return tuple(
+        BudgetInfo(identity=budget_identity(b.pk, b.created_at),
+                   owner=f"team {b.team.name}" if b.team else f"key {key.name}", period=b.period,
+                   prompt=b.prompt_tokens or 0, completion=b.completion_tokens or 0, total=b.total_tokens or 0)
+        for b in Budget.objects.filter(scope).select_related("team")
     )
 
 

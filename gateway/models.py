@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from core.validators import POSITIVE_INT, TEXT
+from core.validators import POSITIVE_BIGINT, POSITIVE_INT, TEXT
 from lanes.models import Lane
 
 
@@ -75,6 +75,42 @@ class ApiKey(models.Model):
     @property
     def default_route(self) -> str:
         return self.default_lane.name if self.default_lane_id and self.default_lane else "auto"
+
+
+class BudgetPeriod(models.TextChoices):
+    DAY = "day"
+    MONTH = "month"
+
+
+class Budget(models.Model):
+    """Tokens a team (all its keys together) or one key may use per calendar day or month, in
+    the budgets' time zone (GATEWAY_BUDGET_TIME_ZONE). Prompt and completion tokens count
+    separately as well as together: the seed's traffic is long-prompt heavy. Usage is counted
+    in Redis (gateway.budgets); this row holds the limits."""
+
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
+    key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
+    period = models.CharField(max_length=8, choices=BudgetPeriod.choices, default=BudgetPeriod.DAY)
+    prompt_tokens = models.PositiveBigIntegerField(null=True, blank=True, validators=POSITIVE_BIGINT,
+                                                   help_text="Prompt tokens per period; empty = no limit.")
+    completion_tokens = models.PositiveBigIntegerField(null=True, blank=True, validators=POSITIVE_BIGINT,
+                                                       help_text="Completion tokens per period; empty = no limit.")
+    total_tokens = models.PositiveBigIntegerField(null=True, blank=True, validators=POSITIVE_BIGINT,
+                                                  help_text="Prompt + completion tokens per period; empty = no limit.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(team__isnull=True) ^ models.Q(key__isnull=True),
+                                   name="budget_team_xor_key"),
+            models.UniqueConstraint(fields=["team", "period"], name="budget_one_per_team_period"),
+            models.UniqueConstraint(fields=["key", "period"], name="budget_one_per_key_period"),
+        ]
+
+    def __str__(self) -> str:
+        owner = f"team {self.team}" if self.team_id else f"key {self.key}"
+        return f"{owner} per {self.period}"
 
 
 class RouteReason(models.TextChoices):

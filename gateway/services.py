@@ -1,4 +1,5 @@
-"""Gateway services: teams (create, change), API keys (create, revoke), request log retention."""
+"""Gateway services: teams (create, change), token budgets (set, reset, their use), API keys
+(create, revoke), request log retention."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from django.utils import timezone
 from core.audit import audit_record
 from core.roles import UserLike
 from core.validators import has_control_characters
+from gateway.budgets import budget_identity, budget_now, budget_window, budget_zone, count_name
 from gateway.keys import hash_secret, key_names, key_namespace
-from gateway.models import ApiKey, RequestLog, Team
+from gateway.models import ApiKey, Budget, BudgetPeriod, RequestLog, Team
 from lanes.models import Lane
 from lanes.replica_health import invalidation_channel
 
@@ -224,6 +226,90 @@ def team_update(*, actor: UserLike, team: Team, name: str | None = None, allowed
     if before["allowed_lanes"] != after["allowed_lanes"]:
         transaction.on_commit(lambda: gateway_invalidate("all"))
     return team
+
+
+def _budget_snapshot(budget: Budget) -> dict[str, object]:
+    return {"period": budget.period, "prompt_tokens": budget.prompt_tokens,
+            "completion_tokens": budget.completion_tokens, "total_tokens": budget.total_tokens}
+
+
+def _budget_reaches_gateway(budget: Budget) -> None:
+    """Every gateway process reloads the keys the budget applies to (a team's: all keys)."""
+    message = f"key:{budget.key_id}" if budget.key_id else "all"
+    transaction.on_commit(lambda: gateway_invalidate(message))
+
+
+def budget_set(*, actor: UserLike, team: Team | None = None, key: ApiKey | None = None, period: str = "day",
+               prompt_tokens: int | None = None, completion_tokens: int | None = None,
+               total_tokens: int | None = None) -> Budget:
+    """Create a team's or a key's budget for the period, or change it (raise, lower, lift a
+    limit with None). It takes effect at the next request in every web process."""
+    errors: dict[str, list[str]] = {}
+    if (team is None) == (key is None):
+        errors["team"] = ["A budget is a team's or a key's: give exactly one."]
+    if period not in BudgetPeriod.values:
+        errors["period"] = [f"Must be one of {', '.join(BudgetPeriod.values)}."]
+    limits = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total_tokens}
+    if all(value is None for value in limits.values()):
+        errors["total_tokens"] = ["Give at least one limit: prompt, completion or total tokens."]
+    if errors:
+        raise ValidationError(errors)
+    budget = Budget.objects.filter(team=team, key=key, period=period).first() or Budget(team=team, key=key,
+                                                                                         period=period)
+    before = _budget_snapshot(budget) if budget.pk else None
+    for name, value in limits.items():
+        setattr(budget, name, value)
+    budget.full_clean(exclude=["team", "key"], validate_constraints=False)
+    with transaction.atomic():
+        budget.save()
+        audit_record(actor=actor, action="budget.create" if before is None else "budget.update", obj=budget,
+                     before=before, after=_budget_snapshot(budget))
+        _budget_reaches_gateway(budget)
+    return budget
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    budget: Budget
+    window: str  # 2026-12-02 (a day) or 2026-12 (a month), in the budgets' time zone
+    resets_at: datetime
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def used_share(self) -> float:
+        """The largest share used of any of its limits (1.0 = used up)."""
+        pairs = ((self.prompt_tokens, self.budget.prompt_tokens), (self.completion_tokens, self.budget.completion_tokens),
+                 (self.total_tokens, self.budget.total_tokens))
+        return max((used / limit for used, limit in pairs if limit), default=0.0)
+
+
+def _count_name(budget: Budget) -> tuple[str, str, datetime]:
+    window, resets_at = budget_window(budget.period, budget_now(), budget_zone())
+    return count_name(settings.REDIS_PREFIX, budget_identity(budget.pk, budget.created_at), window), window, resets_at
+
+
+def budget_use(budget: Budget) -> BudgetUse:
+    """What the budget's current window has used, as the gateway counted it."""
+    name, window, resets_at = _count_name(budget)
+    prompt, completion = _redis().hmget(name, ["p", "c"])
+    return BudgetUse(budget=budget, window=window, resets_at=resets_at, prompt_tokens=int(prompt or 0),
+                     completion_tokens=int(completion or 0))
+
+
+def budget_reset(*, actor: UserLike, budget: Budget) -> BudgetUse:
+    """Forget what the current window has used: the next request passes again, in every process."""
+    before = budget_use(budget)
+    _redis().delete(_count_name(budget)[0])
+    audit_record(actor=actor, action="budget.reset", obj=budget,
+                 before={"window": before.window, "prompt_tokens_used": before.prompt_tokens,
+                         "completion_tokens_used": before.completion_tokens},
+                 after={"window": before.window, "prompt_tokens_used": 0, "completion_tokens_used": 0})
+    return budget_use(budget)
 
 
 @dataclass(frozen=True)
