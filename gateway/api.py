@@ -12,7 +12,7 @@ from ninja import Path, Query, Router, Status
 
 from core.api import can_operate, can_view
 from core.validators import INT64_MAX
-from gateway.models import ApiKey, RequestLog, Team
+from gateway.models import ApiKey, Budget, RequestLog, Team
 from gateway.schemas import (
     ApiKeyCreatedOut,
     ApiKeyIn,
@@ -22,9 +22,20 @@ from gateway.schemas import (
     TeamIn,
     TeamOut,
     TeamPatchIn,
+    TokenBudgetIn,
+    TokenBudgetOut,
 )
-from gateway.selectors import LogFilters, api_key_list, request_log_list, team_for, teams_visible_to
-from gateway.services import api_key_create, api_key_revoke, team_create, team_update
+from gateway.selectors import LogFilters, api_key_list, request_log_list, team_budgets, team_for, teams_visible_to
+from gateway.services import (
+    BudgetUse,
+    api_key_create,
+    api_key_revoke,
+    budget_reset,
+    budget_set,
+    budget_use,
+    team_create,
+    team_update,
+)
 
 router = Router(tags=["routing"])
 
@@ -42,7 +53,17 @@ def key_out(key: ApiKey) -> dict[str, Any]:
 def team_out(team: Team) -> dict[str, Any]:
     return {"id": team.pk, "name": team.name, "allowed_lanes": sorted(lane.name for lane in team.allowed_lanes.all()),
             "members": sorted(user.username for user in team.members.all()),
-            "keys": [key_out(key) for key in team.keys.all()], "created_at": team.created_at}
+            "keys": [key_out(key) for key in team.keys.all()],
+            "budgets": [budget_out(budget_use(budget)) for budget in team_budgets(team)], "created_at": team.created_at}
+
+
+def budget_out(use: BudgetUse) -> dict[str, Any]:
+    budget = use.budget
+    return {"id": budget.pk, "team": budget.team_id, "key": budget.key_id, "period": budget.period,
+            "prompt_tokens": budget.prompt_tokens, "completion_tokens": budget.completion_tokens,
+            "total_tokens": budget.total_tokens, "window": use.window, "resets_at": use.resets_at,
+            "used_prompt_tokens": use.prompt_tokens, "used_completion_tokens": use.completion_tokens,
+            "used_total_tokens": use.total_tokens, "used_share": use.used_share}
 
 
 def log_out(row: RequestLog) -> dict[str, Any]:
@@ -89,6 +110,24 @@ def teams_update(request: HttpRequest, payload: TeamPatchIn, team_id: int = Path
     team = team_update(actor=request.auth, team=get_object_or_404(Team, pk=team_id),  # type: ignore[attr-defined]
                        **payload.dict(exclude_unset=True))
     return team_out(team_for(request.auth, team.pk))  # type: ignore[attr-defined]
+
+
+@router.get("/gateway/budgets", response=list[TokenBudgetOut], auth=can_operate)
+def budgets_list(request: HttpRequest) -> list[dict[str, Any]]:
+    """Every budget with what its current window has used."""
+    return [budget_out(budget_use(budget)) for budget in Budget.objects.all()]
+
+
+@router.post("/gateway/budgets", response=TokenBudgetOut, auth=can_operate)
+def budgets_set(request: HttpRequest, payload: TokenBudgetIn) -> dict[str, Any]:
+    """Create the budget of a team or key for the period, or change it (raise, lower): at once."""
+    return budget_out(budget_use(budget_set(actor=request.auth, **payload.dict())))  # type: ignore[attr-defined]
+
+
+@router.post("/gateway/budgets/{budget_id}/reset", response=TokenBudgetOut, auth=can_operate)
+def budgets_reset(request: HttpRequest, budget_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
+    """Forget what the current window has used: requests pass again at once."""
+    return budget_out(budget_reset(actor=request.auth, budget=get_object_or_404(Budget, pk=budget_id)))  # type: ignore[attr-defined]
 
 
 @router.get("/gateway/requests", response=list[RequestLogOut], auth=can_operate)

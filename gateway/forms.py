@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth.models import User
 
-from gateway.models import Team
+from gateway.models import BudgetPeriod, Team
 from lanes.models import Lane
 
 
@@ -51,3 +51,23 @@ class TeamForm(forms.Form):
         self.fields["members"].choices = [  # type: ignore[attr-defined]
             (n, n) for n in User.objects.filter(is_active=True).order_by("username").values_list("username", flat=True)]
         bootstrap(self)
+
+
+class BudgetForm(forms.Form):
+    """A budget on a team's page: the team's own, or one of its keys'."""
+
+    target = forms.ChoiceField(label="For")
+    period = forms.ChoiceField(choices=BudgetPeriod.choices, initial=BudgetPeriod.DAY)
+    prompt_tokens = forms.IntegerField(required=False, label="Prompt tokens")
+    completion_tokens = forms.IntegerField(required=False, label="Completion tokens")
+    total_tokens = forms.IntegerField(required=False, label="Total tokens")
+
+    def __init__(self, *args: object, team: Team, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["target"].choices = [  # type: ignore[attr-defined]
+            ("team", "the team (all its keys)"), *[(str(key.pk), f"key {key.name}") for key in team.keys.all()]]
+        bootstrap(self)
+
+    def budget_owner(self) -> dict[str, int]:
+        target = self.cleaned_data["target"]
+        return {"key": int(target)} if target != "team" else {}

@@ -8,7 +8,7 @@ from ninja import Field, Schema
 
 from core.api import InSchema
 from core.validators import INT64_MAX
-from gateway.models import RouteReason
+from gateway.models import BudgetPeriod, RouteReason
 
 
 class ApiKeyIn(InSchema):
@@ -58,12 +58,40 @@ class TeamPatchIn(InSchema):
     members: list[str] | None = None
 
 
+class TokenBudgetIn(InSchema):
+    """A team's or a key's budget for the period: created, or changed when it exists."""
+
+    team: int | None = Field(None, ge=1, le=INT64_MAX, description="A team's id (or give `key`).")
+    key: int | None = Field(None, ge=1, le=INT64_MAX, description="An API key's id (or give `team`).")
+    period: BudgetPeriod = BudgetPeriod.DAY
+    prompt_tokens: int | None = Field(None, description="Per period; empty = no limit.")
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class TokenBudgetOut(Schema):
+    id: int
+    team: int | None
+    key: int | None
+    period: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    total_tokens: int | None
+    window: str  # the current day or month, in the budgets' time zone
+    resets_at: datetime
+    used_prompt_tokens: int
+    used_completion_tokens: int
+    used_total_tokens: int
+    used_share: float  # the largest share used of any limit (1.0 = used up)
+
+
 class TeamOut(Schema):
     id: int
     name: str
     allowed_lanes: list[str]
     members: list[str]
     keys: list[ApiKeyOut]
+    budgets: list[TokenBudgetOut]  # the team's and its keys'
     created_at: datetime
 
 

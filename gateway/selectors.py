@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from core.roles import Capability, UserLike, user_can
 from core.validators import whole_number
-from gateway.models import ApiKey, MirrorSample, RequestLog, RouteReason, Team
+from gateway.models import ApiKey, Budget, MirrorSample, RequestLog, RouteReason, Team
 
 STATUS_FILTER_RULE = "must be ok, error or an HTTP status from 100 to 599"
 
@@ -97,6 +97,12 @@ def teams_visible_to(user: UserLike | None) -> QuerySet[Team]:
     if not user_can(user, Capability.VIEW) or user is None:
         return teams.none()
     return teams.filter(members=user.pk)
+
+
+def team_budgets(team: Team) -> QuerySet[Budget]:
+    """The team's own budgets and its keys' (team first, then by key)."""
+    return Budget.objects.filter(Q(team=team) | Q(key__team=team)).select_related("key").order_by(
+        "key_id", "period")
 
 
 def team_for(user: UserLike | None, team_id: int) -> Team:

@@ -239,14 +239,21 @@ def _budget_reaches_gateway(budget: Budget) -> None:
     transaction.on_commit(lambda: gateway_invalidate(message))
 
 
-def budget_set(*, actor: UserLike, team: Team | None = None, key: ApiKey | None = None, period: str = "day",
-               prompt_tokens: int | None = None, completion_tokens: int | None = None,
+def budget_set(*, actor: UserLike, team: Team | int | None = None, key: ApiKey | int | None = None,
+               period: str = "day", prompt_tokens: int | None = None, completion_tokens: int | None = None,
                total_tokens: int | None = None) -> Budget:
     """Create a team's or a key's budget for the period, or change it (raise, lower, lift a
     limit with None). It takes effect at the next request in every web process."""
+    given_team, given_key = team is not None, key is not None
     errors: dict[str, list[str]] = {}
-    if (team is None) == (key is None):
-        errors["team"] = ["A budget is a team's or a key's: give exactly one."]
+    team = Team.objects.filter(pk=team).first() if isinstance(team, int) else team
+    key = ApiKey.objects.filter(pk=key).first() if isinstance(key, int) else key
+    if given_team and team is None:
+        errors["team"] = ["No such team."]
+    elif given_key and key is None:
+        errors["key"] = ["No such API key."]
+    elif (team is None) == (key is None):
+        errors["team"] = ["A budget is a team's or a key's: give exactly one of team and key."]
     if period not in BudgetPeriod.values:
         errors["period"] = [f"Must be one of {', '.join(BudgetPeriod.values)}."]
     limits = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total_tokens}
@@ -259,7 +266,7 @@ def budget_set(*, actor: UserLike, team: Team | None = None, key: ApiKey | None 
     before = _budget_snapshot(budget) if budget.pk else None
     for name, value in limits.items():
         setattr(budget, name, value)
-    budget.full_clean(exclude=["team", "key"], validate_constraints=False)
+    budget.full_clean(exclude=["team", "key"], validate_unique=False, validate_constraints=False)
     with transaction.atomic():
         budget.save()
         audit_record(actor=actor, action="budget.create" if before is None else "budget.update", obj=budget,
@@ -286,6 +293,11 @@ class BudgetUse:
         pairs = ((self.prompt_tokens, self.budget.prompt_tokens), (self.completion_tokens, self.budget.completion_tokens),
                  (self.total_tokens, self.budget.total_tokens))
         return max((used / limit for used, limit in pairs if limit), default=0.0)
+
+    @property
+    def shown_pct(self) -> int:
+        """The share as a bar shows it: 0 to 100."""
+        return min(100, round(self.used_share * 100))
 
 
 def _count_name(budget: Budget) -> tuple[str, str, datetime]:

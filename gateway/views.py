@@ -5,7 +5,9 @@ filter) and the usage totals beside the keys (metrics_tags' usage_totals: its ro
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
@@ -13,17 +15,26 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from core.roles import Capability, require, role_required, user_can
-from gateway.forms import ApiKeyForm, TeamForm
-from gateway.models import ApiKey
+from gateway.forms import ApiKeyForm, BudgetForm, TeamForm
+from gateway.models import ApiKey, Team
 from gateway.selectors import (
     api_key_list,
     mirror_sample_list,
     mirror_summary,
     shadow_comparison,
+    team_budgets,
     team_for,
     teams_visible_to,
 )
-from gateway.services import api_key_create, api_key_revoke, team_create, team_update
+from gateway.services import (
+    api_key_create,
+    api_key_revoke,
+    budget_reset,
+    budget_set,
+    budget_use,
+    team_create,
+    team_update,
+)
 from routing.models import VersionStatus
 from routing.selectors import shadow_version, version_list, version_or_404
 from routing.services import router_version_set_shadow
@@ -77,7 +88,7 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     return redirect("gateway:gateway")
 
 
-def _form_errors(form: TeamForm | ApiKeyForm, exc: ValidationError) -> None:
+def _form_errors(form: TeamForm | ApiKeyForm | BudgetForm, exc: ValidationError) -> None:
     for field, errors in exc.message_dict.items():
         for error in errors:
             form.add_error(field if field in form.fields else None, error)
@@ -104,9 +115,7 @@ def teams_page(request: HttpRequest) -> HttpResponse:
 def team_page(request: HttpRequest, team_id: int) -> HttpResponse:
     """A team's members, lanes, keys and usage; admins change it here."""
     team = team_for(request.user, team_id)
-    form = TeamForm(request.POST or None, initial={
-        "name": team.name, "allowed_lanes": [lane.name for lane in team.allowed_lanes.all()],
-        "members": [user.username for user in team.members.all()]})
+    form = _team_form(team, request.POST or None)
     if request.method == "POST":
         require(request.user, Capability.OPERATE)
         if form.is_valid():
@@ -117,10 +126,54 @@ def team_page(request: HttpRequest, team_id: int) -> HttpResponse:
             else:
                 messages.success(request, f"Team “{team.name}” saved.")
                 return redirect("gateway:team", team_id=team.pk)
+    return _team_render(request, team, form=form, status=400 if request.method == "POST" else 200)
+
+
+def _team_form(team: Team, data: Any = None) -> TeamForm:
+    return TeamForm(data, initial={"name": team.name, "members": [user.username for user in team.members.all()],
+                                   "allowed_lanes": [lane.name for lane in team.allowed_lanes.all()]})
+
+
+def _team_render(request: HttpRequest, team: Team, *, form: TeamForm | None = None,
+                 budget_form: BudgetForm | None = None, status: int = 200) -> HttpResponse:
     keys = list(team.keys.all())
     return render(request, "gateway/team.html", {
-        "team": team, "keys": keys, "key_ids": [key.pk for key in keys], "form": form,
-        "can_manage": user_can(request.user, Capability.OPERATE)}, status=400 if request.method == "POST" else 200)
+        "team": team, "keys": keys, "key_ids": [key.pk for key in keys],
+        "budgets": [budget_use(budget) for budget in team_budgets(team)],
+        "form": form or _team_form(team),
+        "budget_form": budget_form or BudgetForm(team=team),
+        "budget_zone": settings.GATEWAY_BUDGET_TIME_ZONE,
+        "can_manage": user_can(request.user, Capability.OPERATE)}, status=status)
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def team_budget_set(request: HttpRequest, team_id: int) -> HttpResponse:
+    """Set (create, raise, lower) the team's or one of its keys' budget: in force at once."""
+    team = team_for(request.user, team_id)
+    form = BudgetForm(request.POST, team=team)
+    if form.is_valid():
+        owner = form.budget_owner() or {"team": team.pk}
+        try:
+            budget_set(actor=request.user, period=form.cleaned_data["period"], **owner,
+                       **{name: form.cleaned_data[name] for name in ("prompt_tokens", "completion_tokens",
+                                                                     "total_tokens")})
+        except ValidationError as exc:
+            _form_errors(form, exc)
+        else:
+            messages.success(request, "Budget saved: in force from the next request.")
+            return redirect("gateway:team", team_id=team.pk)
+    return _team_render(request, team, budget_form=form, status=400)
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def team_budget_reset(request: HttpRequest, team_id: int, budget_id: int) -> HttpResponse:
+    team = team_for(request.user, team_id)
+    budget = get_object_or_404(team_budgets(team), pk=budget_id)
+    budget_reset(actor=request.user, budget=budget)
+    messages.success(request, "Budget reset: this period's use is forgotten.")
+    return redirect("gateway:team", team_id=team.pk)
 
 
 @role_required(Capability.OPERATE)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from core.models import AuditEvent
 from gateway.directory import _load_key, effective_lanes
-from gateway.models import ApiKey, RequestLog, Team
+from gateway.models import ApiKey, Budget, RequestLog, Team
 from gateway.services import api_key_create, team_create, team_update
 from metrics.storage import usage_rollup
 from sparksim.standalone import EngineHandle
@@ -177,3 +177,62 @@ def test_the_gateway_holds_a_key_to_its_teams_lanes_and_follows_a_change_at_once
     assert ask("qwen").status_code == 200
     team_update(actor=key_owner, team=team, allowed_lanes=["qwen", "deepseek"])
     wait_for(lambda: ask("deepseek").status_code == 200, what="the team's new lane to reach the gateway")
+
+
+def test_budgets_are_set_and_reset_by_admins_only_and_members_see_their_teams(
+        role_clients: dict[str, Client], admin_user: User, viewer_user: User, lead_user: User) -> None:
+    ours = make_team(admin_user, "ours", viewer_user)
+    theirs = make_team(admin_user, "theirs", lead_user)
+    admin = role_clients["admin"]
+    answer = admin.post("/api/gateway/budgets", {"team": ours.pk, "period": "day", "total_tokens": 1000},
+                        content_type="application/json")
+    assert answer.status_code == 200, answer.content
+    budget = answer.json()
+    assert budget["used_total_tokens"] == 0 and budget["window"] and budget["used_share"] == 0
+    raised = admin.post("/api/gateway/budgets", {"team": ours.pk, "period": "day", "total_tokens": 5000},
+                        content_type="application/json").json()
+    assert raised["id"] == budget["id"] and raised["total_tokens"] == 5000
+    event = AuditEvent.objects.get(action="budget.update", object_id=str(budget["id"]))
+    assert event.diff["total_tokens"] == [1000, 5000]
+    other = admin.post(f"/teams/{theirs.pk}/budgets", {"target": "team", "period": "month", "prompt_tokens": 7})
+    assert other.status_code == 302
+    for who in ("lead", "viewer", "outsider"):
+        client = role_clients[who]
+        assert client.get("/api/gateway/budgets").status_code == 403
+        assert client.post("/api/gateway/budgets", {"team": ours.pk, "total_tokens": 1},
+                           content_type="application/json").status_code == 403
+        assert client.post(f"/api/gateway/budgets/{budget['id']}/reset").status_code == 403
+        assert client.post(f"/teams/{ours.pk}/budgets", {"target": "team", "period": "day",
+                                                         "total_tokens": 1}).status_code == 403
+        assert client.post(f"/teams/{ours.pk}/budgets/{budget['id']}/reset").status_code == 403
+    assert role_clients["anonymous"].post("/api/gateway/budgets", {"team": ours.pk, "total_tokens": 1},
+                                          content_type="application/json").status_code == 401
+    assert Budget.objects.get(pk=budget["id"]).total_tokens == 5000
+    viewer = role_clients["viewer"]
+    mine = viewer.get(f"/api/gateway/teams/{ours.pk}").json()
+    assert [b["total_tokens"] for b in mine["budgets"]] == [5000]
+    page = viewer.get(f"/teams/{ours.pk}/").content.decode()
+    assert 'id="team-budgets"' in page and "5000" in page and 'id="budget-form"' not in page
+    reset = admin.post(f"/api/gateway/budgets/{budget['id']}/reset")
+    assert reset.status_code == 200 and AuditEvent.objects.filter(action="budget.reset").count() == 1
+
+
+def test_bad_budget_input_is_422_naming_the_field(admin_client: Client, admin_user: User) -> None:
+    team = make_team(admin_user, "agents")
+    key = api_key_create(actor=admin_user, name="k", team=team.pk).key
+    cases = [
+        ({"team": team.pk}, "total_tokens"),  # no limit at all
+        ({"team": team.pk, "key": key.pk, "total_tokens": 5}, "team"),  # both
+        ({"total_tokens": 5}, "team"),  # neither
+        ({"team": 999999, "total_tokens": 5}, "team"),
+        ({"key": 999999, "total_tokens": 5}, "key"),
+        ({"team": team.pk, "total_tokens": -5}, "total_tokens"),
+        ({"team": team.pk, "total_tokens": 2 ** 70}, "total_tokens"),
+        ({"team": team.pk, "period": "week", "total_tokens": 5}, "period"),
+    ]
+    for payload, field in cases:
+        answer = admin_client.post("/api/gateway/budgets", payload, content_type="application/json")
+        assert answer.status_code == 422, (payload, answer.content)
+        assert field in str(answer.json()["detail"]), (payload, answer.json())
+    assert not Budget.objects.exists()
+    assert admin_client.post("/api/gateway/budgets/424242/reset").status_code == 404
