@@ -290,9 +290,17 @@ class BudgetUse:
     @property
     def used_share(self) -> float:
         """The largest share used of any of its limits (1.0 = used up)."""
-        pairs = ((self.prompt_tokens, self.budget.prompt_tokens), (self.completion_tokens, self.budget.completion_tokens),
-                 (self.total_tokens, self.budget.total_tokens))
-        return max((used / limit for used, limit in pairs if limit), default=0.0)
+        used, limit, _ = self.tightest
+        return used / limit if limit else 0.0
+
+    @property
+    def tightest(self) -> tuple[int, int, str]:
+        """(used, limit, what) of the limit most used."""
+        pairs = [(used, limit, what) for used, limit, what in (
+            (self.prompt_tokens, self.budget.prompt_tokens, "prompt tokens"),
+            (self.completion_tokens, self.budget.completion_tokens, "completion tokens"),
+            (self.total_tokens, self.budget.total_tokens, "total tokens")) if limit]
+        return max(pairs, key=lambda pair: pair[0] / pair[1], default=(0, 0, "tokens"))
 
     @property
     def shown_pct(self) -> int:
