@@ -23,8 +23,8 @@ import orjson
 from django.conf import settings
 
 from gateway import limits
-from gateway.admission import admit, refuse, release, trace_left
-from gateway.budgets import budget_charge, budget_check
+from gateway.admission import admit_within_budgets, refuse, release, trace_left
+from gateway.budgets import budget_charge
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.guard import check_context
@@ -185,11 +185,10 @@ async def admit_and_send(
     rt: GatewayRuntime, scope: Scope, receive: Receive, send: Send, key: KeyInfo, request: ParsedRequest,
     raw: bytes, decision: RouteDecision, lanes: Any, endpoint: str, outcome: Outcome,
 ) -> None:
-    await budget_check(rt.budget_check_script, key.budgets)  # 429 budget_exceeded: nothing admitted, nothing sent
     idem_key, idem_mode, fingerprint = idempotency_of(scope, raw, request)
     names = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), idem_key)
-    admission = await admit(rt, key=key, names=names, mode=idem_mode, fingerprint=fingerprint,
-                            request_id=outcome.request_id)
+    admission = await admit_within_budgets(rt, key=key, names=names, mode=idem_mode, fingerprint=fingerprint,
+                                           request_id=outcome.request_id)
     if admission.code != limits.ALLOWED:
         await refuse(send, admission, outcome)
         return

@@ -78,7 +78,8 @@ def test_an_admin_raising_a_key_budget_lets_it_through_in_every_worker(
     worker_processes: Callable[..., WorkerProcesses], qwen_engine: EngineHandle, key_owner: User,
 ) -> None:
     make_lane("qwen", qwen_engine.port, served="qwen-test", max_model_len=32768)
-    secret, key_id = create_key(key_owner, name="solo")
+    # One request in flight at most: a refusal that left its admitted slot behind would block the key.
+    secret, key_id = create_key(key_owner, name="solo", max_parallel=1)
     budget = budget_set(actor=key_owner, key=ApiKey.objects.get(pk=key_id), prompt_tokens=5)
     workers = worker_processes(2)
     assert ask(workers.urls[0], secret, max_tokens=1).status_code == 200
