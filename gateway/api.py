@@ -132,6 +132,6 @@ def budgets_reset(request: HttpRequest, budget_id: int = Path(..., ge=1, le=INT6
 
 @router.get("/gateway/requests", response=list[RequestLogOut], auth=can_operate)
 def requests_list(request: HttpRequest, query: Query[RequestLogQuery]) -> list[dict[str, Any]]:
-    filters = LogFilters(key_id=query.key, lane=query.lane, status=query.status, route=query.route or "",
+    filters = LogFilters(key_id=query.key, team_id=query.team, lane=query.lane, status=query.status, route=query.route or "",
                          since=query.since, until=query.until)
     return [log_out(row) for row in request_log_list(filters=filters, limit=query.limit, before_id=query.before)]

@@ -99,6 +99,7 @@ class RequestLogQuery(Schema):
     """The request log's filters (gateway.selectors.LogFilters) and its keyset paging."""
 
     key: int | None = Field(None, ge=1, le=INT64_MAX, description="An API key's id.")
+    team: int | None = Field(None, ge=1, le=INT64_MAX, description="A team's id: its keys' requests.")
     lane: str = Field("", max_length=63)
     status: str = Field("", max_length=16, description="`ok` (below 400), `error` (400 and above) or an HTTP "
                                                        "status from 100 to 599.")

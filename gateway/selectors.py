@@ -38,6 +38,7 @@ class LogFilters:
     raises ValidationError naming the field."""
 
     key_id: int | None = None
+    team_id: int | None = None  # its keys' requests
     lane: str = ""
     status: str = ""  # "" | "ok" | "error" | an HTTP status (status_condition)
     route: str = ""  # "" | a RouteReason
@@ -68,6 +69,8 @@ def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | 
     rows = RequestLog.objects.select_related("key").order_by("-id")
     if filters.key_id is not None:
         rows = rows.filter(key_id=filters.key_id)
+    if filters.team_id is not None:
+        rows = rows.filter(key_id__in=ApiKey.objects.filter(team_id=filters.team_id).values("pk"))
     if filters.lane:
         rows = rows.filter(lane=filters.lane)
     if filters.status:

@@ -236,3 +236,20 @@ def test_bad_budget_input_is_422_naming_the_field(admin_client: Client, admin_us
         assert field in str(answer.json()["detail"]), (payload, answer.json())
     assert not Budget.objects.exists()
     assert admin_client.post("/api/gateway/budgets/424242/reset").status_code == 404
+
+
+def test_the_request_log_is_searched_by_team_on_the_page_and_the_api(admin_client: Client, admin_user: User,
+                                                                      viewer_client: Client) -> None:
+    ours, theirs = make_team(admin_user, "ours"), make_team(admin_user, "theirs")
+    mine = api_key_create(actor=admin_user, name="our-agent", team=ours.pk).key
+    other = api_key_create(actor=admin_user, name="their-agent", team=theirs.pk).key
+    for request_id, key in (("req-ours", mine), ("req-theirs", other), ("req-keyless", None)):
+        RequestLog.objects.create(request_id=request_id, key=key, endpoint="chat.completions", lane="qwen",
+                                  status=200, latency_ms=5)
+    listed = admin_client.get(f"/api/gateway/requests?team={ours.pk}").json()
+    assert [row["request_id"] for row in listed] == ["req-ours"]
+    page = admin_client.get(f"/monitor/requests/?team={theirs.pk}").content.decode()
+    assert "req-theirs" in page and "req-ours" not in page and "req-keyless" not in page
+    assert admin_client.get("/api/gateway/requests?team=0").status_code == 422
+    assert admin_client.get("/monitor/requests/?team=x").status_code == 400
+    assert viewer_client.get(f"/api/gateway/requests?team={ours.pk}").status_code == 403
