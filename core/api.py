@@ -5,30 +5,44 @@ HTTP here, in one place. Apps import this module; it imports no app."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from ninja import NinjaAPI, Router, Schema
+from django.shortcuts import get_object_or_404
+from ninja import Field, NinjaAPI, Path, Router, Schema, Status
 from ninja.errors import AuthenticationError
 from ninja.security import SessionAuth
 from pydantic import ConfigDict
 
+from core.access_tokens import MAX_DAYS, access_token_create, access_token_revoke, access_token_user
 from core.api_docs import OfflineSwagger
+from core.models import PersonalAccessToken
 from core.roles import Capability, require, role_required, user_can
+from core.validators import INT64_MAX
 
 
 class RoleAuth(SessionAuth):
-    """Session auth (with CSRF on unsafe methods) plus a capability: anonymous → 401 (asked
-    first: a request with no session has nothing for CSRF to protect, and "log in" is the
-    answer it needs), a session without the CSRF token → 403, a logged-in user without the
-    capability → 403."""
+    """Session auth (with CSRF on unsafe methods) or a personal access token (`Authorization:
+    Bearer pat-…`, core.access_tokens: no cookie, so nothing for CSRF to protect), plus a
+    capability: anonymous or a bad token → 401 (asked first: a request with no session has
+    nothing for CSRF to protect, and "log in" is the answer it needs), a session without the
+    CSRF token → 403, a user without the capability → 403."""
 
     def __init__(self, capability: Capability) -> None:
         super().__init__(csrf=True)
         self.capability = capability
 
     def __call__(self, request: HttpRequest) -> Any:
+        header = request.headers.get("Authorization", "")
+        if header[:7].lower() == "bearer ":
+            user = access_token_user(header[7:].strip())
+            if user is None:
+                return None
+            require(user, self.capability)
+            request.user = user  # the operation acts as the token's owner
+            return user
         if not request.user.is_authenticated:
             return None
         return super().__call__(request)
@@ -87,10 +101,53 @@ def me(request: HttpRequest) -> dict[str, Any]:
     }
 
 
+class AccessTokenIn(InSchema):
+    name: str = Field(..., max_length=100)
+    expires_in_days: int = Field(90, ge=1, le=MAX_DAYS)
+
+
+class AccessTokenOut(Schema):
+    id: int
+    name: str
+    prefix: str
+    created_at: datetime
+    expires_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class AccessTokenCreatedOut(AccessTokenOut):
+    secret: str  # shown once: only its hash is stored
+
+
+def token_out(token: PersonalAccessToken) -> dict[str, Any]:
+    return {name: getattr(token, name) for name in AccessTokenOut.model_fields}
+
+
+@portal_router.get("/tokens", response=list[AccessTokenOut])
+def tokens_list(request: HttpRequest) -> list[dict[str, Any]]:
+    """Your personal access tokens (never their secrets)."""
+    return [token_out(t) for t in PersonalAccessToken.objects.filter(user=request.auth)]  # type: ignore[attr-defined]
+
+
+@portal_router.post("/tokens", response={201: AccessTokenCreatedOut})
+def tokens_create(request: HttpRequest, payload: AccessTokenIn) -> Status[dict[str, Any]]:
+    """A token acting as you, with your role, on /api/ (`Authorization: Bearer <secret>`)."""
+    created = access_token_create(user=request.auth, **payload.dict())  # type: ignore[attr-defined]
+    return Status(201, {**token_out(created.token), "secret": created.secret})
+
+
+@portal_router.post("/tokens/{token_id}/revoke", response=AccessTokenOut)
+def tokens_revoke(request: HttpRequest, token_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
+    """Your own token, or (admins) anyone's: refused from the next request on."""
+    token = get_object_or_404(PersonalAccessToken, pk=token_id)
+    return token_out(access_token_revoke(actor=request.auth, token=token))  # type: ignore[attr-defined]
+
+
 ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
 ERROR_MEANINGS = {
     400: "Bad request: a NUL or control character in the path or query string.",
-    401: "Not logged in (session cookie and CSRF token).",
+    401: "Not logged in (session cookie and CSRF token, or a personal access token as a bearer).",
     403: "Logged in, but the role lacks the capability.",
     404: "No such object.",
     409: "Conflict with the current state (e.g. the node is busy with another job).",
@@ -155,7 +212,8 @@ def build_api(routers: Sequence[Router]) -> NinjaAPI:
 
     @api.exception_handler(AuthenticationError)
     def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-        return api.create_response(request, {"detail": "Log in first (session cookie and CSRF token)."}, status=401)
+        return api.create_response(request, {"detail": "Log in first (session cookie and CSRF token), or send a "
+                                                     "live personal access token: Authorization: Bearer pat-…"}, status=401)
 
     @api.exception_handler(ValidationError)
     def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:

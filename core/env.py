@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -94,6 +95,17 @@ def env_url(name: str, default: str | None, *, schemes: tuple[str, ...]) -> str:
         )
     if parsed.scheme not in ("sqlite",) and not parsed.hostname and "unix" not in parsed.scheme:
         raise ImproperlyConfigured(f"{name}: the URL has no host; got {value!r}")
+    return value
+
+
+def env_time_zone(name: str, default: str) -> str:
+    """An IANA time zone name (Europe/Berlin, UTC) this machine's zone database knows."""
+    value = env_str(name, default)
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(f"{name}: must be an IANA time zone such as Europe/Berlin or UTC; "
+                                   f"got {value!r}") from None
     return value
 
 

@@ -53,3 +53,25 @@ class AuditEvent(models.Model):
 
     def changed_fields(self) -> list[tuple[str, Any, Any]]:
         return [(field, pair[0], pair[1]) for field, pair in sorted(self.diff.items())]
+
+
+class PersonalAccessToken(models.Model):
+    """A user's token for the management API (`Authorization: Bearer pat-…`), for scripts and
+    CI. It acts as its owner with the owner's role at each request (a demoted owner's token
+    loses the capability with them). The secret is shown once; only its SHA-256 is stored (it
+    has 256 bits of entropy, so a plain hash is enough)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="access_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=24, help_text="First characters of the secret, shown to tell tokens apart.")
+    secret_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

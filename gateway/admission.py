@@ -11,6 +11,7 @@ request is still in progress."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from django.conf import settings
@@ -18,6 +19,7 @@ from django.db import DatabaseError
 
 from core.db import db_call
 from gateway import limits
+from gateway.budgets import budget_check
 from gateway.directory import KeyInfo
 from gateway.durable import ADMITTED, DONE, IN_FLIGHT, keyed_request_admit, keyed_request_release
 from gateway.http import Send, send_bytes, send_error
@@ -84,6 +86,34 @@ async def admit(rt: GatewayRuntime, *, key: KeyInfo, names: list[str], mode: str
     if verdict == DONE:  # its answer went with Redis's memory: refused, never re-run
         return limits.Admission(limits.IDEMPOTENT_DONE, record=limits.stored_record(b"D409X||", fingerprint))
     return limits.Admission(limits.IDEMPOTENCY_MISMATCH)
+
+
+async def admit_within_budgets(rt: GatewayRuntime, *, key: KeyInfo, names: list[str], mode: str, fingerprint: str,
+                               request_id: str) -> limits.Admission:
+    """admit(), and the key's token budgets checked (gateway.budgets): 429 `budget_exceeded`
+    before anything is sent. Both scripts leave in one write (gateway.scripts sends a loop
+    turn's calls together), so budgets cost no extra round trip; a refusal takes the admission
+    back. With an explicit Idempotency-Key the budgets are checked first: its admission writes
+    a durable row that taking back would not undo."""
+    if not key.budgets or mode == limits.IDEM_EXPLICIT:
+        await budget_check(rt.budget_check_script, key.budgets)
+        return await admit(rt, key=key, names=names, mode=mode, fingerprint=fingerprint, request_id=request_id)
+    checking = asyncio.ensure_future(budget_check(rt.budget_check_script, key.budgets))
+    try:
+        admission = await admit(rt, key=key, names=names, mode=mode, fingerprint=fingerprint, request_id=request_id)
+    except BaseException:
+        checking.cancel()
+        with contextlib.suppress(BaseException):
+            await checking
+        raise
+    try:
+        await checking
+    except GatewayError:
+        if admission.code != limits.ALLOWED:
+            return admission  # refused anyway, or a replay: it costs no tokens
+        take_back(rt, names=names, fingerprint=fingerprint, request_id=request_id)
+        raise
+    return admission
 
 
 def take_back(rt: GatewayRuntime, *, names: list[str], fingerprint: str, request_id: str) -> None:

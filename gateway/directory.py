@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Q
 
 from core.db import db_call
-from gateway.models import ApiKey
+from gateway.budgets import BudgetInfo, budget_identity
+from gateway.models import ApiKey, Budget
 from lanes.models import Lane
 from lanes.selectors import lane_context_limit
 
@@ -30,7 +32,7 @@ class KeyInfo:
     id: int
     name: str
     secret_hash: str
-    allowed_lanes: frozenset[str] | None  # None = every lane
+    allowed_lanes: frozenset[str] | None  # None = every lane (the key's, within its team's)
     default_lane: str | None  # None = auto
     rpm: int
     tpm: int
@@ -39,6 +41,8 @@ class KeyInfo:
     capture_prompts: bool
     expires_at: float | None
     revoked: bool
+    team_id: int | None = None
+    budgets: tuple[BudgetInfo, ...] = ()  # its own and its team's (gateway.budgets)
 
     def may_use(self, lane: str) -> bool:
         return self.allowed_lanes is None or lane in self.allowed_lanes
@@ -80,17 +84,27 @@ class LaneInfo:
         return self.observed_state in SERVING_STATES and any(replica.serving for replica in self.replicas)
 
 
+def effective_lanes(key_lanes: frozenset[str], team_lanes: frozenset[str] | None) -> frozenset[str] | None:
+    """The lanes a key may use: its own within its team's (an empty set at either level is
+    every lane; None = every lane). A key narrowed to lanes its team no longer has may use none."""
+    if not team_lanes:
+        return key_lanes or None
+    return key_lanes & team_lanes if key_lanes else team_lanes
+
+
 def _load_key(secret_hash: str) -> KeyInfo | None:
     key = ApiKey.objects.filter(secret_hash=secret_hash).select_related("default_lane").first()
     # The lookup is by hash; compare again in constant time so the check never leaks timing.
     if key is None or not hmac.compare_digest(key.secret_hash, secret_hash):
         return None
-    allowed = frozenset(key.allowed_lanes.values_list("name", flat=True))
+    team_lanes = (frozenset(Lane.objects.filter(teams=key.team_id).values_list("name", flat=True))
+                  if key.team_id else None)
+    allowed = effective_lanes(frozenset(key.allowed_lanes.values_list("name", flat=True)), team_lanes)
     return KeyInfo(
         id=key.pk,
         name=key.name,
         secret_hash=key.secret_hash,
-        allowed_lanes=allowed or None,
+        allowed_lanes=allowed,
         default_lane=key.default_lane.name if key.default_lane else None,
         rpm=key.rpm_limit or 0,
         tpm=key.tpm_limit or 0,
@@ -99,6 +113,18 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
         capture_prompts=key.capture_prompts,
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
+        team_id=key.team_id,
+        budgets=_budgets_of(key),
+    )
+
+
+def _budgets_of(key: ApiKey) -> tuple[BudgetInfo, ...]:
+    scope = Q(key_id=key.pk) | Q(team_id=key.team_id) if key.team_id else Q(key_id=key.pk)
+    return tuple(
+        BudgetInfo(identity=budget_identity(b.pk, b.created_at),
+                   owner=f"team {b.team.name}" if b.team else f"key {key.name}", period=b.period,
+                   prompt=b.prompt_tokens or 0, completion=b.completion_tokens or 0, total=b.total_tokens or 0)
+        for b in Budget.objects.filter(scope).select_related("team")
     )
 
 

@@ -1,12 +1,27 @@
 from __future__ import annotations
 
 from django import forms
+from django.contrib.auth.models import User
 
+from gateway.models import BudgetPeriod, Team
 from lanes.models import Lane
+
+
+def bootstrap(form: forms.Form) -> None:
+    for field in form.fields.values():  # Bootstrap looks, like the portal's other forms
+        widget = field.widget
+        if isinstance(widget, forms.CheckboxInput):
+            widget.attrs["class"] = "form-check-input"
+        elif isinstance(widget, forms.Select):
+            widget.attrs["class"] = "form-select form-select-sm"
+        else:
+            widget.attrs["class"] = "form-control form-control-sm"
 
 
 class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100)
+    team = forms.ModelChoiceField(Team.objects.all(), required=False, empty_label="no team",
+                                  help_text="Its lanes bound the key's.")
     allowed_lanes = forms.MultipleChoiceField(required=False, help_text="None selected = every lane.")
     default_route = forms.ChoiceField(initial="auto")
     rpm_limit = forms.IntegerField(required=False, label="Requests / minute")
@@ -21,11 +36,39 @@ class ApiKeyForm(forms.Form):
         names = list(Lane.objects.values_list("name", flat=True))
         self.fields["allowed_lanes"].choices = [(n, n) for n in names]  # type: ignore[attr-defined]
         self.fields["default_route"].choices = [("auto", "auto (router)"), *[(n, n) for n in names]]  # type: ignore[attr-defined]
-        for field in self.fields.values():  # Bootstrap looks, like the portal's other forms
-            widget = field.widget
-            if isinstance(widget, forms.CheckboxInput):
-                widget.attrs["class"] = "form-check-input"
-            elif isinstance(widget, forms.Select):
-                widget.attrs["class"] = "form-select form-select-sm"
-            else:
-                widget.attrs["class"] = "form-control form-control-sm"
+        bootstrap(self)
+
+
+class TeamForm(forms.Form):
+    """A team's fields as the page edits them; gateway.services checks them (team_create, team_update)."""
+
+    name = forms.CharField(max_length=100)
+    allowed_lanes = forms.MultipleChoiceField(required=False, help_text="None selected = every lane.")
+    members = forms.MultipleChoiceField(required=False)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["allowed_lanes"].choices = [(n, n) for n in Lane.objects.values_list("name", flat=True)]  # type: ignore[attr-defined]
+        self.fields["members"].choices = [  # type: ignore[attr-defined]
+            (n, n) for n in User.objects.filter(is_active=True).order_by("username").values_list("username", flat=True)]
+        bootstrap(self)
+
+
+class BudgetForm(forms.Form):
+    """A budget on a team's page: the team's own, or one of its keys'."""
+
+    target = forms.ChoiceField(label="For")
+    period = forms.ChoiceField(choices=BudgetPeriod.choices, initial=BudgetPeriod.DAY)
+    prompt_tokens = forms.IntegerField(required=False, label="Prompt tokens")
+    completion_tokens = forms.IntegerField(required=False, label="Completion tokens")
+    total_tokens = forms.IntegerField(required=False, label="Total tokens")
+
+    def __init__(self, *args: object, team: Team, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["target"].choices = [  # type: ignore[attr-defined]
+            ("team", "the team (all its keys)"), *[(str(key.pk), f"key {key.name}") for key in team.keys.all()]]
+        bootstrap(self)
+
+    def budget_owner(self) -> dict[str, int]:
+        target = self.cleaned_data["target"]
+        return {"key": int(target)} if target != "team" else {}

@@ -26,7 +26,8 @@ from django.utils import timezone
 
 from core.db import db_call
 from gateway import limits
-from gateway.admission import admit, refuse, release, trace_left
+from gateway.admission import admit_within_budgets, refuse, release, trace_left
+from gateway.budgets import budget_charge
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.guard import check_context
@@ -192,8 +193,8 @@ async def admit_and_send(
 ) -> None:
     idem_key, idem_mode, fingerprint = idempotency_of(scope, raw, request)
     names = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), idem_key)
-    admission = await admit(rt, key=key, names=names, mode=idem_mode, fingerprint=fingerprint,
-                            request_id=outcome.request_id)
+    admission = await admit_within_budgets(rt, key=key, names=names, mode=idem_mode, fingerprint=fingerprint,
+                                           request_id=outcome.request_id)
     if admission.code != limits.ALLOWED:
         await refuse(send, admission, outcome)
         return
@@ -232,6 +233,8 @@ async def admit_and_send(
     finally:
         watcher.cancel()
         tokens = (outcome.usage.prompt_tokens or 0) + (outcome.usage.completion_tokens or 0)
+        budget_charge(rt.budget_charge_script, rt.spawn, key.budgets, prompt_tokens=outcome.usage.prompt_tokens or 0,
+                      completion_tokens=outcome.usage.completion_tokens or 0)  # streamed or counted by us too
         # Keep the answer for a retry when the client asked for it (explicit key), or when
         # the client left before it had the answer (its SDK will retry); else forget.
         keep = outcome.sent_upstream and idem_mode != limits.IDEM_NONE and (explicit or outcome.gone.is_set())

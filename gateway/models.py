@@ -1,4 +1,4 @@
-"""Gateway models: API keys, the request log, mirrored samples.
+"""Gateway models: teams, API keys, the request log, mirrored samples.
 
 Gateway rows are kept small on purpose: LiteLLM's spend log grew to 26 GB for 5.9M rows
 because every row carried a copy of the model map (their #41499). A request log row here
@@ -13,8 +13,25 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from core.validators import POSITIVE_INT, TEXT
+from core.validators import POSITIVE_BIGINT, POSITIVE_INT, TEXT
 from lanes.models import Lane
+
+
+class Team(models.Model):
+    """A group of people and the API keys they use. A key belongs to at most one team; the
+    team's lanes bound its keys' lanes (a key inherits them and may narrow them)."""
+
+    name = models.CharField(max_length=100, unique=True, validators=TEXT)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
+    # Empty = every lane.
+    allowed_lanes = models.ManyToManyField(Lane, blank=True, related_name="teams")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class ApiKey(models.Model):
@@ -25,6 +42,8 @@ class ApiKey(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys"
     )
+    # A team with keys cannot be deleted: its keys' usage and budgets would lose their owner.
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="keys")
     prefix = models.CharField(max_length=24, db_index=True, help_text="First characters of the secret, shown to tell keys apart.")
     secret_hash = models.CharField(max_length=64, unique=True)
     # Empty = every lane.
@@ -58,6 +77,42 @@ class ApiKey(models.Model):
     @property
     def default_route(self) -> str:
         return self.default_lane.name if self.default_lane_id and self.default_lane else "auto"
+
+
+class BudgetPeriod(models.TextChoices):
+    DAY = "day"
+    MONTH = "month"
+
+
+class Budget(models.Model):
+    """Tokens a team (all its keys together) or one key may use per calendar day or month, in
+    the budgets' time zone (GATEWAY_BUDGET_TIME_ZONE). Prompt and completion tokens count
+    separately as well as together: the seed's traffic is long-prompt heavy. Usage is counted
+    in Redis (gateway.budgets); this row holds the limits."""
+
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
+    key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
+    period = models.CharField(max_length=8, choices=BudgetPeriod.choices, default=BudgetPeriod.DAY)
+    prompt_tokens = models.PositiveBigIntegerField(null=True, blank=True, validators=POSITIVE_BIGINT,
+                                                   help_text="Prompt tokens per period; empty = no limit.")
+    completion_tokens = models.PositiveBigIntegerField(null=True, blank=True, validators=POSITIVE_BIGINT,
+                                                       help_text="Completion tokens per period; empty = no limit.")
+    total_tokens = models.PositiveBigIntegerField(null=True, blank=True, validators=POSITIVE_BIGINT,
+                                                  help_text="Prompt + completion tokens per period; empty = no limit.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(team__isnull=True) ^ models.Q(key__isnull=True),
+                                   name="budget_team_xor_key"),
+            models.UniqueConstraint(fields=["team", "period"], name="budget_one_per_team_period"),
+            models.UniqueConstraint(fields=["key", "period"], name="budget_one_per_key_period"),
+        ]
+
+    def __str__(self) -> str:
+        owner = f"team {self.team}" if self.team_id else f"key {self.key}"
+        return f"{owner} per {self.period}"
 
 
 class RouteReason(models.TextChoices):

@@ -15,6 +15,7 @@ import httpx
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from gateway.budgets import CHARGE_LUA, CHECK_LUA
 from gateway.directory import KeyCache, LaneCache
 from gateway.limits import ADMIT_LUA
 from gateway.logwriter import RequestLogWriter
@@ -65,6 +66,8 @@ class GatewayRuntime:
         self.scripts = ScriptPipe(settings.REDIS_URL, call_timeout=settings.GATEWAY_REDIS_TIMEOUT_S)
         self.admit_script = Script(self.scripts, ADMIT_LUA)
         self.release_script = Script(self.scripts, RELEASE_LUA)
+        self.budget_check_script = Script(self.scripts, CHECK_LUA)
+        self.budget_charge_script = Script(self.scripts, CHARGE_LUA)
         self.keys = KeyCache()
         self.lanes = LaneCache()
         # Per replica: circuit breakers and requests in flight, shared with every worker.

@@ -8,7 +8,7 @@ from ninja import Field, Schema
 
 from core.api import InSchema
 from core.validators import INT64_MAX
-from gateway.models import RouteReason
+from gateway.models import BudgetPeriod, RouteReason
 
 
 class ApiKeyIn(InSchema):
@@ -21,11 +21,13 @@ class ApiKeyIn(InSchema):
     expires_at: datetime | None = None
     log_prompts: bool = False
     capture_prompts: bool = False
+    team: int | None = Field(None, ge=1, le=INT64_MAX, description="The team's id; its lanes bound the key's.")
 
 
 class ApiKeyOut(Schema):
     id: int
     name: str
+    team: int | None
     prefix: str
     allowed_lanes: list[str]
     default_route: str
@@ -44,10 +46,62 @@ class ApiKeyCreatedOut(ApiKeyOut):
     secret: str  # shown once: only its hash is stored
 
 
+class TeamIn(InSchema):
+    name: str = Field(..., max_length=100)
+    allowed_lanes: list[str] = Field([], description="Lanes its keys may use; empty = every lane.")
+    members: list[str] = Field([], description="Usernames.")
+
+
+class TeamPatchIn(InSchema):
+    """Only the fields sent change."""
+
+    name: str | None = Field(None, max_length=100)
+    allowed_lanes: list[str] | None = None
+    members: list[str] | None = None
+
+
+class TokenBudgetIn(InSchema):
+    """A team's or a key's budget for the period: created, or changed when it exists."""
+
+    team: int | None = Field(None, ge=1, le=INT64_MAX, description="A team's id (or give `key`).")
+    key: int | None = Field(None, ge=1, le=INT64_MAX, description="An API key's id (or give `team`).")
+    period: BudgetPeriod = BudgetPeriod.DAY
+    prompt_tokens: int | None = Field(None, description="Per period; empty = no limit.")
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class TokenBudgetOut(Schema):
+    id: int
+    team: int | None
+    key: int | None
+    period: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    total_tokens: int | None
+    window: str  # the current day or month, in the budgets' time zone
+    resets_at: datetime
+    used_prompt_tokens: int
+    used_completion_tokens: int
+    used_total_tokens: int
+    used_share: float  # the largest share used of any limit (1.0 = used up)
+
+
+class TeamOut(Schema):
+    id: int
+    name: str
+    allowed_lanes: list[str]
+    members: list[str]
+    keys: list[ApiKeyOut]
+    budgets: list[TokenBudgetOut]  # the team's and its keys'
+    created_at: datetime
+
+
 class RequestLogQuery(Schema):
     """The request log's filters (gateway.selectors.LogFilters) and its keyset paging."""
 
     key: int | None = Field(None, ge=1, le=INT64_MAX, description="An API key's id.")
+    team: int | None = Field(None, ge=1, le=INT64_MAX, description="A team's id: its keys' requests.")
     lane: str = Field("", max_length=63)
     status: str = Field("", max_length=16, description="`ok` (below 400), `error` (400 and above) or an HTTP "
                                                        "status from 100 to 599.")

@@ -1,4 +1,4 @@
-"""Gateway selectors: the request log with its filters (the one filter of the request log
+"""Gateway selectors: teams as each user may see them, the request log with its filters (the one filter of the request log
 page and the API), API keys, mirrored samples, the draft router's shadow decisions."""
 
 from __future__ import annotations
@@ -7,13 +7,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.db.models import Avg, Count, F, Q, QuerySet
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
+from django.http import Http404
 from django.utils import timezone
 
+from core.roles import Capability, UserLike, user_can
 from core.stats import percentile_nearest_rank
 from core.validators import whole_number
-from gateway.models import ApiKey, CapturedPrompt, MirrorSample, RequestLog, RequestOutcome, RouteReason
+from gateway.models import (
+    ApiKey,
+    Budget,
+    CapturedPrompt,
+    MirrorSample,
+    RequestLog,
+    RequestOutcome,
+    RouteReason,
+    Team,
+)
 
 STATUS_FILTER_RULE = "must be ok, error or an HTTP status from 100 to 599"
 
@@ -37,6 +48,7 @@ class LogFilters:
     raises ValidationError naming the field."""
 
     key_id: int | None = None
+    team_id: int | None = None  # its keys' requests
     lane: str = ""
     status: str = ""  # "" | "ok" | "error" | an HTTP status (status_condition)
     route: str = ""  # "" | a RouteReason
@@ -67,6 +79,8 @@ def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | 
     rows = RequestLog.objects.select_related("key").order_by("-id")
     if filters.key_id is not None:
         rows = rows.filter(key_id=filters.key_id)
+    if filters.team_id is not None:
+        rows = rows.filter(key_id__in=ApiKey.objects.filter(team_id=filters.team_id).values("pk"))
     if filters.lane:
         rows = rows.filter(lane=filters.lane)
     if filters.status:
@@ -83,7 +97,35 @@ def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | 
 
 
 def api_key_list() -> QuerySet[ApiKey]:
-    return ApiKey.objects.select_related("owner", "default_lane").prefetch_related("allowed_lanes")
+    return ApiKey.objects.select_related("owner", "default_lane", "team").prefetch_related("allowed_lanes")
+
+
+def teams_visible_to(user: UserLike | None) -> QuerySet[Team]:
+    """The one rule of who sees a team (pages and API alike): admins every team; any other
+    role the teams they are a member of (read only); an account without a role none."""
+    teams = Team.objects.prefetch_related(
+        "members", "allowed_lanes", Prefetch("keys", queryset=api_key_list()))
+    if user_can(user, Capability.OPERATE):
+        return teams
+    if not user_can(user, Capability.VIEW) or user is None:
+        return teams.none()
+    return teams.filter(members=user.pk)
+
+
+def team_budgets(team: Team) -> QuerySet[Budget]:
+    """The team's own budgets and its keys' (team first, then by key)."""
+    return Budget.objects.filter(Q(team=team) | Q(key__team=team)).select_related("key").order_by(
+        "key_id", "period")
+
+
+def team_for(user: UserLike | None, team_id: int) -> Team:
+    """A team this user may see: 404 when there is none, 403 when it is another team's."""
+    team = teams_visible_to(user).filter(pk=team_id).first()
+    if team is not None:
+        return team
+    if Team.objects.filter(pk=team_id).exists():
+        raise PermissionDenied("You are not a member of this team.")
+    raise Http404("No such team.")
 
 
 def mirror_sample_list(*, limit: int = 100) -> QuerySet[MirrorSample]:

@@ -9,6 +9,10 @@ app_name = "gateway"
 urlpatterns: list[URLPattern | URLResolver] = [
     path("gateway/", views.gateway_home, name="gateway"),
     path("gateway/keys/<int:key_id>/revoke", views.key_revoke, name="key-revoke"),
+    path("teams/", views.teams_page, name="teams"),
+    path("teams/<int:team_id>/", views.team_page, name="team"),
+    path("teams/<int:team_id>/budgets", views.team_budget_set, name="team-budget-set"),
+    path("teams/<int:team_id>/budgets/<int:budget_id>/reset", views.team_budget_reset, name="team-budget-reset"),
     path("gateway/mirror/", views.mirror_page, name="mirror"),
     # The draft router's decisions on live traffic, read from the gateway's request log.
     path("routing/shadow/", views.draft_shadow_page, name="draft-shadow"),

@@ -1,20 +1,22 @@
 """Gateway pages (/gateway/): API keys, mirrored samples, the draft router on live traffic.
-Admins only. Metrics serves the request log page (/monitor/requests/, with this app's
+Admins only. Teams (/teams/): admins manage them; members read their own team. Metrics serves the request log page (/monitor/requests/, with this app's
 filter) and the usage totals beside the keys (metrics_tags' usage_totals: its rollup)."""
 
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from core.roles import Capability, require, role_required
-from gateway.forms import ApiKeyForm
-from gateway.models import ApiKey
+from core.roles import Capability, require, role_required, user_can
+from gateway.forms import ApiKeyForm, BudgetForm, TeamForm
+from gateway.models import ApiKey, Team
 from gateway.selectors import (
     api_key_list,
     captured_prompts_with_outcomes,
@@ -22,8 +24,19 @@ from gateway.selectors import (
     mirror_summary,
     outcome_summary,
     shadow_comparison,
+    team_budgets,
+    team_for,
+    teams_visible_to,
 )
-from gateway.services import api_key_create, api_key_revoke
+from gateway.services import (
+    api_key_create,
+    api_key_revoke,
+    budget_reset,
+    budget_set,
+    budget_use,
+    team_create,
+    team_update,
+)
 from routing.encoder import EncoderUnavailable
 from routing.evaluation import replay_version
 from routing.models import VersionStatus
@@ -65,9 +78,7 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
         try:
             created = api_key_create(actor=request.user, **form.cleaned_data)
         except ValidationError as exc:
-            for field, errors in exc.message_dict.items():
-                for error in errors:
-                    form.add_error(field if field in form.fields else None, error)
+            _form_errors(form, exc)
         else:
             form = ApiKeyForm()
     return render(request, "gateway/gateway.html", {
@@ -80,6 +91,94 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
 def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     api_key_revoke(actor=request.user, key=get_object_or_404(ApiKey, pk=key_id))
     return redirect("gateway:gateway")
+
+
+def _form_errors(form: TeamForm | ApiKeyForm | BudgetForm, exc: ValidationError) -> None:
+    for field, errors in exc.message_dict.items():
+        for error in errors:
+            form.add_error(field if field in form.fields else None, error)
+
+
+@role_required(Capability.VIEW)
+def teams_page(request: HttpRequest) -> HttpResponse:
+    """Admins: every team and a form for a new one. Others: the teams they belong to."""
+    form = TeamForm(request.POST or None)
+    if request.method == "POST":
+        require(request.user, Capability.OPERATE)
+        if form.is_valid():
+            try:
+                team = team_create(actor=request.user, **form.cleaned_data)
+            except ValidationError as exc:
+                _form_errors(form, exc)
+            else:
+                return redirect("gateway:team", team_id=team.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "gateway/teams.html", {"teams": teams_visible_to(request.user), "form": form}, status=status)
+
+
+@role_required(Capability.VIEW)
+def team_page(request: HttpRequest, team_id: int) -> HttpResponse:
+    """A team's members, lanes, keys and usage; admins change it here."""
+    team = team_for(request.user, team_id)
+    form = _team_form(team, request.POST or None)
+    if request.method == "POST":
+        require(request.user, Capability.OPERATE)
+        if form.is_valid():
+            try:
+                team_update(actor=request.user, team=team, **form.cleaned_data)
+            except ValidationError as exc:
+                _form_errors(form, exc)
+            else:
+                messages.success(request, f"Team “{team.name}” saved.")
+                return redirect("gateway:team", team_id=team.pk)
+    return _team_render(request, team, form=form, status=400 if request.method == "POST" else 200)
+
+
+def _team_form(team: Team, data: Any = None) -> TeamForm:
+    return TeamForm(data, initial={"name": team.name, "members": [user.username for user in team.members.all()],
+                                   "allowed_lanes": [lane.name for lane in team.allowed_lanes.all()]})
+
+
+def _team_render(request: HttpRequest, team: Team, *, form: TeamForm | None = None,
+                 budget_form: BudgetForm | None = None, status: int = 200) -> HttpResponse:
+    keys = list(team.keys.all())
+    return render(request, "gateway/team.html", {
+        "team": team, "keys": keys, "key_ids": [key.pk for key in keys],
+        "budgets": [budget_use(budget) for budget in team_budgets(team)],
+        "form": form or _team_form(team),
+        "budget_form": budget_form or BudgetForm(team=team),
+        "budget_zone": settings.GATEWAY_BUDGET_TIME_ZONE,
+        "can_manage": user_can(request.user, Capability.OPERATE)}, status=status)
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def team_budget_set(request: HttpRequest, team_id: int) -> HttpResponse:
+    """Set (create, raise, lower) the team's or one of its keys' budget: in force at once."""
+    team = team_for(request.user, team_id)
+    form = BudgetForm(request.POST, team=team)
+    if form.is_valid():
+        owner = form.budget_owner() or {"team": team.pk}
+        try:
+            budget_set(actor=request.user, period=form.cleaned_data["period"], **owner,
+                       **{name: form.cleaned_data[name] for name in ("prompt_tokens", "completion_tokens",
+                                                                     "total_tokens")})
+        except ValidationError as exc:
+            _form_errors(form, exc)
+        else:
+            messages.success(request, "Budget saved: in force from the next request.")
+            return redirect("gateway:team", team_id=team.pk)
+    return _team_render(request, team, budget_form=form, status=400)
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def team_budget_reset(request: HttpRequest, team_id: int, budget_id: int) -> HttpResponse:
+    team = team_for(request.user, team_id)
+    budget = get_object_or_404(team_budgets(team), pk=budget_id)
+    budget_reset(actor=request.user, budget=budget)
+    messages.success(request, "Budget reset: this period's use is forgotten.")
+    return redirect("gateway:team", team_id=team.pk)
 
 
 @role_required(Capability.OPERATE)

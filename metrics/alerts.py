@@ -15,7 +15,7 @@ from core.audit import audit_record
 from core.broadcast import DASHBOARD_GROUP, HEADER_GROUP, broadcast
 from core.roles import Capability, UserLike, user_can
 from metrics.models import Alert, AlertState, WebhookDelivery
-from metrics.rules import RULE_LABELS, TargetView, Thresholds, firing_rules, held_rules
+from metrics.rules import RULE_LABELS, BudgetView, TargetView, Thresholds, budget_rules, firing_rules, held_rules
 
 
 def thresholds_from_settings() -> Thresholds:
@@ -64,11 +64,14 @@ def alerts_header_snapshot() -> tuple[str, dict[str, int]]:
     return ALERTS_COUNT_EVENT, {"open": Alert.objects.filter(state=AlertState.OPEN).count()}
 
 
-def alerts_evaluate(*, targets: list[TargetView], now: datetime | None = None) -> dict[str, int]:
+def alerts_evaluate(*, targets: list[TargetView], budgets: list[BudgetView] | None = None,
+                    now: datetime | None = None) -> dict[str, int]:
     """Open what fires (after its duration), refresh what still fires, keep what cannot be
-    judged this scrape (rules.held_rules), resolve the rest."""
+    judged this scrape (rules.held_rules), resolve the rest. `budgets`: the token budgets' use
+    (None: every budget alert resolves)."""
     now = now or timezone.now()
-    firing = {(f.rule, f.kind, f.target): f for f in firing_rules(targets, thresholds_from_settings())}
+    fired = firing_rules(targets, thresholds_from_settings()) + budget_rules(budgets or [])
+    firing = {(f.rule, f.kind, f.target): f for f in fired}
     held = held_rules(targets)
     counts = {"opened": 0, "resolved": 0}
     with transaction.atomic():

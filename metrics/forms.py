@@ -19,6 +19,7 @@ class RequestLogFilterForm(forms.Form):
     which also holds the status rule and the time range's): `filters` once valid."""
 
     key = forms.IntegerField(required=False, min_value=1, max_value=INT64_MAX, label="API key")
+    team = forms.IntegerField(required=False, min_value=1, max_value=INT64_MAX, label="Team")
     lane = forms.SlugField(required=False, max_length=63)
     status = forms.CharField(required=False, max_length=16, label="Status")
     route = forms.ChoiceField(required=False, choices=[("", "any route"), *RouteReason.choices])
@@ -35,7 +36,7 @@ class RequestLogFilterForm(forms.Form):
         # Fields that did not parse are left out, so the rules of the others still speak.
         try:
             self.filters = LogFilters(
-                key_id=data.get("key"), lane=data.get("lane") or "", status=(data.get("status") or "").strip(),
+                key_id=data.get("key"), team_id=data.get("team"), lane=data.get("lane") or "", status=(data.get("status") or "").strip(),
                 route=data.get("route") or "", since=data.get("since"), until=data.get("until"),
             )
         except ValidationError as exc:

@@ -19,6 +19,15 @@ class TargetKind(models.TextChoices):
     NODE = "node"
 
 
+class AlertKind(models.TextChoices):
+    """What an alert is about: a scrape target's kind, or a token budget's owner."""
+
+    LANE = "lane"
+    NODE = "node"
+    TEAM = "team"
+    KEY = "key"
+
+
 class SampleBase(models.Model):
     pk = models.CompositePrimaryKey("kind", "target", "ts")
     kind = models.CharField(max_length=4, choices=TargetKind.choices)
@@ -196,7 +205,7 @@ class AlertState(models.TextChoices):
 
 class Alert(models.Model):
     rule = models.CharField(max_length=32)
-    kind = models.CharField(max_length=4, choices=TargetKind.choices)
+    kind = models.CharField(max_length=4, choices=AlertKind.choices)
     target = models.CharField(max_length=63)
     state = models.CharField(max_length=10, choices=AlertState.choices, default=AlertState.PENDING)
     message = models.CharField(max_length=300)

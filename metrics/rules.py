@@ -32,6 +32,17 @@ class TargetView:
 
 
 @dataclass(frozen=True)
+class BudgetView:
+    """A token budget's use this period (gateway.services.budget_use)."""
+
+    kind: str  # team | key
+    owner: str  # the team's or key's name
+    period: str  # day | month
+    share: float  # the largest share used of any of its limits (1.0 = used up)
+    used: str  # "812 of 1000 total tokens": its tightest limit
+
+
+@dataclass(frozen=True)
 class Firing:
     rule: str
     kind: str
@@ -50,7 +61,10 @@ RULE_LABELS = {
     "swap_in_use": "Swap in use",
     "scrape_failing": "Scrape failing",
     "rdma_rtt_high": "RDMA round trip high",
+    "budget_high": "Token budget at 80 %",
+    "budget_used_up": "Token budget used up",
 }
+BUDGET_WARN_SHARE = 0.8
 
 
 def rule_table(t: Thresholds) -> list[dict[str, str]]:
@@ -78,7 +92,30 @@ def rule_table(t: Thresholds) -> list[dict[str, str]]:
         {"rule": "rdma_rtt_high", "label": RULE_LABELS["rdma_rtt_high"],
          "condition": "the RDMA watchdog holds the lane degraded (its moving average above its threshold)",
          "setting": "the lane's watchdog (Fabric)"},
+        {"rule": "budget_high", "label": RULE_LABELS["budget_high"],
+         "condition": f"a team's or key's token budget {BUDGET_WARN_SHARE:.0%} used this day or month",
+         "setting": "the budget (Teams)"},
+        {"rule": "budget_used_up", "label": RULE_LABELS["budget_used_up"],
+         "condition": "a team's or key's token budget used up: its requests get 429 budget_exceeded",
+         "setting": "the budget (Teams)"},
     ]
+
+
+def budget_rules(budgets: list[BudgetView]) -> list[Firing]:
+    """At 80 % a warning, at 100 % a second alert: each opens once per budget and period (the
+    next period's empty count resolves them)."""
+    firing: list[Firing] = []
+    for b in budgets:
+        target = f"{b.owner[:50]} per {b.period}"
+        per = "daily" if b.period == "day" else "monthly"
+        if b.share >= 1.0:
+            firing.append(Firing("budget_used_up", b.kind, target,
+                                 f"{b.kind} {b.owner}: {per} token budget used up ({b.used})", b.share * 100))
+        if b.share >= BUDGET_WARN_SHARE:
+            firing.append(Firing("budget_high", b.kind, target,
+                                 f"{b.kind} {b.owner}: {per} token budget {b.share:.0%} used ({b.used})",
+                                 b.share * 100))
+    return firing
 
 
 def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:

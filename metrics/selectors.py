@@ -298,7 +298,8 @@ def usage_table(*, period: str, group: str, since: datetime) -> list[dict[str, A
 TOTALS_GROUPS = {"key": ("key_name", "key__name"), "lane": ("lane", "lane")}
 
 
-def usage_totals(*, by: str, hours: int = 24, now: datetime | None = None) -> list[dict[str, Any]]:
+def usage_totals(*, by: str, hours: int = 24, now: datetime | None = None,
+                 key_ids: list[int] | None = None) -> list[dict[str, Any]]:
     """Requests, errors, tokens and mean latency and TTFT per API key (`by="key"`, by its
     name; "—" for requests without one) or per lane over the last `hours`, most requests first.
 
@@ -308,19 +309,21 @@ def usage_totals(*, by: str, hours: int = 24, now: datetime | None = None) -> li
     11:00 counts (the rollup's 11:00 hour), one at 10:15 does not. The current hour is as of
     the rollup's last run (every minute: a minute at most behind). Both count what the request
     log holds: every status (errors are 400 and above), the tokens as logged (the lane's, the
-    gateway's count or its estimate), TTFT over the requests that had a first token."""
+    gateway's count or its estimate), TTFT over the requests that had a first token.
+    `key_ids`: only these keys' requests (a team's page)."""
     now = now or timezone.now()
     rollup_column, log_column = TOTALS_GROUPS[by]
     since, first_whole, edge_until = hour_window(timedelta(hours=hours), now=now)
+    keys = {"key_id__in": key_ids} if key_ids is not None else {}
     groups = cast(list[dict[str, Any]], list(
-        UsageHour.objects.filter(hour__gte=first_whole).order_by().values(who=F(rollup_column))
+        UsageHour.objects.filter(hour__gte=first_whole, **keys).order_by().values(who=F(rollup_column))
         .annotate(n=Sum("requests"), errors=Sum("errors"), prompt=Sum("prompt_tokens"),
                   completion=Sum("completion_tokens"), latency=Sum("latency_ms_sum"), ttft=Sum("ttft_ms_sum"),
                   ttft_n=Sum("ttft_count"))
     ))
     if edge_until is not None:
         groups += cast(list[dict[str, Any]], list(
-            RequestLog.objects.filter(created_at__gte=since, created_at__lt=edge_until).order_by()
+            RequestLog.objects.filter(created_at__gte=since, created_at__lt=edge_until, **keys).order_by()
             .values(who=F(log_column)).annotate(**request_log_aggregates())
         ))
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0] * 7)

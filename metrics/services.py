@@ -14,6 +14,8 @@ from django.utils import timezone
 
 from core.broadcast import DASHBOARD_GROUP, broadcast
 from core.http import async_http_client
+from gateway.models import Budget
+from gateway.services import budget_use
 from jobs.models import LaneWatchdog
 from jobs.transports import NodeEndpoint, endpoint_for
 from lanes.models import Lane, LaneState, Node, NodeState
@@ -21,7 +23,7 @@ from metrics.alerts import alerts_evaluate
 from metrics.models import ScrapeTarget, TargetKind
 from metrics.nodeprobe import NodeReading, node_figures
 from metrics.parsing import EngineReading, HistogramSnapshot, lane_figures, window_advance
-from metrics.rules import TargetView
+from metrics.rules import BudgetView, TargetView
 from metrics.scraper import LaneTarget, ScrapeResult, scrape_all
 from metrics.selectors import gateway_live
 from metrics.storage import samples_store
@@ -129,11 +131,23 @@ def tick_record(*, now: datetime, results: list[ScrapeResult], lanes: list[Lane]
                   **_rdma_view(watchdogs.get(lane.pk)))
              for lane in lanes]
     views += [view(TargetKind.NODE, node.name) for node in nodes]
-    alert_counts = alerts_evaluate(targets=views, now=now)
+    alert_counts = alerts_evaluate(targets=views, budgets=budget_views(), now=now)
     payload = tick_payload(now=now, lanes=lanes, nodes=nodes, known=known, scraped=scraped)
     broadcast(DASHBOARD_GROUP, TICK_EVENT, payload)
     return {"targets": len(results), "failed": sum(1 for r in results if r.reading is None), "samples": stored,
             **alert_counts}
+
+
+def budget_views() -> list[BudgetView]:
+    """Every token budget's use this period, as the alert rules read it."""
+    views = []
+    for budget in Budget.objects.select_related("team", "key"):
+        use = budget_use(budget)
+        used, limit, what = use.tightest
+        views.append(BudgetView(kind="team" if budget.team else "key",
+                                owner=budget.team.name if budget.team else budget.key.name if budget.key else "",
+                                period=budget.period, share=use.used_share, used=f"{used} of {limit} {what}"))
+    return views
 
 
 def _card(state: ScrapeTarget | None, live: bool) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from core.responses import csv_response
 from core.roles import Capability, role_required, user_can
-from gateway.models import ApiKey, RequestLog
+from gateway.models import ApiKey, RequestLog, Team
 from gateway.selectors import request_log_list
 from lanes.models import Lane, Node
 from metrics.alerts import alert_acknowledge, thresholds_from_settings
@@ -110,7 +110,8 @@ def requests_page(request: HttpRequest) -> HttpResponse:
     """The request log: the gateway's filters (key, lane, status, route, time range), newest
     first, PAGE_SIZE a page by keyset (no COUNT over a table of tens of millions of rows)."""
     form = RequestLogFilterForm(request.GET or None)
-    context: dict[str, Any] = {"form": form, "keys": ApiKey.objects.order_by("name"), "rows": [], "next_before": None}
+    context: dict[str, Any] = {"form": form, "keys": ApiKey.objects.order_by("name"),
+                               "teams": Team.objects.order_by("name"), "rows": [], "next_before": None}
     if request.GET and not form.is_valid():
         return render(request, "metrics/requests.html", context, status=400)
     before = form.cleaned_data.get("before") if request.GET else None

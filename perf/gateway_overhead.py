@@ -2,7 +2,10 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/gw_bench REDIS_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python perf/gateway_overhead.py [--quick] [--large-bodies] \\
-        [--litellm-python PATH/bin/python] [--json PATH]
+        [--litellm-python PATH/bin/python] [--budgets] [--json PATH]
+
+--budgets: the same requests with a key under no budget and a key under its own and its
+team's token budgets (perf/gateway_budgets.py), rounds alternating: what budgets add.
 
 --large-bodies: small requests' p50/p99 through the gateway (and directly to the upstream,
 in alternation: the difference is what the gateway adds on a shared machine) alone, then
@@ -38,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from perf.gateway_budgets import budgeted_key, budgets_on_off  # noqa: E402
 from perf.gateway_drive import Result, drive, free_port, serve_upstream, wait_port  # noqa: E402
 from perf.gateway_large_bodies import pin, post_large, small_under_large  # noqa: E402
 
@@ -252,6 +256,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--large-bodies", action="store_true")
+    parser.add_argument("--budgets", action="store_true", help="also: a key under token budgets vs one under none")
     parser.add_argument("--large-clients", type=int, default=3)
     parser.add_argument("--pin", action="store_true",
                         help="--large-bodies with the lanes and the clients as if on other machines: the gateway's "
@@ -274,6 +279,7 @@ class Servers:
     long_port: int = field(default_factory=free_port)
     litellm_port: int = field(default_factory=free_port)
     secret: str = ""
+    budgeted_secret: str = ""
     gateway_pid: int = 0
     upstream_pids: list[int] = field(default_factory=list)
     litellm_pid: int = 0
@@ -294,6 +300,7 @@ def start_servers(args: argparse.Namespace, children: list[subprocess.Popen[byte
         pin(children[1].pid, {1})
         pin(os.getpid(), {0})
     servers.secret = prepare_database(servers.upstream_port, servers.long_port if args.pin else None)
+    servers.budgeted_secret = budgeted_key() if args.budgets else ""
     # uvicorn as production runs it (1 worker, uvloop, httptools, no access log), with a
     # probe of its event loop's lag and CPU (perf/loop_probe.py).
     gateway = subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(servers.gateway_port),
@@ -335,6 +342,10 @@ def measure(args: argparse.Namespace, servers: Servers) -> dict[str, Any]:
         report["overhead"] = asyncio.run(run(args, servers.upstream_port, servers.gateway_port, servers.secret))
         print_table(report["overhead"])
         print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
+    if args.budgets:
+        report["budgets"] = asyncio.run(budgets_on_off(gateway_url, servers.secret, servers.budgeted_secret,
+                                                       quick=args.quick))
+        print_table(report["budgets"], list(report["budgets"][0]))
     if args.large_bodies:
         report["large_bodies"] = asyncio.run(small_under_large(
             f"http://127.0.0.1:{servers.upstream_port}/v1/chat/completions", gateway_url, auth, servers.secret,

@@ -14,7 +14,17 @@ import dj_database_url
 import django_stubs_ext
 from celery.schedules import crontab  # noqa: F401  (apps add crontab entries to BEAT_SCHEDULE)
 
-from core.env import env_bool, env_float, env_int, env_list, env_str, env_url, names_read, unknown_variables
+from core.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    env_time_zone,
+    env_url,
+    names_read,
+    unknown_variables,
+)
 from portal.tuning import *  # noqa: F403  (the internal constants are settings too: code reads settings.X)
 from portal.tuning import JOBS_REAPER_INTERVAL_S
 
@@ -219,6 +229,8 @@ GATEWAY_LARGE_BODY_HELD_MAX_BYTES = env_int("PORTAL_GATEWAY_LARGE_BODY_HELD_MAX_
 GATEWAY_MAX_N = env_int("PORTAL_GATEWAY_MAX_N", 8, minimum=1, maximum=128)
 # Request log retention (days).
 GATEWAY_LOG_RETENTION_DAYS = env_int("PORTAL_GATEWAY_LOG_RETENTION_DAYS", 30, minimum=1)
+# Token budgets' days and months are calendar ones in this zone (an IANA name).
+GATEWAY_BUDGET_TIME_ZONE = env_time_zone("PORTAL_GATEWAY_BUDGET_TIME_ZONE", "UTC")
 # Mirrored traffic: off unless a base URL is set (an external OpenAI-compatible endpoint).
 GATEWAY_MIRROR_BASE_URL = env_str("PORTAL_GATEWAY_MIRROR_BASE_URL", "")
 GATEWAY_MIRROR_API_KEY = env_str("PORTAL_GATEWAY_MIRROR_API_KEY", "")

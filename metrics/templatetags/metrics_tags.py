@@ -27,7 +27,7 @@ def open_alerts_badge(context: template.Context) -> dict[str, Any]:
 
 
 @register.inclusion_tag("metrics/_usage_totals.html")
-def usage_totals(by: str, hours: int = 24) -> dict[str, Any]:
+def usage_totals(by: str, hours: int = 24, key_ids: list[int] | None = None) -> dict[str, Any]:
     """The gateway page's totals per key or lane (`by`), served by metrics: they read its
-    hourly rollup, which the gateway's code may not import."""
-    return {"rows": usage_totals_selector(by=by, hours=hours), "by": by, "hours": hours}
+    hourly rollup, which the gateway's code may not import. `key_ids`: a team's keys only."""
+    return {"rows": usage_totals_selector(by=by, hours=hours, key_ids=key_ids), "by": by, "hours": hours}

@@ -73,7 +73,8 @@ def test_anonymous_api_writes_answer_401_with_the_error_shape_not_a_csrf_403():
         response = client.post(path, {"name": "spark9", "address": "127.0.0.19", "transport": "ssh"},
                                content_type="application/json")
         assert response.status_code == 401, (path, response.content)
-        assert response.json() == {"detail": "Log in first (session cookie and CSRF token)."}
+        assert response.json() == {"detail": "Log in first (session cookie and CSRF token), or send a live "
+                                             "personal access token: Authorization: Bearer pat-…"}
     assert not Node.objects.exists()
 
 
