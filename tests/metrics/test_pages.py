@@ -90,8 +90,9 @@ def test_the_gateway_page_shows_ttft_percentiles_and_the_span_it_covers(role_cli
     page = role_clients["admin"].get("/monitor/gateway/?range=1h").content.decode()
     summary = page[page.index('id="gateway-span"'):page.index("</table>", page.index('id="gateway-summary"'))]
     assert "UTC (whole hours from the hourly rollup, the first partial hour from the request log)" in summary
-    ttft = re.search(r"<th>TTFT p50 / p95</th><td>(\d+) / (\d+) ms</td>", summary)
+    ttft = re.search(r'<th>TTFT p50 / p95</th><td id="summary-ttft">(\d+) / (\d+) ms <span[^>]*data-basis="exact">\(n = (\d+), exact\)', summary)
     assert ttft and 0 < int(ttft.group(1)) <= 50  # the three requests' 50 ms first tokens
+    assert int(ttft.group(3)) >= 1
     assert "Mean TTFT" not in page
     week = role_clients["admin"].get("/monitor/gateway/?range=7d").content.decode()
     assert "(whole UTC days, today included, from the daily rollup)" in week
