@@ -201,7 +201,7 @@ def latency_histograms(rows: QuerySet[Any], *group: str, with_ttft: bool = True,
     GatewayDay (both keep the histograms in `latency_buckets` and `ttft_buckets`;
     GatewayTotal has no TTFT one)."""
     bounds = range(len(LATENCY_BUCKETS_MS))
-    buckets = {f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in bounds}
+    buckets: dict[str, Aggregate] = {f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in bounds}
     if with_ttft:  # a row without the TTFT histogram (rolled up before it existed) adds nothing
         buckets |= {f"tle{i}": Sum(Cast(KT(f"ttft_buckets__{i}"), FloatField())) for i in range(len(bounds) + 1)}
         # (named apart from the fields: an annotation may not shadow one)
