@@ -62,9 +62,12 @@
     if (!driftBox) return;
     const r = await fetch("/api/jobs/lanes/" + encodeURIComponent(driftBox.dataset.lane) + "/drift", { credentials: "same-origin" });
     if (!r.ok) return;
-    const drift = await r.json();
-    driftBox.hidden = !drift.drifted;
-    document.getElementById("drift-summary").textContent = "running r" + drift.running + ", latest r" + drift.latest;
+    showDrift(await r.json());
+  }
+  function showDrift(drift) {
+    // Nothing running (mid-restart, stopped): no drift to state, never "running rnull".
+    driftBox.hidden = !drift.drifted || drift.running === null;
+    if (drift.running !== null) document.getElementById("drift-summary").textContent = "running r" + drift.running + ", latest r" + drift.latest;
     driftBox.querySelectorAll(".drift-latest").forEach(function (el) { el.textContent = drift.latest; });
     const list = document.getElementById("drift-changes");
     list.replaceChildren();
@@ -93,6 +96,10 @@
     if (msg.event === "lane.state") {
       laneState(msg.data);
       if (driftBox && msg.data.name === driftBox.dataset.lane) refreshDrift();
+      return;
+    }
+    if (msg.event === "lane.drift" && driftBox && msg.data.name === driftBox.dataset.lane) {
+      showDrift(msg.data);
       return;
     }
     if (msg.event === "lane.saved" && driftBox && msg.data.name === driftBox.dataset.lane) {
