@@ -183,6 +183,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "portal-heartbeat": {"task": "core.tasks.publish_heartbeat", "schedule": 10.0, "options": {"expires": 10.0}},
 }
 
+# A refused CSRF check under /api/ answers in the API's shape (401 without a session).
+CSRF_FAILURE_VIEW = "core.api.csrf_failure"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
