@@ -81,7 +81,9 @@ def test_viewers_read_charts_and_alerts_outsiders_are_refused(role_clients, lane
 
 @pytest.mark.parametrize("path", ["/monitor/gateway/", "/monitor/usage/", "/monitor/usage.csv", "/monitor/requests/"])
 def test_gateway_figures_are_for_admins(role_clients, traffic, path):
+    """As the README's roles table says (the operate row): not a team lead's, not a viewer's."""
     assert role_clients["admin"].get(path).status_code == 200
+    assert role_clients["lead"].get(path).status_code == 403
     assert role_clients["viewer"].get(path).status_code == 403
     assert role_clients["outsider"].get(path).status_code == 403
 
