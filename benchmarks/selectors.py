@@ -8,7 +8,7 @@ from django.db.models import Count, QuerySet
 from django.http import Http404
 
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
-from benchmarks.stats import SUMMARY_COLUMNS
+from benchmarks.stats import SUMMARY_COLUMNS, SUMMARY_LABELS
 from core.validators import INT64_MAX
 
 
@@ -97,7 +97,8 @@ def compare_runs(first: BenchmarkRun, second: BenchmarkRun) -> list[dict[str, An
             right = _figure(b.get(key), name)
             delta = right - left if left is not None and right is not None else None
             relative = delta / left if delta is not None and left else None
-            figures.append({"name": name, "unit": unit, "a": left, "b": right, "delta": delta, "relative": relative})
+            figures.append({"name": name, "label": SUMMARY_LABELS[name], "unit": unit, "count": not unit,
+                            "a": left, "b": right, "delta": delta, "relative": relative})
         rows.append({"target": key[0], "level": key[1], "figures": figures})
     return rows
 

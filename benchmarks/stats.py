@@ -153,3 +153,10 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("median_e2el_ms", "ms"), ("median_decode_tok_s", "tok/s"), ("output_throughput", "tok/s"),
     ("mean_prefill_tok_s", "tok/s"), ("max_output_tokens_per_s", "tok/s"),
 )
+# What a person reads for each of them (the key stays in exports and the API, as vllm names it).
+SUMMARY_LABELS = {
+    "completed": "completed", "failed": "failed", "median_ttft_ms": "TTFT p50", "p95_ttft_ms": "TTFT p95",
+    "p99_ttft_ms": "TTFT p99", "mean_tpot_ms": "TPOT mean", "median_itl_ms": "ITL p50", "p95_itl_ms": "ITL p95",
+    "median_e2el_ms": "E2E latency p50", "median_decode_tok_s": "decode p50", "output_throughput": "output throughput",
+    "mean_prefill_tok_s": "prefill mean", "max_output_tokens_per_s": "peak output",
+}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import Any
 
 import pytest
@@ -145,3 +146,17 @@ def test_the_start_form_offers_a_serving_lane_and_says_which_do_not_serve(
     page = admin_client.get("/benchmarks/").content.decode()
     assert f'<option value="{stopped.name}" data-state="stopped">qwen (stopped)</option>' in page
     assert f'<option value="{serving.name}" data-state="serving" selected>zeta</option>' in page
+
+
+def test_the_figures_read_as_words_with_units_and_counts_as_whole_numbers(
+        viewer_client: Client, finished_runs: tuple) -> None:
+    """Not "median_ttft_ms (ms)" nor a count of "1.00": the compare table and the run page's
+    headers read "TTFT p50 (ms)", counts are whole numbers (the key stays in a tooltip)."""
+    a, b = finished_runs
+    page = viewer_client.get(f"/benchmarks/compare/?a={a.job_id}&b={b.job_id}").content.decode()
+    assert '<td title="median_ttft_ms">TTFT p50 (ms)</td>' in page and "median_ttft_ms (ms)" not in page
+    completed = page[page.index('<td title="completed">completed</td>'):]
+    cells = re.findall(r"<td>([^<]*)</td>", completed[:completed.index("</tr>")])
+    assert cells[:2] and all("." not in cell for cell in cells[:3]), cells
+    run = viewer_client.get(f"/benchmarks/{a.job_id}/").content.decode()
+    assert '<th title="median_ttft_ms">TTFT p50 (ms)</th>' in run
