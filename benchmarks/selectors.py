@@ -8,7 +8,7 @@ from django.db.models import Count, QuerySet
 from django.http import Http404
 
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
-from benchmarks.stats import SUMMARY_COLUMNS, SUMMARY_LABELS
+from benchmarks.stats import SUMMARY_COLUMNS, SUMMARY_LABELS, thin_percentiles
 from core.validators import INT64_MAX
 
 
@@ -34,6 +34,7 @@ def level_payload(level: BenchmarkLevel) -> dict[str, Any]:
         "job": level.run.job_id, "position": level.position, "target": level.target,
         "concurrency": level.concurrency, "request_rate": level.request_rate, "label": level.level_label,
         "stats": level.stats, "metrics": level.metrics, "fabric": level.fabric, "prime": level.prime,
+        "thin": thin_percentiles(int((level.stats or {}).get("completed") or 0)),
     }
 
 

@@ -120,3 +120,13 @@ def test_roce_counters_count_four_octet_words() -> None:
     before = parse_roce("spark1", ["ROCE\trocep1s0f0\t100\t200\n", "junk"])
     after = parse_roce("spark1", ["ROCE\trocep1s0f0\t1100\t700\n"])
     assert roce_delta(before, after) == {"spark1/rocep1s0f0": {"tx_bytes": 4000, "rx_bytes": 2000}}
+
+
+def test_tail_percentiles_of_a_handful_of_requests_are_marked_thin():
+    """A level of one wave at C=8 gave p95/p99 from 8 requests with no warning: a p95 needs 20
+    completed requests, a p99 100, else the page marks them (the level's `thin` keys)."""
+    from benchmarks.stats import thin_percentiles
+
+    assert thin_percentiles(8) == ["p95_ttft_ms", "p99_ttft_ms", "p95_itl_ms"]
+    assert thin_percentiles(20) == ["p99_ttft_ms"]
+    assert thin_percentiles(100) == []
