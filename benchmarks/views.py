@@ -95,7 +95,12 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     try:
         first, second = int(request.GET.get("a", "")), int(request.GET.get("b", ""))
     except ValueError:
-        return render(request, "benchmarks/compare.html", {"error": "Pick two runs to compare (a and b)."}, status=400)
+        # No runs named (the page opened from the menu or a bare link): a picker, not a bare
+        # 400; a value that is not a run number is bad input (400, naming a and b).
+        given = "a" in request.GET or "b" in request.GET
+        return render(request, "benchmarks/compare.html", {
+            "error": "a and b must be run numbers." if given else "", "runs": run_list()[:50],
+        }, status=400 if given else 200)
     a, b = run_or_404(first), run_or_404(second)
     return render(request, "benchmarks/compare.html", {
         "a": a, "b": b, "rows": compare_runs(a, b),
