@@ -194,7 +194,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
                              "filters": ["forbidden_one_line"]}},
     "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # Django's own handlers off (its DEBUG console handler printed every 403 with its traceback,
+    # unfiltered, into var/log/web.log): its records reach the root's filtered console only.
+    "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True},
+                "django.db.backends": {"level": "WARNING"}},
 }
 
 # make run (portal.launcher): address and port of its web process.

@@ -72,3 +72,23 @@ def test_a_number_rule_is_written_out_in_full():
     with pytest.raises(ValidationError) as caught:
         FiniteNumber(0, 1048576.0)(2e6)
     assert caught.value.messages == ["Enter a number at least 0 and at most 1048576."]
+
+
+def test_a_403_is_one_log_line_even_with_debug_on():
+    """The demo runs with PORTAL_DEBUG=1, where Django's own console handler printed each 403
+    with its traceback (104 in one tour's web.log): only the root's filtered handler logs."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("import django; django.setup()\n"
+              "from django.core.exceptions import PermissionDenied\n"
+              "from django.core.handlers.exception import response_for_exception\n"
+              "from django.test import RequestFactory\n"
+              "response_for_exception(RequestFactory().get('/users/'), PermissionDenied('no'))\n")
+    env = {**os.environ, "PORTAL_DEBUG": "1", "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[2], check=True)
+    lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].endswith("WARNING django.request Forbidden (Permission denied): /users/"), lines
