@@ -254,3 +254,14 @@ def test_each_tick_carries_the_gateways_last_minutes_for_its_traffic_chart(traff
     start = page.index('<script id="traffic-data" type="application/json">')
     rendered = json.loads(page[page.index(">", start) + 1:page.index("</script>", start)])
     assert rendered == gateway_traffic() == points  # every row is in the last two minutes
+
+
+def test_a_non_streamed_request_says_why_it_has_no_ttft(role_clients, traffic):
+    """TTFT "—" for every non-streamed request read as a missing figure: the log says the
+    request was not streamed (a streamed one without a first token keeps "—")."""
+    plain = RequestLog.objects.create(request_id="req-plain", endpoint="chat.completions", lane="qwen", status=200,
+                                      stream=False, ttft_ms=None, latency_ms=900.0)
+    listing = role_clients["admin"].get("/monitor/requests/").content.decode()
+    assert 'data-ttft="not-streamed"' in listing
+    detail = role_clients["admin"].get(f"/monitor/requests/{plain.pk}/").content.decode()
+    assert "— not streamed" in detail
