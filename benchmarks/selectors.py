@@ -11,7 +11,7 @@ from django.db.models import Count, QuerySet
 from django.http import Http404
 
 from benchmarks.models import BenchmarkLevel, BenchmarkRun
-from benchmarks.stats import SUMMARY_COLUMNS
+from benchmarks.stats import SUMMARY_COLUMNS, SUMMARY_LABELS, thin_percentiles
 from core.validators import INT64_MAX
 from gateway.models import RequestLog
 
@@ -83,6 +83,7 @@ def level_payload(level: BenchmarkLevel) -> dict[str, Any]:
         "job": level.run.job_id, "position": level.position, "target": level.target,
         "concurrency": level.concurrency, "request_rate": level.request_rate, "label": level.level_label,
         "stats": level.stats, "metrics": level.metrics, "fabric": level.fabric, "prime": level.prime,
+        "thin": thin_percentiles(int((level.stats or {}).get("completed") or 0)),
     }
 
 
@@ -146,7 +147,8 @@ def compare_runs(first: BenchmarkRun, second: BenchmarkRun) -> list[dict[str, An
             right = _figure(b.get(key), name)
             delta = right - left if left is not None and right is not None else None
             relative = delta / left if delta is not None and left else None
-            figures.append({"name": name, "unit": unit, "a": left, "b": right, "delta": delta, "relative": relative})
+            figures.append({"name": name, "label": SUMMARY_LABELS[name], "unit": unit, "count": not unit,
+                            "a": left, "b": right, "delta": delta, "relative": relative})
         rows.append({"target": key[0], "level": key[1], "figures": figures})
     return rows
 

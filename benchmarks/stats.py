@@ -313,3 +313,22 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("median_e2el_ms", "ms"), ("median_decode_tok_s", "tok/s"), ("output_throughput", "tok/s"),
     ("mean_prefill_tok_s", "tok/s"), ("max_output_tokens_per_s", "tok/s"),
 )
+# A tail percentile from fewer requests than this is no tail: a p95 of fewer than 20 requests
+# is interpolated between the slowest two (one wave of C=8 gives 8), a p99 needs 100.
+TAIL_MIN_REQUESTS = {"p95": 20, "p99": 100}
+
+
+def thin_percentiles(completed: int) -> list[str]:
+    """The summary figures (SUMMARY_COLUMNS' keys) that rest on too few completed requests to
+    mean what their name says: the run page marks them and says how many requests they are of."""
+    return [name for name, _ in SUMMARY_COLUMNS
+            if completed < TAIL_MIN_REQUESTS.get(name.split("_", 1)[0], 0)]
+
+
+# What a person reads for each of them (the key stays in exports and the API, as vllm names it).
+SUMMARY_LABELS = {
+    "completed": "completed", "failed": "failed", "median_ttft_ms": "TTFT p50", "p95_ttft_ms": "TTFT p95",
+    "p99_ttft_ms": "TTFT p99", "mean_tpot_ms": "TPOT mean", "median_itl_ms": "ITL p50", "p95_itl_ms": "ITL p95",
+    "median_e2el_ms": "E2E latency p50", "median_decode_tok_s": "decode p50", "output_throughput": "output throughput",
+    "mean_prefill_tok_s": "prefill mean", "max_output_tokens_per_s": "peak output",
+}

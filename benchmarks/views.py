@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 from benchmarks.params import CACHE_MODES, TARGETS
 from benchmarks.selectors import compare_runs, export_json, export_rows, run_list, run_or_404, run_payload
 from benchmarks.services import benchmark_start_named
-from benchmarks.stats import SUMMARY_COLUMNS
+from benchmarks.stats import SUMMARY_COLUMNS, SUMMARY_LABELS
 from core.responses import csv_response
 from core.roles import Capability, role_required, user_can
 from lanes.models import Lane, LaneState
@@ -85,7 +85,7 @@ def run_start(request: HttpRequest) -> HttpResponse:
 def run_page(request: HttpRequest, job_id: int) -> HttpResponse:
     run = run_or_404(job_id)
     return render(request, "benchmarks/run.html", {
-        "run": run, "job": run.job, "payload": run_payload(run), "columns": SUMMARY_COLUMNS,
+        "run": run, "job": run.job, "payload": run_payload(run), "columns": [(name, unit, SUMMARY_LABELS[name]) for name, unit in SUMMARY_COLUMNS],
         "can_operate": user_can(request.user, Capability.OPERATE),
     })
 
@@ -95,7 +95,12 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     try:
         first, second = int(request.GET.get("a", "")), int(request.GET.get("b", ""))
     except ValueError:
-        return render(request, "benchmarks/compare.html", {"error": "Pick two runs to compare (a and b)."}, status=400)
+        # No runs named (the page opened from the menu or a bare link): a picker, not a bare
+        # 400; a value that is not a run number is bad input (400, naming a and b).
+        given = "a" in request.GET or "b" in request.GET
+        return render(request, "benchmarks/compare.html", {
+            "error": "a and b must be run numbers." if given else "", "runs": run_list()[:50],
+        }, status=400 if given else 200)
     a, b = run_or_404(first), run_or_404(second)
     return render(request, "benchmarks/compare.html", {
         "a": a, "b": b, "rows": compare_runs(a, b),

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
+from django.views.csrf import csrf_failure as django_csrf_failure
 from ninja import Field, NinjaAPI, Path, Router, Schema, Status
 from ninja.errors import AuthenticationError
 from ninja.security import SessionAuth
@@ -53,6 +54,21 @@ class RoleAuth(SessionAuth):
             return None
         require(user, self.capability)
         return user
+
+
+UNAUTHENTICATED = ("Log in first (session cookie and CSRF token), or send a live personal access token: "
+                   "Authorization: Bearer pat-…")
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """settings.CSRF_FAILURE_VIEW. Under /api/ the API's error shape: a request without a
+    session is 401 "log in first" (what it needs; as RoleAuth answers), a session without the
+    token 403 naming the check; elsewhere Django's page."""
+    if request.path.startswith("/api/"):
+        if not request.user.is_authenticated:
+            return JsonResponse({"detail": UNAUTHENTICATED}, status=401)
+        return JsonResponse({"detail": f"CSRF check failed: {reason}"}, status=403)
+    return django_csrf_failure(request, reason=reason)
 
 
 can_view = RoleAuth(Capability.VIEW)
@@ -212,8 +228,7 @@ def build_api(routers: Sequence[Router]) -> NinjaAPI:
 
     @api.exception_handler(AuthenticationError)
     def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-        return api.create_response(request, {"detail": "Log in first (session cookie and CSRF token), or send a "
-                                                     "live personal access token: Authorization: Bearer pat-…"}, status=401)
+        return api.create_response(request, {"detail": UNAUTHENTICATED}, status=401)
 
     @api.exception_handler(ValidationError)
     def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:

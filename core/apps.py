@@ -1,4 +1,20 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.contrib.auth.signals import user_logged_out
+
+from core.broadcast import announce_access_change
+
+
+def announce_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:  # noqa: ARG001 (the signal's arguments)
+    """A logout ends the session: its open sockets (the other tabs) close, as its next request
+    would be refused (core.consumers re-reads the session). The signal comes before logout()
+    flushes the session: flushed here first, so the sockets find it gone."""
+    if user is None or user.pk is None:
+        return
+    if request is not None and hasattr(request, "session"):
+        request.session.flush()
+    announce_access_change(user.pk)
 
 
 class CoreConfig(AppConfig):
@@ -17,3 +33,4 @@ class CoreConfig(AppConfig):
         from core.checks import unknown_environment_variables
 
         checks.register(unknown_environment_variables)
+        user_logged_out.connect(announce_logout, dispatch_uid="core.announce_logout")

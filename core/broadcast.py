@@ -3,6 +3,7 @@ call this to tell connected browsers."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -13,8 +14,13 @@ DASHBOARD_GROUP = "dashboard"
 HEADER_GROUP = "header"
 
 
-def group_message(event: str, data: Any) -> dict[str, Any]:
-    return {"type": "portal.event", "event": event, "data": data}
+def group_message(event: str, data: Any, *, at: float | None = None) -> dict[str, Any]:
+    """A message as the sockets forward it, stamped with when it was sent (epoch seconds):
+    a page keeps the newest it has seen of each thing (static/portal/live.js), so a message
+    that arrives after a newer one, or after the snapshot a socket sends on (re)connect
+    (stamped when it began reading), never overwrites it. Saved first, so a message stamped
+    before a snapshot began is already in it."""
+    return {"type": "portal.event", "event": event, "data": data, "at": time.time() if at is None else at}
 
 
 def broadcast(group: str, event: str, data: Any) -> None:

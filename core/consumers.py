@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user
 from django.contrib.auth.models import User
 
 from core.broadcast import HEADER_GROUP, user_group
@@ -51,8 +54,10 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         return bool(await database_sync_to_async(user_can)(user, self.capability))
 
     async def portal_access(self, message: dict[str, Any]) -> None:  # noqa: ARG002 (a group message handler)
-        """The account changed (core.broadcast.announce_access_change): read it again."""
-        fresh = await database_sync_to_async(_reload_user)(self.scope["user"].pk)
+        """The account changed (core.broadcast.announce_access_change: role, active flag,
+        password, a logout): read it again through the socket's session, as the next request
+        would — a session logged out, or older than a password change, no longer reads."""
+        fresh = await database_sync_to_async(_session_user)(self.scope)
         if fresh is None or not await self.user_allowed(fresh):
             await self.close(code=CLOSE_FORBIDDEN)
 
@@ -60,7 +65,15 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         return []
 
     async def on_accepted(self) -> None:
-        """Hook for consumers that send an initial snapshot."""
+        """Hook for consumers that send an initial snapshot (send_current)."""
+
+    async def send_current(self, read: Callable[[], Sequence[tuple[str, Any]]]) -> None:
+        """The current state, as the live events the page already handles, on every (re)connect:
+        what changed while the socket was down is not lost. Stamped when reading began, so the
+        page drops a live message sent before it (already in the snapshot: saved first)."""
+        at = time.time()
+        for event, data in await database_sync_to_async(read)():
+            await self.send_json({"event": event, "data": data, "at": at, "snapshot": True})
 
     async def disconnect(self, code: int) -> None:  # noqa: ARG002 (Channels' disconnect hook)
         for group in getattr(self, "joined", []):
@@ -72,7 +85,7 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         # ~27 KiB of JSON and a web process may hold hundreds of dashboards).
         text = message.get(ENCODED_KEY)
         if text is None:
-            text = await self.encode_json({"event": message["event"], "data": message["data"]})
+            text = await self.encode_json({"event": message["event"], "data": message["data"], "at": message.get("at")})
             message[ENCODED_KEY] = text
         await self.send(text_data=text)
 
@@ -94,8 +107,16 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         await self.receive_json(content, **kwargs)
 
 
-def _reload_user(user_id: int) -> User | None:
-    return User.objects.filter(pk=user_id).first()
+def _session_user(scope: dict[str, Any]) -> User | None:
+    """The socket's session as it is now: its user if the session still exists and still
+    authenticates (Django's get_user: the account active, the password hash unchanged)."""
+    session = scope.get("session")
+    session_key = getattr(session, "session_key", None)
+    if session is None or not session_key:
+        return None
+    store = session.__class__(session_key=session_key)  # a fresh read (the scope's is a LazyObject of the engine's store)
+    user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]  # get_user reads .session only
+    return user if isinstance(user, User) and user.pk == scope["user"].pk else None
 
 
 class UnknownSocketConsumer(AsyncJsonWebsocketConsumer):
@@ -126,6 +147,4 @@ class HeaderConsumer(PortalConsumer):
         return [HEADER_GROUP]
 
     async def on_accepted(self) -> None:
-        for snapshot in list(HEADER_SNAPSHOTS.values()):
-            event, data = await database_sync_to_async(snapshot)()
-            await self.send_json({"event": event, "data": data})
+        await self.send_current(lambda: [snapshot() for snapshot in list(HEADER_SNAPSHOTS.values())])

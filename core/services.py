@@ -151,4 +151,6 @@ def password_set_by_invite(*, user: User, form: SetPasswordForm) -> User:
     """The invited user's own password (the token dies with the old password hash)."""
     form.save()
     audit_record(actor=user, action="user.password_set", obj=user)
+    # Sessions from before the new password no longer authenticate: their sockets close too.
+    transaction.on_commit(lambda: announce_access_change(user.pk))
     return user

@@ -69,8 +69,9 @@ class FiniteNumber:
     def __call__(self, value: Any) -> None:
         if value is None:
             return
-        lower = f"above {self.low:g}" if self.low_open else f"at least {self.low:g}"
-        message = f"Enter a number {lower} and at most {self.high:g}."
+        # Written out in full: "at most 1048576", never :g's "1.04858e+06".
+        lower = f"above {self.low:.15g}" if self.low_open else f"at least {self.low:.15g}"
+        message = f"Enter a number {lower} and at most {self.high:.15g}."
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValidationError(message, code="not_a_number")
         if not math.isfinite(value) or value < self.low or (self.low_open and value == self.low) or value > self.high:

@@ -13,6 +13,7 @@ from core.roles import Capability
 from core.validators import INT64_MAX
 from jobs.logsink import job_group, line_payload
 from jobs.models import Job, JobLogLine
+from jobs.states import job_payload, step_payload
 
 REPLAY_CHUNK = 2000
 CLOSE_NO_SUCH_JOB = 4404
@@ -21,6 +22,13 @@ CLOSE_NO_SUCH_JOB = 4404
 @database_sync_to_async
 def _job_exists(job_id: int) -> bool:
     return Job.objects.filter(pk=job_id).exists()
+
+
+def _job_current(job_id: int) -> list[tuple[str, Any]]:
+    job = Job.objects.select_related("lane", "created_by").filter(pk=job_id).first()
+    if job is None:
+        return []
+    return [("job.state", job_payload(job)), *(("job.step", step_payload(step)) for step in job.steps.order_by("position"))]
 
 
 @database_sync_to_async
@@ -61,6 +69,9 @@ class JobLogConsumer(PortalConsumer):
             if len(lines) < REPLAY_CHUNK:
                 break
         await self.send_json({"event": "job.resumed", "data": {"job": self.job_id, "last_seq": self.sent_seq}})
+        # The job's state and steps as of now: a page that resumes after a drop shows them, not
+        # the last it saw (a state change while the socket was down is not lost).
+        await self.send_current(lambda: _job_current(self.job_id))
 
     async def portal_event(self, message: dict[str, Any]) -> None:
         if message["event"] != "job.log":

@@ -129,10 +129,15 @@ class WatchdogOut(Schema):
     degraded: bool
     last_measured_at: datetime | None
     last_error: str
+    context_limit: int  # the tokens the lane takes now (its degraded limit while degraded)
 
     @staticmethod
     def resolve_lane(obj: Any) -> str:
         return obj.lane.name
+
+    @staticmethod
+    def resolve_context_limit(obj: Any) -> int:
+        return int(obj.lane.current_context_limit)
 
 
 class WatchdogIn(InSchema):

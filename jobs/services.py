@@ -173,9 +173,12 @@ def fabric_job_create(*, kind: str, nodes: list[Node], user: UserLike | None,
     busy = lanes_active_on(nodes)
     if busy:
         names = {node.name for node in nodes}
+        # Every replica's nodes: a lane of replicas has its other replicas' nodes outside
+        # ranked_nodes() (replica 0), which once read "serving on : stop it".
         raise JobConflict("; ".join(
             f"lane {lane.name} is {lane.observed_state} on "
-            f"{', '.join(n.name for n in lane.ranked_nodes() if n.name in names)}" for lane in busy
+            f"{', '.join(sorted({m.node.name for m in lane.members.all() if m.node.name in names}))}"
+            for lane in busy
         ) + ": stop it before a fabric test (the test needs the GPU and the links to itself)")
     job = job_create(kind=kind, user=user, nodes=nodes, params=params)
     audit_record(actor=user, action=f"fabric.{kind}", obj=job, after={"nodes": job.params["nodes"]})

@@ -1,13 +1,18 @@
 """What browsers are told about jobs (saved first, then broadcast): job.state on the
-dashboard group and the job's own group, job.step on the job's group."""
+dashboard group and the job's own group, job.step on the job's group, and lane.drift on the
+dashboard group when a job that decides what a lane runs has ended."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from core.broadcast import DASHBOARD_GROUP, broadcast
+from jobs.drift import lane_drift
 from jobs.logsink import job_group
-from jobs.models import Job, JobStep
+from jobs.models import Job, JobKind, JobStep
+
+# The jobs whose end may change what a lane runs (jobs.drift.lanes_drift reads them).
+DRIFT_KINDS = (JobKind.LAUNCH, JobKind.RESTART, JobKind.STOP, JobKind.STATUS)
 
 
 def _iso(value: Any) -> str | None:
@@ -54,6 +59,9 @@ def publish_job_state(job: Job) -> None:
     data = job_payload(job)
     broadcast(DASHBOARD_GROUP, "job.state", data)
     broadcast(job_group(job.pk), "job.state", data)
+    if job.is_final and job.kind in DRIFT_KINDS and job.lane_id and job.lane:
+        # The lists' and the dashboard's "running r1, latest r2" follow a restart without a reload.
+        broadcast(DASHBOARD_GROUP, "lane.drift", {"name": job.lane.name, **lane_drift(job.lane).as_dict()})
 
 
 def publish_step(step: JobStep) -> None:

@@ -108,6 +108,13 @@ class UsageHour(models.Model):
     # The TTFT histogram on the same bounds, plus a last entry: the requests it counts (those
     # with a first token, its +Inf). [] in hours rolled up before it existed: they add nothing.
     ttft_buckets = models.JSONField(default=list)
+    # The fastest and slowest request (and first token) it counts: quantiles read from the
+    # buckets are clamped to them (metrics.parsing.histogram_estimate). Null: none, or rolled
+    # up before they were kept.
+    latency_ms_min = models.FloatField(null=True, blank=True)
+    latency_ms_max = models.FloatField(null=True, blank=True)
+    ttft_ms_min = models.FloatField(null=True, blank=True)
+    ttft_ms_max = models.FloatField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["hour"], name="metrics_usagehour_hour")]
@@ -154,6 +161,11 @@ class GatewayDay(models.Model):
     latency_buckets = models.JSONField(default=list)
     # The TTFT histogram with its +Inf count last, as in UsageHour.
     ttft_buckets = models.JSONField(default=list)
+    # As in UsageHour.
+    latency_ms_min = models.FloatField(null=True, blank=True)
+    latency_ms_max = models.FloatField(null=True, blank=True)
+    ttft_ms_min = models.FloatField(null=True, blank=True)
+    ttft_ms_max = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["day", "lane", "status"], name="metrics_gatewayday_unique")]

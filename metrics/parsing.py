@@ -131,25 +131,59 @@ def counter_delta(previous: float | None, current: float) -> float:
     return current if current < previous else current - previous
 
 
-def histogram_quantile(q: float, buckets: Buckets) -> float | None:
-    """Prometheus' histogram_quantile: linear interpolation inside the bucket that holds
-    the q-th observation. None when nothing was observed."""
+@dataclass(frozen=True)
+class BucketEstimate:
+    """A quantile read from a histogram: the estimate and the range the true value lies in
+    (the bucket that holds the q-th observation, narrowed to the observed min and max when
+    they are known). `upper` is inf past the last finite bucket with no known maximum."""
+
+    value: float
+    lower: float
+    upper: float
+
+
+def histogram_estimate(
+    q: float, buckets: Buckets, *, lowest: float | None = None, highest: float | None = None,
+) -> BucketEstimate | None:
+    """Prometheus' histogram_quantile (linear interpolation inside the bucket that holds the
+    q-th observation), clamped to the observed `lowest`/`highest` when known: an estimate never
+    lies above the slowest request seen or below the fastest (a p95 of 4,773 ms from a bucket
+    2,500-5,000 ms whose slowest request took 3,103 ms). None when nothing was observed. The
+    one place a quantile is read from buckets (raw samples: core.stats)."""
     bounds = sorted(buckets)
     if not bounds or buckets.get(math.inf, buckets[bounds[-1]]) <= 0:
         return None
     total = buckets[bounds[-1]]
     rank = q * total
     lower_bound, lower_count = 0.0, 0.0
+    value, upper = lower_bound, lower_bound
     for bound in bounds:
         count = buckets[bound]
         if count >= rank:
+            upper = bound
             if math.isinf(bound):
-                return lower_bound  # beyond the last finite bucket: its bound is all we know
-            if count == lower_count:
-                return bound
-            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+                value = lower_bound  # beyond the last finite bucket: its bound is all we know
+            elif count == lower_count:
+                value = bound
+            else:
+                value = lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+            break
         lower_bound, lower_count = bound, count
-    return lower_bound
+    else:
+        value = upper = lower_bound
+    if highest is not None:
+        value, upper, lower_bound = min(value, highest), min(upper, highest), min(lower_bound, highest)
+    if lowest is not None:
+        value, lower_bound, upper = max(value, lowest), max(lower_bound, lowest), max(upper, lowest)
+    return BucketEstimate(value=value, lower=lower_bound, upper=upper)
+
+
+def histogram_quantile(
+    q: float, buckets: Buckets, *, lowest: float | None = None, highest: float | None = None,
+) -> float | None:
+    """histogram_estimate's value alone."""
+    estimate = histogram_estimate(q, buckets, lowest=lowest, highest=highest)
+    return estimate.value if estimate is not None else None
 
 
 @dataclass

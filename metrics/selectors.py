@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+from django.conf import settings
 from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMinute, TruncMonth, TruncWeek
 from django.utils import timezone
@@ -30,8 +31,9 @@ from metrics.models import (
     UsageDay,
     UsageHour,
 )
-from metrics.parsing import histogram_quantile
+from metrics.parsing import histogram_estimate
 from metrics.storage import (
+    EXTREMES,
     floor_to,
     latency_histograms,
     log_latency_buckets,
@@ -220,11 +222,14 @@ def _add(into: list[float], values: list[Any]) -> None:
         into[i] += float(value or 0)
 
 
-def gateway_summary(range_key: str, *, now: datetime | None = None) -> dict[str, Any]:
+def gateway_summary(
+    range_key: str, *, now: datetime | None = None, exact_up_to: int | None = None,
+) -> dict[str, Any]:
     """Figures over an hour to a month: requests, error rate by code, tokens, share per lane,
-    latency and TTFT percentiles from their histograms — two queries whatever the range
-    (the rollup per lane and status, the request log's partial first hour), over at most a
-    few thousand rollup rows and an hour of the request log."""
+    latency and TTFT percentiles — two queries whatever the range (the rollup per lane and
+    status, the request log's partial first hour), over at most a few thousand rollup rows and
+    an hour of the request log; a third, the range's latencies, when it holds at most
+    `exact_up_to` requests (EXACT_PERCENTILE_MAX_REQUESTS): then the percentiles are exact."""
     now = now or timezone.now()
     window = gateway_window(range_key, now=now)
     by_status: dict[int, int] = defaultdict(int)
@@ -241,34 +246,87 @@ def gateway_summary(range_key: str, *, now: datetime | None = None) -> dict[str,
         )
         groups += [{"lane": g["lane"], "status": g["status"], "requests": g["n"], "prompt": g["prompt"],
                     "completion": g["completion"], "buckets": log_latency_buckets(g),
-                    "ttft_buckets": log_ttft_buckets(g)} for g in cast(list[dict[str, Any]], list(edge))]
+                    "ttft_buckets": log_ttft_buckets(g), "latency_ms_min": g["latency_min"],
+                    "latency_ms_max": g["latency_max"], "ttft_ms_min": g["ttft_min"], "ttft_ms_max": g["ttft_max"]}
+                   for g in cast(list[dict[str, Any]], list(edge))]
+    bounds: dict[str, list[float]] = defaultdict(list)
     for g in groups:
         by_status[g["status"]] += g["requests"]
         by_lane[g["lane"] or "-"] += g["requests"]
         _add(tokens, [g["prompt"], g["completion"]])
         _add(latency, g["buckets"])
         _add(ttft, g["ttft_buckets"])
+        for name in EXTREMES:
+            if g.get(name) is not None:
+                bounds[name].append(g[name])
     total = sum(by_status.values())
     errors = sum(n for status, n in by_status.items() if status >= 400)
-    latency_p50, latency_p95 = _histogram_percentiles(latency, float(total))
-    ttft_p50, ttft_p95 = _histogram_percentiles(ttft[:-1], ttft[-1])
+    limit = EXACT_PERCENTILE_MAX_REQUESTS if exact_up_to is None else exact_up_to
+    exact = _exact_percentiles(window.since, now) if total <= limit else None
+    if exact is None:
+        latency_figures = _histogram_percentiles(latency, float(total), bounds["latency_ms_min"], bounds["latency_ms_max"])
+        ttft_figures = _histogram_percentiles(ttft[:-1], ttft[-1], bounds["ttft_ms_min"], bounds["ttft_ms_max"])
+    else:
+        latency_figures, ttft_figures = exact
     return {
         "range": range_key, "since": window.since, "until": now, "whole_days": range_key in GATEWAY_DAY_RANGES,
         "requests": total, "prompt_tokens": round(tokens[0]), "completion_tokens": round(tokens[1]),
         "errors_by_status": {str(status): n for status, n in sorted(by_status.items()) if status >= 400},
         "error_pct": 100.0 * errors / total if total else 0.0,
         "share": {lane: 100.0 * n / total for lane, n in sorted(by_lane.items())} if total else {},
-        "latency_p50_ms": latency_p50, "latency_p95_ms": latency_p95,
-        "ttft_p50_ms": ttft_p50, "ttft_p95_ms": ttft_p95,
+        **{f"latency_{key}": value for key, value in latency_figures.items()},
+        **{f"ttft_{key}": value for key, value in ttft_figures.items()},
     }
 
 
-def _histogram_percentiles(buckets: list[float], count: float) -> tuple[float | None, float | None]:
-    """p50 and p95 (ms) from cumulative counts at LATENCY_BUCKETS_MS and the +Inf count."""
+# Up to this many requests in a range, the gateway summary's percentiles are exact order
+# statistics (nearest rank, as the live figures) read from the request log: a few thousand
+# floats over its created_at index. Above, estimates from the rollup's buckets, clamped to the
+# fastest and slowest request and given with the bucket that bounds them.
+EXACT_PERCENTILE_MAX_REQUESTS = 5000
+
+
+def _percentile_figures(
+    p50: float | None, p95: float | None, *, n: int, exact: bool, p95_range: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """The keys of one measure in gateway_summary (prefixed latency_/ttft_): p50_ms, p95_ms, the
+    sample count n, whether the figures are exact, and for estimates the range the p95 lies in."""
+    return {"p50_ms": p50, "p95_ms": p95, "n": n, "exact": exact,
+            "p95_range_ms": list(p95_range) if p95_range is not None else None}
+
+
+def _exact_percentiles(since: datetime, until: datetime) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Latency and TTFT p50/p95 from every request in [since, until], or None when the request
+    log no longer holds the whole range (its retention)."""
+    if since < until - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS):
+        return None
+    rows = list(RequestLog.objects.filter(created_at__gte=since, created_at__lte=until)
+                .order_by().values_list("latency_ms", "ttft_ms"))
+    latencies = [latency for latency, _ in rows]
+    ttfts = [ttft for _, ttft in rows if ttft is not None]
+    return (
+        _percentile_figures(percentile_nearest_rank(latencies, 0.5), percentile_nearest_rank(latencies, 0.95),
+                            n=len(latencies), exact=True),
+        _percentile_figures(percentile_nearest_rank(ttfts, 0.5), percentile_nearest_rank(ttfts, 0.95),
+                            n=len(ttfts), exact=True),
+    )
+
+
+def _histogram_percentiles(
+    buckets: list[float], count: float, lows: list[float], highs: list[float],
+) -> dict[str, Any]:
+    """p50 and p95 (ms) from cumulative counts at LATENCY_BUCKETS_MS and the +Inf count,
+    clamped to the fastest of `lows` and the slowest of `highs` (when the rows kept them)."""
     histogram = {bound / 1000: buckets[i] for i, bound in enumerate(LATENCY_BUCKETS_MS)}
     histogram[math.inf] = count
-    p50, p95 = histogram_quantile(0.5, histogram), histogram_quantile(0.95, histogram)
-    return (p50 * 1000 if p50 is not None else None), (p95 * 1000 if p95 is not None else None)
+    lowest = min(lows) / 1000 if lows else None
+    highest = max(highs) / 1000 if highs else None
+    p50 = histogram_estimate(0.5, histogram, lowest=lowest, highest=highest)
+    p95 = histogram_estimate(0.95, histogram, lowest=lowest, highest=highest)
+    return _percentile_figures(
+        p50.value * 1000 if p50 is not None else None, p95.value * 1000 if p95 is not None else None,
+        n=round(count), exact=False, p95_range=(p95.lower * 1000, p95.upper * 1000) if p95 is not None else None,
+    )
 
 
 USAGE_PERIODS = {"day": TruncDay, "week": TruncWeek, "month": TruncMonth}

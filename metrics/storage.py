@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Aggregate, Count, FloatField, Q, QuerySet, Sum
+from django.db.models import Aggregate, Count, FloatField, Max, Min, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, TruncDate
 
@@ -101,6 +101,8 @@ def request_log_aggregates() -> dict[str, Aggregate]:
         "n": Count("id"), "errors": Count("id", filter=Q(status__gte=400)),
         "prompt": Sum("prompt_tokens"), "completion": Sum("completion_tokens"), "latency": Sum("latency_ms"),
         "ttft": Sum("ttft_ms"), "ttft_n": Count("ttft_ms"),
+        "latency_min": Min("latency_ms"), "latency_max": Max("latency_ms"),
+        "ttft_min": Min("ttft_ms"), "ttft_max": Max("ttft_ms"),
         **{f"le{bound}": Count("id", filter=Q(latency_ms__lte=bound)) for bound in LATENCY_BUCKETS_MS},
         **{f"tle{bound}": Count("id", filter=Q(ttft_ms__lte=bound)) for bound in LATENCY_BUCKETS_MS},
     }
@@ -133,6 +135,8 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
                 completion_tokens=g["completion"] or 0, latency_ms_sum=g["latency"] or 0.0,
                 ttft_ms_sum=g["ttft"] or 0.0, ttft_count=g["ttft_n"],
                 latency_buckets=log_latency_buckets(g), ttft_buckets=log_ttft_buckets(g),
+                latency_ms_min=g["latency_min"], latency_ms_max=g["latency_max"],
+                ttft_ms_min=g["ttft_min"], ttft_ms_max=g["ttft_max"],
             )
             for g in cast(list[dict[str, Any]], list(grouped))
         ]
@@ -165,7 +169,7 @@ def usage_day_rollup(*, first: date, last: date) -> int:
                    prompt_tokens=g["prompt"] or 0, completion_tokens=g["completion"] or 0,
                    latency_ms_sum=g["latency_ms_sum"], ttft_ms_sum=g["ttft"] or 0.0, ttft_count=g["ttft_n"] or 0,
                    latency_buckets=[round(count) for count in g["buckets"]],
-                   ttft_buckets=[round(count) for count in g["ttft_buckets"]])
+                   ttft_buckets=[round(count) for count in g["ttft_buckets"]], **extremes(g))
         for g in latency_histograms(
             UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last).annotate(day=TruncDate("hour")),
             "day", "lane", "status",
@@ -181,16 +185,27 @@ def usage_day_rollup(*, first: date, last: date) -> int:
     return len(rows)
 
 
+# The fastest and slowest latency and TTFT, kept beside the histograms (UsageHour, GatewayDay).
+EXTREMES = ("latency_ms_min", "latency_ms_max", "ttft_ms_min", "ttft_ms_max")
+
+
+def extremes(group: Mapping[str, Any]) -> dict[str, float | None]:
+    """A latency_histograms group's extremes, as the model fields."""
+    return {name: group.get(name) for name in EXTREMES}
+
+
 def latency_histograms(rows: QuerySet[Any], *group: str, with_ttft: bool = True, **sums: Aggregate) -> list[dict[str, Any]]:
     """Per group: requests, latency sum (ms), each latency bucket's count (`buckets`), the
-    TTFT histogram (`ttft_buckets`, +Inf last; unless `with_ttft=False`) and any `sums`, added
+    TTFT histogram (`ttft_buckets`, +Inf last) and the EXTREMES (unless `with_ttft=False`) and any `sums`, added
     up in the database (one pass, whatever the number of rows). `rows` is UsageHour or
     GatewayDay (both keep the histograms in `latency_buckets` and `ttft_buckets`;
     GatewayTotal has no TTFT one)."""
     bounds = range(len(LATENCY_BUCKETS_MS))
-    buckets = {f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in bounds}
+    buckets: dict[str, Aggregate] = {f"le{i}": Sum(Cast(KT(f"latency_buckets__{i}"), FloatField())) for i in bounds}
     if with_ttft:  # a row without the TTFT histogram (rolled up before it existed) adds nothing
         buckets |= {f"tle{i}": Sum(Cast(KT(f"ttft_buckets__{i}"), FloatField())) for i in range(len(bounds) + 1)}
+        # (named apart from the fields: an annotation may not shadow one)
+        buckets |= {f"x_{name}": Min(name) if name.endswith("min") else Max(name) for name in EXTREMES}
     aggregates: dict[str, Aggregate] = {"n": Sum("requests"), "latency": Sum("latency_ms_sum"), **buckets, **sums}
     result: list[dict[str, Any]] = (
         list(rows.order_by().values(*group).annotate(**aggregates)) if group else [rows.aggregate(**aggregates)]
@@ -199,7 +214,8 @@ def latency_histograms(rows: QuerySet[Any], *group: str, with_ttft: bool = True,
         {**{name: row[name] for name in (*group, *sums)}, "requests": row["n"] or 0,
          "latency_ms_sum": row["latency"] or 0.0,
          "buckets": [row[f"le{i}"] or 0.0 for i in bounds],
-         "ttft_buckets": [row[f"tle{i}"] or 0.0 for i in range(len(bounds) + 1)] if with_ttft else []}
+         "ttft_buckets": [row[f"tle{i}"] or 0.0 for i in range(len(bounds) + 1)] if with_ttft else [],
+         **({name: row[f"x_{name}"] for name in EXTREMES} if with_ttft else {})}
         for row in result
     ]
 

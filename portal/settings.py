@@ -193,6 +193,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "portal-heartbeat": {"task": "core.tasks.publish_heartbeat", "schedule": 10.0, "options": {"expires": 10.0}},
 }
 
+# A refused CSRF check under /api/ answers in the API's shape (401 without a session).
+CSRF_FAILURE_VIEW = "core.api.csrf_failure"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -201,7 +204,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
                              "filters": ["forbidden_one_line"]}},
     "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # Django's own handlers off (its DEBUG console handler printed every 403 with its traceback,
+    # unfiltered, into var/log/web.log): its records reach the root's filtered console only.
+    "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True},
+                "django.db.backends": {"level": "WARNING"}},
 }
 
 # make run (portal.launcher): address and port of its web process.

@@ -9,7 +9,7 @@ from django import template
 
 from jobs.drift import LaneDrift, lanes_drift
 from jobs.drift import lane_drift as compute_lane_drift
-from jobs.fabric.watchdog import lane_watchdog_get
+from jobs.fabric.watchdog import lane_head_worker_pairs, lane_watchdog_get
 from jobs.models import FabricResult, Job, LaneWatchdog
 from jobs.results import fabric_history
 from lanes.models import Lane, Node
@@ -61,6 +61,13 @@ def fabric_peers(node: Node) -> list[str]:
 @register.simple_tag
 def lane_watchdog(lane: Lane) -> LaneWatchdog:
     return lane_watchdog_get(lane)
+
+
+@register.simple_tag
+def lane_has_links(lane: Lane) -> bool:
+    """Whether some replica spans nodes: only then has the RDMA watchdog a link to measure
+    (the rule the watchdog itself follows: watched_lanes)."""
+    return bool(lane_head_worker_pairs(lane))
 
 
 @register.simple_tag

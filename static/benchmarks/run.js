@@ -80,6 +80,9 @@
     const client = level.stats.client || {};
     const cells = [level.target, level.label].concat(columns.map(function (c) {
       const value = fmt(figure(level, c[0]));
+      if (value !== "-" && (level.thin || []).includes(c[0])) {  // a p95/p99 of a handful of requests
+        return ["≈ " + value, c[0].split("_")[0] + " of " + level.stats.completed + " requests only: little more than the slowest of them"];
+      }
       return c[0] === "failed" && level.stats.failed ? [value, (level.stats.errors || []).join("\n")] : value;
     }))
       .concat([pct(m.prefix_cache_hit_rate), fmt(m.preemptions), spec(m), roce(level.fabric),

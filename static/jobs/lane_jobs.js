@@ -62,9 +62,12 @@
     if (!driftBox) return;
     const r = await fetch("/api/jobs/lanes/" + encodeURIComponent(driftBox.dataset.lane) + "/drift", { credentials: "same-origin" });
     if (!r.ok) return;
-    const drift = await r.json();
-    driftBox.hidden = !drift.drifted;
-    document.getElementById("drift-summary").textContent = "running r" + drift.running + ", latest r" + drift.latest;
+    showDrift(await r.json());
+  }
+  function showDrift(drift) {
+    // Nothing running (mid-restart, stopped): no drift to state, never "running rnull".
+    driftBox.hidden = !drift.drifted || drift.running === null;
+    if (drift.running !== null) document.getElementById("drift-summary").textContent = "running r" + drift.running + ", latest r" + drift.latest;
     driftBox.querySelectorAll(".drift-latest").forEach(function (el) { el.textContent = drift.latest; });
     const list = document.getElementById("drift-changes");
     list.replaceChildren();
@@ -84,6 +87,23 @@
     }
   }
   window.laneDrift = { refresh: refreshDrift };
+  // The RDMA watchdog's line (average, context limit, last error): read again whenever the
+  // lane's state changes (degraded, recovered) and on every (re)connect, so it never shows the
+  // average and the context limit from before the header's "degraded".
+  const watchdogLine = document.getElementById("lane-watchdog");
+  async function refreshWatchdog() {
+    if (!watchdogLine || !driftBox) return;
+    const r = await fetch("/api/fabric/watchdogs/" + encodeURIComponent(driftBox.dataset.lane), { credentials: "same-origin" });
+    if (!r.ok) return;
+    const w = await r.json();
+    const context = document.getElementById("watchdog-context");
+    if (context) context.textContent = w.context_limit;
+    const average = document.getElementById("watchdog-average");
+    if (average) { average.hidden = w.average_us === null; average.querySelector(".value").textContent = w.average_us === null ? "" : w.average_us.toFixed(2); }
+    const error = document.getElementById("watchdog-error");
+    if (error) { error.hidden = !w.last_error; error.querySelector(".value").textContent = w.last_error; }
+    watchdogLine.dataset.refreshed = String(Number(watchdogLine.dataset.refreshed || 0) + 1);
+  }
   const FINAL = ["succeeded", "failed", "cancelled", "timed_out", "lost"];
   PortalLive.connect("/ws/dashboard/", function (msg) {
     if (msg.event === "lane.guardian") {
@@ -92,7 +112,11 @@
     }
     if (msg.event === "lane.state") {
       laneState(msg.data);
-      if (driftBox && msg.data.name === driftBox.dataset.lane) refreshDrift();
+      if (driftBox && msg.data.name === driftBox.dataset.lane) { refreshDrift(); refreshWatchdog(); }
+      return;
+    }
+    if (msg.event === "lane.drift" && driftBox && msg.data.name === driftBox.dataset.lane) {
+      showDrift(msg.data);
       return;
     }
     if (msg.event === "lane.saved" && driftBox && msg.data.name === driftBox.dataset.lane) {

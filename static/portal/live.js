@@ -1,6 +1,8 @@
 // One WebSocket helper for every live page: reconnects with backoff, shows the state in
-// the navbar, and hands each JSON message to the page. `onOpen(ws)` lets a page resume
-// (the job log sends the last seq it has).
+// the navbar, and hands each JSON message to the page, newest of each thing only. On every
+// (re)connect the server sends the current state as the same events (a snapshot), so what
+// changed while the socket was down is shown. `onOpen(ws)` lets a page resume (the job log
+// sends the last seq it has).
 window.PortalLive = (function () {
   const LABELS = {
     connecting: ["● connecting…", "live updates: connecting"],
@@ -19,8 +21,25 @@ window.PortalLive = (function () {
   }
   // `options.quiet`: a socket every page opens (the header's) leaves the indicator to the
   // page's own socket, if it has one.
+  // Each message names one thing (an event and the lane, node, job... it is about) and is
+  // stamped by the server (core.broadcast.group_message; a (re)connect's snapshot with when it
+  // began reading): the newest seen of each thing wins, so a message that arrives after a
+  // newer one — or after the snapshot — never puts an older state back.
+  function thing(msg) {
+    const d = msg.data || {};
+    return msg.event + "|" + (d.name !== undefined ? d.name : d.id !== undefined ? d.id : "") +
+      (d.position !== undefined ? "|" + d.job + "|" + d.position : "");
+  }
   function connect(path, onMessage, onOpen, options) {
     const quiet = Boolean(options && options.quiet);
+    const newest = {};
+    function stale(msg) {
+      if (typeof msg.at !== "number") return false;
+      const key = thing(msg);
+      if (newest[key] !== undefined && msg.at < newest[key]) return true;
+      newest[key] = msg.at;
+      return false;
+    }
     const status = quiet ? function () {} : setStatus;
     let delay = 500;
     let stopped = false;
@@ -31,7 +50,11 @@ window.PortalLive = (function () {
       if (delay === 500) status("connecting");  // retries keep saying "reconnecting"
       let opened = false;
       ws.onopen = function () { opened = true; delay = 500; status("open"); if (onOpen) onOpen(ws); };
-      ws.onmessage = function (e) { onMessage(JSON.parse(e.data), ws); };
+      ws.onmessage = function (e) {
+        const msg = JSON.parse(e.data);
+        if (stale(msg)) return;
+        onMessage(msg, ws);
+      };
       ws.onclose = function (e) {
         if (e.code === 4401 || e.code === 4403) { status("refused"); return; }
         if (stopped) return;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import Any
 
 import pytest
@@ -145,3 +146,36 @@ def test_the_start_form_offers_a_serving_lane_and_says_which_do_not_serve(
     page = admin_client.get("/benchmarks/").content.decode()
     assert f'<option value="{stopped.name}" data-state="stopped">qwen (stopped)</option>' in page
     assert f'<option value="{serving.name}" data-state="serving" selected>zeta</option>' in page
+
+
+def test_the_figures_read_as_words_with_units_and_counts_as_whole_numbers(
+        viewer_client: Client, finished_runs: tuple) -> None:
+    """Not "median_ttft_ms (ms)" nor a count of "1.00": the compare table and the run page's
+    headers read "TTFT p50 (ms)", counts are whole numbers (the key stays in a tooltip)."""
+    a, b = finished_runs
+    page = viewer_client.get(f"/benchmarks/compare/?a={a.job_id}&b={b.job_id}").content.decode()
+    assert '<td title="median_ttft_ms">TTFT p50 (ms)</td>' in page and "median_ttft_ms (ms)" not in page
+    completed = page[page.index('<td title="completed">completed</td>'):]
+    cells = re.findall(r"<td>([^<]*)</td>", completed[:completed.index("</tr>")])
+    assert cells[:2] and all("." not in cell for cell in cells[:3]), cells
+    run = viewer_client.get(f"/benchmarks/{a.job_id}/").content.decode()
+    assert '<th title="median_ttft_ms">TTFT p50 (ms)</th>' in run
+
+
+def test_the_compare_page_without_runs_named_offers_a_picker_and_bad_numbers_are_400(
+        viewer_client: Client, finished_runs: tuple) -> None:
+    """/benchmarks/compare/ opened bare was a blank 400: it picks two runs (the two newest
+    selected); a value that is no run number is 400 naming a and b."""
+    a, b = finished_runs
+    bare = viewer_client.get("/benchmarks/compare/")
+    page = bare.content.decode()
+    assert bare.status_code == 200 and 'id="compare-pick"' in page
+    assert f'<option value="{a.job_id}"' in page and f'<option value="{b.job_id}"' in page
+    bad = viewer_client.get("/benchmarks/compare/?a=x&b=1")
+    assert bad.status_code == 400 and "a and b must be run numbers." in bad.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_compare_page_before_any_run_says_so(viewer_client: Client) -> None:
+    page = viewer_client.get("/benchmarks/compare/")
+    assert page.status_code == 200 and 'id="compare-none"' in page.content.decode()

@@ -135,3 +135,13 @@ def test_a_client_slow_to_send_is_flagged_with_its_share_of_ttft() -> None:
     (flag,) = level_flags(plan, slow)
     assert "20.0 ms (p95)" in flag and "10% of the median TTFT" in flag
     assert level_flags(plan, level(0.002)) == []  # 1%
+
+
+def test_tail_percentiles_of_a_handful_of_requests_are_marked_thin():
+    """A level of one wave at C=8 gave p95/p99 from 8 requests with no warning: a p95 needs 20
+    completed requests, a p99 100, else the page marks them (the level's `thin` keys)."""
+    from benchmarks.stats import thin_percentiles
+
+    assert thin_percentiles(8) == ["p95_ttft_ms", "p99_ttft_ms", "p95_itl_ms"]
+    assert thin_percentiles(20) == ["p99_ttft_ms"]
+    assert thin_percentiles(100) == []

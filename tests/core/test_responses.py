@@ -42,3 +42,54 @@ def test_the_prototype_export_is_that_download_and_reads_back(db: None, viewer_c
         LabelledText("=SUM(A1:A2) what is this formula", "quick", False),
     ]
     assert outsider_client.get("/routing/prototypes/export?format=csv").status_code == 403
+
+
+@pytest.mark.django_db
+def test_a_post_to_the_api_without_a_session_is_401_and_with_one_but_no_token_403_naming_csrf(viewer_user):
+    """Even where the API's own auth never runs (/api/ itself): no session → 401 "log in first",
+    as every endpoint answers; a session without the CSRF token → 403 naming the check; JSON."""
+    from django.test import Client
+
+    anonymous = Client(enforce_csrf_checks=True)
+    for path in ("/api/", "/api/lanes"):
+        response = anonymous.post(path, data="{}", content_type="application/json")
+        assert response.status_code == 401, path
+        assert response.json() == {"detail": "Log in first (session cookie and CSRF token), or send a live "
+                                             "personal access token: Authorization: Bearer pat-…"}
+    signed_in = Client(enforce_csrf_checks=True)
+    signed_in.force_login(viewer_user)
+    response = signed_in.post("/api/", data="{}", content_type="application/json")
+    assert response.status_code == 403 and response.json()["detail"].startswith("CSRF check failed")
+    page = signed_in.post("/lanes/new/", data={})  # a page keeps Django's own 403 page
+    assert page.status_code == 403 and "text/html" in page["Content-Type"]
+
+
+def test_a_number_rule_is_written_out_in_full():
+    """"at most 1048576", not "at most 1.04858e+06"."""
+    from django.core.exceptions import ValidationError
+
+    from core.validators import FiniteNumber
+
+    with pytest.raises(ValidationError) as caught:
+        FiniteNumber(0, 1048576.0)(2e6)
+    assert caught.value.messages == ["Enter a number at least 0 and at most 1048576."]
+
+
+def test_a_403_is_one_log_line_even_with_debug_on():
+    """The demo runs with PORTAL_DEBUG=1, where Django's own console handler printed each 403
+    with its traceback (104 in one tour's web.log): only the root's filtered handler logs."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("import django; django.setup()\n"
+              "from django.core.exceptions import PermissionDenied\n"
+              "from django.core.handlers.exception import response_for_exception\n"
+              "from django.test import RequestFactory\n"
+              "response_for_exception(RequestFactory().get('/users/'), PermissionDenied('no'))\n")
+    env = {**os.environ, "PORTAL_DEBUG": "1", "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[2], check=True)
+    lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].endswith("WARNING django.request Forbidden (Permission denied): /users/"), lines

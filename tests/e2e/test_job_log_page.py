@@ -36,9 +36,10 @@ def _write_lines(job_id: int, first: int, last: int) -> None:
 
 
 def _log_messages(page: Any, job_id: int) -> list[tuple[str, bool, list[int]]]:
-    """(event, replayed, seqs) of each message the job's sockets received (none before one opens)."""
+    """(event, replayed, seqs) of each message the job's sockets received (none before one opens),
+    the job's current state sent after each resume aside (a snapshot: tests/portal/test_dashboard_socket.py)."""
     return [(m["event"], bool(m["data"].get("replay")), [line[0] for line in m["data"].get("lines", [])])
-            for socket in sockets(page, f"/ws/jobs/{job_id}/") for m in socket["messages"]]
+            for socket in sockets(page, f"/ws/jobs/{job_id}/") for m in socket["messages"] if not m.get("snapshot")]
 
 
 def _shown_seqs(page: Any) -> list[int]:

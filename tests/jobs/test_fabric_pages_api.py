@@ -9,7 +9,7 @@ import pytest
 from core.models import AuditEvent
 from jobs.models import FabricResult, Job, JobKind, LaneWatchdog
 from jobs.results import fabric_result_record
-from lanes.models import Lane, LaneState, Node
+from lanes.models import Lane, LaneNode, LaneState, Node
 from tests.jobs.conftest import create_lane
 
 pytestmark = pytest.mark.django_db
@@ -145,3 +145,14 @@ def test_the_lane_page_form_opts_back_in(admin_client, pair):
     LaneWatchdog.objects.create(lane=lane, enabled=False)
     response = admin_client.post("/jobs/fabric/watchdogs/deepseek/", {"enabled": "true"})
     assert response.status_code == 302 and LaneWatchdog.objects.get(lane=lane).enabled
+
+
+def test_the_watchdog_line_is_only_for_a_lane_whose_replica_spans_nodes(admin_client, viewer_client, pair):
+    """A lane of single-node replicas has no link to measure: no RDMA line (it once showed
+    one because the lane had two members). The API gives the context limit the line shows."""
+    lane = create_lane("deepseek", pair)
+    page = admin_client.get("/lanes/deepseek/").content.decode()
+    assert 'id="lane-watchdog"' in page and 'id="watchdog-context">32768<' in page
+    assert viewer_client.get("/api/fabric/watchdogs/deepseek").json()["context_limit"] == 32768
+    LaneNode.objects.filter(lane=lane, node=pair[1]).update(replica=1, rank=0)  # two replicas of one node
+    assert 'id="lane-watchdog"' not in admin_client.get("/lanes/deepseek/").content.decode()

@@ -33,6 +33,14 @@ async def header_socket(user: Any | None) -> WebsocketCommunicator:
     return WebsocketCommunicator(application, "/ws/header/", headers=headers)
 
 
+async def receive(ws) -> dict:
+    """The next message's event and data (its stamp and snapshot flag aside: tested in
+    tests/portal/test_dashboard_socket.py)."""
+    message = await ws.receive_json_from(timeout=10)
+    assert isinstance(message.get("at"), float)
+    return {"event": message["event"], "data": message["data"]}
+
+
 def lane(kv_pct: float) -> TargetView:
     return TargetView(kind="lane", name="qwen", figures={"kv_pct": kv_pct}, consecutive_failures=0,
                       lane_state="serving", lane_desired="serving")
@@ -45,15 +53,15 @@ async def test_a_viewer_gets_the_open_alert_count_then_each_change(viewer_user, 
     ws = await header_socket(viewer_user)
     connected, _ = await ws.connect()
     assert connected
-    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 1}}
+    assert await receive(ws) == {"event": "alerts.count", "data": {"open": 1}}
 
     await evaluate(targets=[lane(40)], now=T0 + timedelta(seconds=10))  # resolves
-    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 0}}
+    assert await receive(ws) == {"event": "alerts.count", "data": {"open": 0}}
     await evaluate(targets=[lane(99)], now=T0 + timedelta(seconds=20))  # opens again
-    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 1}}
+    assert await receive(ws) == {"event": "alerts.count", "data": {"open": 1}}
     alert = await Alert.objects.aget(state="open")
     await database_sync_to_async(alert_acknowledge)(alert=alert, actor=admin_user)  # still open: same count
-    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 1}}
+    assert await receive(ws) == {"event": "alerts.count", "data": {"open": 1}}
     await ws.disconnect()
 
 
@@ -61,14 +69,14 @@ async def test_a_viewer_gets_the_open_alert_count_then_each_change(viewer_user, 
 async def test_a_tick_that_changes_many_alerts_sends_the_header_one_count(viewer_user):
     ws = await header_socket(viewer_user)
     assert (await ws.connect())[0]
-    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 0}}
+    assert await receive(ws) == {"event": "alerts.count", "data": {"open": 0}}
     evaluate = database_sync_to_async(alerts_evaluate)
     lanes = [TargetView(kind="lane", name=f"lane{i}", figures={"kv_pct": 95}, consecutive_failures=0,
                         lane_state="serving", lane_desired="serving") for i in range(3)]
     await evaluate(targets=lanes, now=T0)  # three open in one tick: one message, not three
-    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 3}}
+    assert await receive(ws) == {"event": "alerts.count", "data": {"open": 3}}
     await evaluate(targets=lanes[:2], now=T0 + timedelta(seconds=5))  # the next message is the next change
-    assert await ws.receive_json_from(timeout=10) == {"event": "alerts.count", "data": {"open": 2}}
+    assert await receive(ws) == {"event": "alerts.count", "data": {"open": 2}}
     await ws.disconnect()
 
 

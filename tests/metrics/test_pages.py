@@ -81,7 +81,9 @@ def test_viewers_read_charts_and_alerts_outsiders_are_refused(role_clients, lane
 
 @pytest.mark.parametrize("path", ["/monitor/gateway/", "/monitor/usage/", "/monitor/usage.csv", "/monitor/requests/"])
 def test_gateway_figures_are_for_admins(role_clients, traffic, path):
+    """As the README's roles table says (the operate row): not a team lead's, not a viewer's."""
     assert role_clients["admin"].get(path).status_code == 200
+    assert role_clients["lead"].get(path).status_code == 403
     assert role_clients["viewer"].get(path).status_code == 403
     assert role_clients["outsider"].get(path).status_code == 403
 
@@ -90,8 +92,9 @@ def test_the_gateway_page_shows_ttft_percentiles_and_the_span_it_covers(role_cli
     page = role_clients["admin"].get("/monitor/gateway/?range=1h").content.decode()
     summary = page[page.index('id="gateway-span"'):page.index("</table>", page.index('id="gateway-summary"'))]
     assert "UTC (whole hours from the hourly rollup, the first partial hour from the request log)" in summary
-    ttft = re.search(r"<th>TTFT p50 / p95</th><td>(\d+) / (\d+) ms</td>", summary)
+    ttft = re.search(r'<th>TTFT p50 / p95</th><td id="summary-ttft">(\d+) / (\d+) ms <span[^>]*data-basis="exact">\(n = (\d+), exact\)', summary)
     assert ttft and 0 < int(ttft.group(1)) <= 50  # the three requests' 50 ms first tokens
+    assert int(ttft.group(3)) >= 1
     assert "Mean TTFT" not in page
     week = role_clients["admin"].get("/monitor/gateway/?range=7d").content.decode()
     assert "(whole UTC days, today included, from the daily rollup)" in week
@@ -252,3 +255,14 @@ def test_each_tick_carries_the_gateways_last_minutes_for_its_traffic_chart(traff
     start = page.index('<script id="traffic-data" type="application/json">')
     rendered = json.loads(page[page.index(">", start) + 1:page.index("</script>", start)])
     assert rendered == gateway_traffic() == points  # every row is in the last two minutes
+
+
+def test_a_non_streamed_request_says_why_it_has_no_ttft(role_clients, traffic):
+    """TTFT "—" for every non-streamed request read as a missing figure: the log says the
+    request was not streamed (a streamed one without a first token keeps "—")."""
+    plain = RequestLog.objects.create(request_id="req-plain", endpoint="chat.completions", lane="qwen", status=200,
+                                      stream=False, ttft_ms=None, latency_ms=900.0)
+    listing = role_clients["admin"].get("/monitor/requests/").content.decode()
+    assert 'data-ttft="not-streamed"' in listing
+    detail = role_clients["admin"].get(f"/monitor/requests/{plain.pk}/").content.decode()
+    assert "— not streamed" in detail

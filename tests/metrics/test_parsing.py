@@ -7,11 +7,15 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from core.stats import percentile_nearest_rank
 from metrics.parsing import (
     TTFT,
     EngineReading,
     counter_delta,
+    histogram_estimate,
     histogram_quantile,
     lane_figures,
     parse_vllm_metrics,
@@ -60,6 +64,39 @@ def test_histogram_quantile_interpolates_inside_the_bucket():
     assert histogram_quantile(0.8, buckets) == pytest.approx(1.0)
     assert histogram_quantile(0.95, buckets) == pytest.approx(1.0)  # beyond the last finite bound
     assert histogram_quantile(0.5, {0.1: 0.0, math.inf: 0.0}) is None
+
+
+BOUNDS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def cumulative(samples: list[float]) -> dict[float, float]:
+    counts: dict[float, float] = {bound: float(sum(1 for s in samples if s <= bound)) for bound in BOUNDS_S}
+    return counts | {math.inf: float(len(samples))}
+
+
+@settings(max_examples=300, deadline=None)
+@given(samples=st.lists(st.floats(min_value=0.001, max_value=120.0), min_size=1, max_size=60),
+       q=st.sampled_from((0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0)))
+def test_a_bucket_estimate_never_leaves_the_observed_range_and_its_range_holds_the_true_rank(
+    samples: list[float], q: float,
+) -> None:
+    """Clamped to the observed min and max, an estimate is never above the slowest sample nor
+    below the fastest, and the range it states holds the true (nearest-rank) percentile."""
+    estimate = histogram_estimate(q, cumulative(samples), lowest=min(samples), highest=max(samples))
+    assert estimate is not None
+    assert min(samples) <= estimate.value <= max(samples)
+    assert estimate.lower <= estimate.value <= estimate.upper
+    true = percentile_nearest_rank(samples, q)
+    assert true is not None and estimate.lower <= true <= estimate.upper
+
+
+def test_one_sample_is_its_own_percentile_once_clamped():
+    """The defect: a single TTFT of 278 ms read as p50/p95 375/488 ms from its bucket (250-500)."""
+    one = cumulative([0.278])
+    assert histogram_quantile(0.95, one) == pytest.approx(0.4875)  # unclamped: inside the bucket
+    estimate = histogram_estimate(0.95, one, lowest=0.278, highest=0.278)
+    assert estimate == histogram_estimate(0.5, one, lowest=0.278, highest=0.278)
+    assert estimate is not None and estimate.value == estimate.lower == estimate.upper == pytest.approx(0.278)
 
 
 def test_counter_reset_after_a_restart_counts_the_new_value():

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 from django.test import override_settings
+from django.utils import timezone
 
 from gateway.models import ApiKey, RequestLog
 from metrics.models import Sample, SampleHour, SampleMinute, UsageHour
@@ -210,14 +211,50 @@ def test_the_gateway_summary_has_ttft_percentiles_from_the_rollups_over_every_ra
     hour = UsageHour.objects.get(hour=datetime(2026, 11, 30, 10, 0, tzinfo=UTC), status=200)
     assert hour.ttft_buckets[1] == 10 and hour.ttft_buckets[-1] == 20  # ≤ 100 ms, and the +Inf count
     for range_key in ("24h", "7d", "30d"):
-        summary = gateway_summary(range_key, now=now)
-        assert summary["requests"] == 21, range_key
+        summary = gateway_summary(range_key, now=now, exact_up_to=0)  # from the buckets
+        assert summary["requests"] == 21 and not summary["ttft_exact"], range_key
         assert 50 < summary["ttft_p50_ms"] <= 100, range_key
         assert 2500 < summary["ttft_p95_ms"] <= 5000, range_key
     # Hours rolled up before the TTFT histogram existed add nothing to it (not a +Inf mass).
     UsageHour.objects.create(hour=datetime(2026, 11, 30, 11, 0, tzinfo=UTC), lane="qwen", requests=100,
                              ttft_count=100, ttft_ms_sum=1e7, latency_buckets=[100] * 12)
-    assert 2500 < gateway_summary("24h", now=now)["ttft_p95_ms"] <= 5000
+    assert 2500 < gateway_summary("24h", now=now, exact_up_to=0)["ttft_p95_ms"] <= 5000
+
+
+def test_the_gateway_summary_never_shows_a_percentile_above_the_slowest_request():
+    """The defect: 24 h showed latency p95 4,773 ms while the slowest request took 3,103 ms
+    (interpolated inside the 2,500-5,000 bucket). The rollups keep the fastest and slowest
+    request; estimates are clamped to them and give the range they rest on."""
+    from metrics.selectors import gateway_summary
+
+    now = datetime(2026, 11, 30, 12, 20, tzinfo=UTC)
+    for i in range(40):
+        log_request(now - timedelta(hours=3, minutes=i), latency=2600.0 + i * 12.9, ttft=2600.0 if i else 3103.0)
+    usage_rollup(now=now, hours_back=5)
+    slowest = 2600.0 + 39 * 12.9
+    hours = UsageHour.objects.filter(requests__gt=0)
+    assert min(h.latency_ms_min for h in hours) == 2600.0 and max(h.ttft_ms_max for h in hours) == 3103.0
+    for range_key in ("24h", "7d"):
+        summary = gateway_summary(range_key, now=now, exact_up_to=0)
+        assert not summary["latency_exact"] and summary["latency_n"] == 40
+        assert 2600.0 <= summary["latency_p50_ms"] <= summary["latency_p95_ms"] <= slowest, range_key
+        assert summary["latency_p95_range_ms"] == [2600.0, pytest.approx(slowest)]
+        assert summary["ttft_p95_ms"] <= 3103.0
+
+
+def test_a_small_range_has_exact_percentiles_and_says_n():
+    """Few requests: the percentiles are the requests' own figures (nearest rank, as the live
+    line), so one request of 278 ms TTFT shows 278 / 278 and n = 1, on the API and the page."""
+    from metrics.selectors import gateway_summary
+
+    now = timezone.now()
+    log_request(now - timedelta(hours=2), latency=1234.0, ttft=278.0)
+    log_request(now - timedelta(hours=2), latency=900.0, ttft=None)  # not streamed: no first token
+    usage_rollup(now=now, hours_back=3)
+    summary = gateway_summary("24h", now=now)
+    assert summary["ttft_exact"] and summary["ttft_n"] == 1
+    assert summary["ttft_p50_ms"] == summary["ttft_p95_ms"] == 278.0
+    assert summary["latency_n"] == 2 and summary["latency_p95_ms"] == 1234.0
 
 
 def test_the_hour_windows_cover_exactly_the_last_hour_and_day():

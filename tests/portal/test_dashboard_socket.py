@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from channels.db import database_sync_to_async
@@ -11,6 +12,8 @@ from django.test import Client
 
 from core.broadcast import DASHBOARD_GROUP, abroadcast
 from core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, PortalConsumer
+from jobs.models import Job, JobKind
+from lanes.models import Lane, LaneState, Node, NodeState
 from portal.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,9 +41,36 @@ async def test_viewer_receives_hello_then_broadcasts(viewer_user):
     assert connected
     hello = await ws.receive_json_from(timeout=30)
     assert hello["event"] == "hello"
+    before = time.time()
     await abroadcast(DASHBOARD_GROUP, "lane.state", {"name": "qwen", "observed_state": "serving"})
     message = await ws.receive_json_from(timeout=30)
-    assert message == {"event": "lane.state", "data": {"name": "qwen", "observed_state": "serving"}}
+    assert {k: v for k, v in message.items() if k != "at"} == {"event": "lane.state", "data": {"name": "qwen", "observed_state": "serving"}}
+    assert before <= message["at"] <= time.time()  # stamped when sent: pages keep the newest
+    await ws.disconnect(timeout=30)
+
+
+async def test_each_connect_sends_the_current_state_stamped_before_it_was_read(viewer_user):
+    """A page that (re)connects is told every lane's state and drift, every node's state and the
+    recent jobs as of now, as the live events it handles, stamped when the read began: what
+    changed while its socket was down is shown, and a live message older than it is dropped."""
+    def create() -> None:
+        lane = Lane.objects.create(name="qwen", max_model_len=4096, observed_state=LaneState.CHECKING, desired_state="serving")
+        Node.objects.create(name="spark-1", address="127.0.0.11", transport="local", state=NodeState.ONLINE)
+        Job.objects.create(kind=JobKind.STATUS, lane=lane, params={"nodes": []})
+
+    await database_sync_to_async(create)()
+    ws = communicator(await session_cookie(viewer_user))
+    before = time.time()
+    assert (await ws.connect(timeout=30))[0]
+    assert (await ws.receive_json_from(timeout=30))["event"] == "hello"
+    seen = {}
+    while set(seen) != {"lane.state", "lane.drift", "node.state", "job.state"}:
+        message = await ws.receive_json_from(timeout=30)
+        assert message["snapshot"] is True and before <= message["at"] <= time.time()
+        seen[message["event"]] = message["data"]
+    assert seen["lane.state"]["observed_state"] == "checking"
+    assert seen["lane.drift"] == {"name": "qwen", "running": None, "latest": 0, "drifted": False, "job": None, "changes": []}
+    assert seen["node.state"]["state"] == "online" and seen["job.state"]["lane"] == "qwen"
     await ws.disconnect(timeout=30)
 
 
@@ -119,7 +149,7 @@ async def test_a_broadcast_is_encoded_once_for_all_the_sockets_of_a_process(view
     await abroadcast(DASHBOARD_GROUP, "metrics.tick", tick)
     texts = [await ws.receive_from(timeout=30) for ws in sockets]
     assert texts[0] == texts[1] == texts[2]
-    assert json.loads(texts[0]) == {"event": "metrics.tick", "data": tick}
+    assert {k: v for k, v in json.loads(texts[0]).items() if k != "at"} == {"event": "metrics.tick", "data": tick}
     assert encoded.count("metrics.tick") == 1 and encoded.count("hello") == 3
     for ws in sockets:
         await ws.disconnect(timeout=30)
