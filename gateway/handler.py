@@ -26,6 +26,7 @@ from gateway import limits
 from gateway.admission import admit, refuse, release, trace_left
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
+from gateway.fair import PRIORITY_HEADER, request_class
 from gateway.guard import check_context
 from gateway.http import (
     Receive,
@@ -126,6 +127,7 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
             raise busy_error()  # before reading a byte of it
         body = await read_request_body(scope, receive, body_limit, holding)
         request = await parse_body(body, endpoint, key)
+        outcome.priority = request_class(key, header(scope, PRIORITY_HEADER.encode()))
         raw = body if isinstance(body, bytes) else b""  # a large body is in request.large
         del body
         lanes = await rt.lanes.get()
@@ -266,6 +268,7 @@ async def send_once(
             if not breaker.allows():
                 unavailable.append(f"{where}'s circuit is open")
                 continue
+            slot = await rt.fair.take(lane, replica, key, outcome)  # its turn on a full lane, or 503 server_busy
             rt.health.acquire(lane.name, replica.index)
             try:
                 sent_at = time.perf_counter()
@@ -292,6 +295,7 @@ async def send_once(
                 return
             finally:
                 rt.health.release(lane.name, replica.index)
+                rt.fair.give_back(slot)
     raise GatewayError(503, "No lane can serve this request: " + "; ".join(unavailable) + ".",
                        code="no_lane_available", type_="server_error", retry_after_s=5, retryable=True)
 
@@ -309,7 +313,8 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "error_code": outcome.error_code, "prompt_tokens": outcome.usage.prompt_tokens,
         "completion_tokens": outcome.usage.completion_tokens, "usage_source": outcome.usage_source,
         "ttft_ms": outcome.ttft_ms,
-        "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms,
+        "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms, "queue_ms": outcome.queue_ms,
+        "priority": outcome.priority,
         "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
         **outcome.router_columns(),
     })

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from gateway.directory import KeyCache, LaneCache
+from gateway.fair import FairQueue
 from gateway.limits import ADMIT_LUA
 from gateway.logwriter import RequestLogWriter
 from gateway.loops import stop_loop
@@ -69,6 +70,8 @@ class GatewayRuntime:
         self.lanes = LaneCache()
         # Per replica: circuit breakers and requests in flight, shared with every worker.
         self.health = SharedHealth(self.redis)
+        # Per replica: its slots and fair queue, shared with every worker (gateway.fair).
+        self.fair = FairQueue(self.scripts, self.health.worker)
         self.no_tokenize: dict[str, float] = {}  # lane -> when its /tokenize was found missing
         self.ignores_n: dict[str, float] = {}  # lane -> when it answered fewer choices than `n` asked
         self.log_writer = RequestLogWriter()
@@ -106,12 +109,15 @@ class GatewayRuntime:
         while not self.closed:  # as well as the cancellation: see gateway.loops
             try:
                 pubsub = self.redis.pubsub()
-                await pubsub.subscribe(invalidation_channel())
+                await pubsub.subscribe(invalidation_channel(), self.fair.channel)
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
                     data = message["data"].decode() if isinstance(message["data"], bytes) else str(message["data"])
-                    if data == "lanes":
+                    channel = message.get("channel")
+                    if (channel.decode() if isinstance(channel, bytes) else channel) == self.fair.channel:
+                        self.fair.wake(data)  # a slot for this worker's waiter
+                    elif data == "lanes":
                         self.lanes.drop()
                     elif data == HEALTH_MESSAGE:
                         self.health.wake()
@@ -132,6 +138,7 @@ class GatewayRuntime:
         await self.log_writer.flush()
         self.closed = True
         await stop_loop(self._listener, "invalidation listener")
+        await self.fair.close()
         await self.health.close()
         self.router.close()
         self.scripts.close()
