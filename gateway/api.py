@@ -13,9 +13,9 @@ from ninja import Path, Query, Router, Status
 from core.api import can_operate
 from core.validators import INT64_MAX
 from gateway.models import ApiKey, RequestLog
-from gateway.schemas import ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, RequestLogOut, RequestLogQuery
+from gateway.schemas import ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, ApiKeyShareIn, RequestLogOut, RequestLogQuery
 from gateway.selectors import LogFilters, api_key_list, request_log_list
-from gateway.services import api_key_create, api_key_revoke
+from gateway.services import api_key_create, api_key_revoke, api_key_set_share
 
 router = Router(tags=["routing"])
 
@@ -25,7 +25,8 @@ def key_out(key: ApiKey) -> dict[str, Any]:
         "id": key.pk, "name": key.name, "prefix": key.prefix,
         "allowed_lanes": sorted(lane.name for lane in key.allowed_lanes.all()), "default_route": key.default_route,
         "rpm_limit": key.rpm_limit, "tpm_limit": key.tpm_limit, "max_parallel": key.max_parallel,
-        "log_prompts": key.log_prompts, "expires_at": key.expires_at, "revoked_at": key.revoked_at,
+        "log_prompts": key.log_prompts, "fair_weight": key.fair_weight, "priority": key.priority,
+        "expires_at": key.expires_at, "revoked_at": key.revoked_at,
         "created_at": key.created_at, "active": key.is_active,
     }
 
@@ -49,6 +50,14 @@ def keys_create(request: HttpRequest, payload: ApiKeyIn) -> Status[dict[str, Any
 @router.post("/gateway/keys/{key_id}/revoke", response=ApiKeyOut, auth=can_operate)
 def keys_revoke(request: HttpRequest, key_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
     key = api_key_revoke(actor=request.auth, key=get_object_or_404(ApiKey, pk=key_id))  # type: ignore[attr-defined]
+    return key_out(key)
+
+
+@router.post("/gateway/keys/{key_id}/share", response=ApiKeyOut, auth=can_operate)
+def keys_share(request: HttpRequest, payload: ApiKeyShareIn,
+               key_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
+    key = api_key_set_share(actor=request.auth, key=get_object_or_404(ApiKey, pk=key_id),  # type: ignore[attr-defined]
+                            **payload.dict())
     return key_out(key)
 
 

@@ -20,6 +20,15 @@ class ApiKeyIn(InSchema):
     max_parallel: int | None = None
     expires_at: datetime | None = None
     log_prompts: bool = False
+    fair_weight: int | None = Field(None, description="Share of a full lane against other keys (default 1).")
+    priority: str | None = Field(None, description="`interactive` (default) or `batch`.")
+
+
+class ApiKeyShareIn(InSchema):
+    """A key's share of a full lane (gateway.fair); a field left out keeps its value."""
+
+    fair_weight: int | None = None
+    priority: str | None = None
 
 
 class ApiKeyOut(Schema):
@@ -32,6 +41,8 @@ class ApiKeyOut(Schema):
     tpm_limit: int | None
     max_parallel: int | None
     log_prompts: bool
+    fair_weight: int
+    priority: str
     expires_at: datetime | None
     revoked_at: datetime | None
     created_at: datetime
