@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
@@ -13,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from core.roles import Capability, require, role_required
+from gateway.fair_view import fair_queues_now, fair_waits
 from gateway.forms import ApiKeyForm
 from gateway.models import ApiKey
 from gateway.selectors import api_key_list, mirror_sample_list, mirror_summary, shadow_comparison
@@ -60,8 +62,11 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
                     form.add_error(field if field in form.fields else None, error)
         else:
             form = ApiKeyForm()
+    lane = request.GET.get("lane", "")[:63]
     return render(request, "gateway/gateway.html", {
         "form": form, "form_token": _issue_form_token(request), "created": created, "keys": api_key_list(),
+        "fair_lane": lane, "fair_queues": fair_queues_now(lane), "fair_waits": fair_waits(lane=lane),
+        "fair_window_s": settings.METRICS_PERCENTILE_WINDOW_S,
     })
 
 

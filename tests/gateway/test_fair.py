@@ -16,13 +16,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client, override_settings
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.directory import KeyInfo
 from gateway.fair import BATCH, INTERACTIVE, request_class, retry_after_s
+from gateway.fair_view import lanes_shedding
 from gateway.models import RequestLog
 from gateway.wire import GatewayError
 from lanes.models import Lane
 from lanes.replica_health import fair_queue_state
+from metrics.alerts import thresholds_from_settings
+from metrics.rules import TargetView, firing_rules
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, WorkerProcesses, wait_for
 from tests.gateway.conftest import SIM_SERVED, create_key, engine_received, make_lane, set_engine_faults
@@ -225,6 +230,29 @@ def test_a_full_queue_sheds_with_503_and_retry_after_before_any_upstream_call(
     after = ask(workers.urls[0], agent, "R1")
     assert after.status_code == 200
     assert tags_received(engine) == ["R0", "R1"]  # nothing of the shed requests reached the engine
+    see_the_shedding(key_owner)
+
+
+def see_the_shedding(admin: User) -> None:
+    """The gateway page, the lane page, /metrics and the alerts show what was shed."""
+    wait_for(lambda: RequestLog.objects.filter(error_code="server_busy").count() == 3, what="the shed rows")
+    client = Client()
+    client.force_login(admin)
+    page = client.get("/gateway/?lane=qwen").content.decode()
+    assert '<tr data-lane="qwen" data-key="agent" data-priority="interactive">' in page
+    row = page.split('data-key="agent"', 1)[1].split("</tr>", 1)[0]
+    assert '<strong class="text-danger">3</strong>' in row  # shed, in the waits table
+    lane_page = client.get("/lanes/qwen/").content.decode()
+    assert 'id="lane-fair-queue"' in lane_page and '<strong class="text-danger">3</strong>' in lane_page
+    with override_settings(METRICS_TOKEN="t"):
+        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer t").content.decode()
+    shed = {tuple(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "spark_gateway_queue_shed_total"}
+    assert shed == {(("lane", "qwen"), ("replica", "0")): 3.0}
+    assert lanes_shedding() == {"qwen": 3}
+    firing = firing_rules([TargetView(kind="lane", name="qwen", figures={}, consecutive_failures=0, shed=3)],
+                          thresholds_from_settings())
+    assert [f.rule for f in firing] == ["lane_shedding"]
 
 
 def test_a_client_that_leaves_while_queued_is_never_sent(
