@@ -40,6 +40,7 @@ from django.conf import settings
 from gateway.directory import KeyInfo, LaneInfo, ReplicaInfo
 from gateway.loops import stop_loop
 from gateway.outcome import Outcome
+from gateway.replicas import SharedHealth
 from gateway.scripts import Script, ScriptPipe
 from gateway.wire import GatewayError
 from lanes.replica_health import fair_keys, fair_wake_channel, field_name
@@ -98,7 +99,8 @@ local function svc() return tonumber(redis.call('HGET', KEYS[8], 'svc') or '0') 
 """
 
 # ARGV: 1 rid, 2 flow, 3 weight, 4 class (i|b), 5 slots, 6 lease ms, 7 max queue, 8 wake channel,
-#       9 heartbeat ms, 10 aging ms. Reply: {GRANTED|QUEUED|SHED, waiting, mean slot ms}
+#       9 heartbeat ms, 10 aging ms, 11 '1': counted, not asked (the worker saw the replica under half
+#       full: FairQueue.take). Reply: {GRANTED|QUEUED|SHED, waiting, mean slot ms}
 TAKE_LUA = COMMON_LUA + """
 local now, cap, lease = now_ms(), tonumber(ARGV[5]), tonumber(ARGV[6])
 sweep(now)
@@ -106,7 +108,7 @@ dispatch(now, cap, lease, tonumber(ARGV[10]))
 local start = math.max(tonumber(redis.call('HGET', KEYS[6], '_v') or '0'),
                        tonumber(redis.call('HGET', KEYS[6], ARGV[2]) or '0'))
 local queued = waiting()
-if queued == 0 and redis.call('ZCARD', KEYS[1]) < cap then
+if ARGV[11] == '1' or (queued == 0 and redis.call('ZCARD', KEYS[1]) < cap) then
   redis.call('HSET', KEYS[6], ARGV[2], start + 1 / tonumber(ARGV[3]))
   grant(ARGV[1], start, now, lease)
   return {1, 0, svc()}
@@ -216,7 +218,8 @@ class Slot:
 class FairQueue:
     """This worker's side of the replicas' queues: its waiters, its held slots, the tick."""
 
-    def __init__(self, pipe: ScriptPipe, worker: str) -> None:
+    def __init__(self, pipe: ScriptPipe, worker: str, health: SharedHealth | None = None) -> None:
+        self.health = health  # every worker's requests in flight per replica (gateway.replicas)
         self.take_script = Script(pipe, TAKE_LUA)
         self.give_script = Script(pipe, GIVE_LUA)
         self.withdraw_script = Script(pipe, WITHDRAW_LUA)
@@ -224,6 +227,7 @@ class FairQueue:
         self.channel = fair_wake_channel(worker)
         self.waiters: dict[str, tuple[asyncio.Future[None], Slot]] = {}
         self.held: dict[str, Slot] = {}
+        self.full_until: dict[str, float] = {}  # replica → until when this worker takes it as full (monotonic)
         self.background: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
         self.closed = False
@@ -243,13 +247,30 @@ class FairQueue:
         name = field_name(lane.name, replica.index)
         slot = Slot(name, fair_keys(lane.name, replica.index), request_id, slots)
         flow, weight = flow_of(key)
+        args = [request_id, flow, weight, "b" if klass == BATCH else "i", slots, self.lease_ms(),
+                settings.GATEWAY_FAIR_MAX_QUEUE, self.channel, int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000),
+                int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000), "0"]
+        if self.under_half(name, lane.name, replica.index, slots):
+            # Far from full as this worker last saw every worker's load (GATEWAY_HEALTH_SYNC_S old
+            # at most): no wait for Redis on the hot path, the slot is counted there all the same
+            # (the script call queued now goes before this request's give-back, on one connection).
+            args[-1] = "1"
+            self._spawn(self._counted(slot, args))
+            self.held[request_id] = slot
+            self._ensure_running()
+            return slot
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiters[request_id] = (future, slot)  # before the call: a wake may come first
         try:
-            code, waiting, mean = await self.take_script(keys=slot.keys, args=[
-                request_id, flow, weight, "b" if klass == BATCH else "i", slots, self.lease_ms(),
-                settings.GATEWAY_FAIR_MAX_QUEUE, self.channel, int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000),
-                int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000)])
+            try:
+                code, waiting, mean = await self.take_script(keys=slot.keys, args=args)
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                log.warning("gateway: request %s refused, the fair queue's Redis is unreachable: %s", request_id, exc)
+                raise GatewayError(503, "The gateway cannot reach its Redis to take a slot of the lane; the request "
+                                   "was not sent. Retry shortly.", code="service_unavailable", type_="server_error",
+                                   retry_after_s=2, retryable=True) from None
+            if code != GRANTED:
+                self.full_until[name] = time.monotonic() + settings.GATEWAY_FAIR_TICK_S * 4
             if code == SHED:
                 raise busy(lane.name, int(waiting), slots, float(mean), waited=False)
             if code == QUEUED:
@@ -269,6 +290,21 @@ class FairQueue:
         self.held[request_id] = slot
         self._ensure_running()
         return slot
+
+    def under_half(self, name: str, lane: str, index: int, slots: int) -> bool:
+        """A lane of many slots, under half full as this worker sees it, and not found full
+        by this worker for a while: no request of it waits (a burst is checked in Redis)."""
+        if self.health is None or slots < settings.GATEWAY_FAIR_FAST_MIN_SLOTS:
+            return False
+        if self.health.load(lane, index) + 1 > slots // 2 or time.monotonic() < self.full_until.get(name, 0.0):
+            return False
+        return not any(slot.replica == name for _, slot in self.waiters.values())
+
+    async def _counted(self, slot: Slot, args: list[Any]) -> None:
+        try:
+            await self.take_script(keys=slot.keys, args=args)
+        except Exception as exc:  # not counted: the replica looks emptier than it is for a lease
+            log.warning("gateway: a lane slot was not counted in Redis (%s)", exc)
 
     async def _wait(self, future: asyncio.Future[None], slot: Slot, lane: str, gone: asyncio.Event) -> None:
         leaving: asyncio.Future[Any] = asyncio.ensure_future(gone.wait())

@@ -71,7 +71,7 @@ class GatewayRuntime:
         # Per replica: circuit breakers and requests in flight, shared with every worker.
         self.health = SharedHealth(self.redis)
         # Per replica: its slots and fair queue, shared with every worker (gateway.fair).
-        self.fair = FairQueue(self.scripts, self.health.worker)
+        self.fair = FairQueue(self.scripts, self.health.worker, self.health)
         self.no_tokenize: dict[str, float] = {}  # lane -> when its /tokenize was found missing
         self.ignores_n: dict[str, float] = {}  # lane -> when it answered fewer choices than `n` asked
         self.log_writer = RequestLogWriter()

@@ -135,8 +135,8 @@ def test_weights_two_to_one_share_a_full_lane_two_to_one(
     ApiKey.objects.filter(pk=heavy_id).update(fair_weight=2)
     workers = worker_processes(2)
     # Each request holds its slot a while: the lane, not the test's clients, is the bottleneck.
-    set_engine_faults(engine, latency_s=0.08)
-    done = flood_until(pool, workers.urls, {"H": heavy, "L": light}, per_key=8, total=240)
+    set_engine_faults(engine, latency_s=0.1)
+    done = flood_until(pool, workers.urls, {"H": heavy, "L": light}, per_key=10, total=240)
     share = done["H"] / done["L"]
     assert 1.8 <= share <= 2.2, done
 
@@ -289,6 +289,23 @@ def send_raw(url: str, secret: str, tag: str, *, stream: bool) -> socket.socket:
                        b"authorization: Bearer " + secret.encode() + b"\r\ncontent-type: application/json\r\n"
                        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     return connection
+
+
+def test_a_lane_far_from_full_still_counts_every_slot(
+    engine: EngineHandle, worker_processes: Callable[..., WorkerProcesses], key_owner: User,
+    pool: ThreadPoolExecutor,
+) -> None:
+    """Under half of many slots, a request does not wait for Redis; its slot is counted there all the same."""
+    fair_lane(engine, slots=8)
+    agent, _ = create_key(key_owner, name="agent")
+    workers = worker_processes(2)
+    set_engine_faults(engine, hold=True)
+    held = [pool.submit(ask, workers.urls[n % 2], agent, f"R{n}") for n in range(3)]
+    wait_for(lambda: len(tags_received(engine)) == 3, what="three requests on the lane")
+    wait_for(lambda: fair_queue_state("qwen", 0)["held"] == 3, what="their slots counted in Redis")
+    set_engine_faults(engine, hold=False)
+    assert all(f.result().status_code == 200 for f in held)
+    wait_for(lambda: fair_queue_state("qwen", 0)["held"] == 0, what="their slots given back")
 
 
 def key(priority: str = INTERACTIVE) -> KeyInfo:
