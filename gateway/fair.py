@@ -99,8 +99,7 @@ local function svc() return tonumber(redis.call('HGET', KEYS[8], 'svc') or '0') 
 """
 
 # ARGV: 1 rid, 2 flow, 3 weight, 4 class (i|b), 5 slots, 6 lease ms, 7 max queue, 8 wake channel,
-#       9 heartbeat ms, 10 aging ms, 11 '1': counted, not asked (the worker saw the replica under half
-#       full: FairQueue.take). Reply: {GRANTED|QUEUED|SHED, waiting, mean slot ms}
+#       9 heartbeat ms, 10 aging ms. Reply: {GRANTED|QUEUED|SHED, waiting, mean slot ms}
 TAKE_LUA = COMMON_LUA + """
 local now, cap, lease = now_ms(), tonumber(ARGV[5]), tonumber(ARGV[6])
 sweep(now)
@@ -108,7 +107,7 @@ dispatch(now, cap, lease, tonumber(ARGV[10]))
 local start = math.max(tonumber(redis.call('HGET', KEYS[6], '_v') or '0'),
                        tonumber(redis.call('HGET', KEYS[6], ARGV[2]) or '0'))
 local queued = waiting()
-if ARGV[11] == '1' or (queued == 0 and redis.call('ZCARD', KEYS[1]) < cap) then
+if queued == 0 and redis.call('ZCARD', KEYS[1]) < cap then
   redis.call('HSET', KEYS[6], ARGV[2], start + 1 / tonumber(ARGV[3]))
   grant(ARGV[1], start, now, lease)
   return {1, 0, svc()}
@@ -150,12 +149,13 @@ return {2, waiting(), svc()}
 """
 
 # One worker's tick for one replica: ARGV 1 slots, 2 lease ms, 3 aging ms, 4 heartbeat ms,
-# 5 how many waiters follow, then the waiters' rids, then the held slots' rids.
+# 5 how many waiters follow, then the waiters' rids, then the held slots' rids (their leases
+# renewed; a slot taken without asking, FairQueue.under_half, is counted from its first tick).
 # Reply: per waiter, 1 when it holds a slot now.
 TICK_LUA = COMMON_LUA + """
 local now, lease = now_ms(), tonumber(ARGV[2])
 local waiters = tonumber(ARGV[5])
-for i = 6 + waiters, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i]) end
+for i = 6 + waiters, #ARGV do redis.call('ZADD', KEYS[1], now + lease, ARGV[i]) end
 for i = 6, 5 + waiters do redis.call('ZADD', KEYS[5], 'XX', now + tonumber(ARGV[4]), ARGV[i]) end
 sweep(now)
 dispatch(now, tonumber(ARGV[1]), lease, tonumber(ARGV[3]))
@@ -213,6 +213,7 @@ class Slot:
     request_id: str
     slots: int
     since: float = field(default_factory=time.perf_counter)
+    counted: bool = True  # in Redis's slots zset (a slot taken without asking is, from its first tick)
 
 
 class FairQueue:
@@ -249,13 +250,12 @@ class FairQueue:
         flow, weight = flow_of(key)
         args = [request_id, flow, weight, "b" if klass == BATCH else "i", slots, self.lease_ms(),
                 settings.GATEWAY_FAIR_MAX_QUEUE, self.channel, int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000),
-                int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000), "0"]
+                int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000)]
         if self.under_half(name, lane.name, replica.index, slots):
             # Far from full as this worker last saw every worker's load (GATEWAY_HEALTH_SYNC_S old
-            # at most): no wait for Redis on the hot path, the slot is counted there all the same
-            # (the script call queued now goes before this request's give-back, on one connection).
-            args[-1] = "1"
-            self._spawn(self._counted(slot, args))
+            # at most): no Redis call on the hot path. A request that outlives a tick is counted
+            # there from that tick on; a shorter one never needs to be.
+            slot.counted = False
             self.held[request_id] = slot
             self._ensure_running()
             return slot
@@ -300,12 +300,6 @@ class FairQueue:
             return False
         return not any(slot.replica == name for _, slot in self.waiters.values())
 
-    async def _counted(self, slot: Slot, args: list[Any]) -> None:
-        try:
-            await self.take_script(keys=slot.keys, args=args)
-        except Exception as exc:  # not counted: the replica looks emptier than it is for a lease
-            log.warning("gateway: a lane slot was not counted in Redis (%s)", exc)
-
     async def _wait(self, future: asyncio.Future[None], slot: Slot, lane: str, gone: asyncio.Event) -> None:
         leaving: asyncio.Future[Any] = asyncio.ensure_future(gone.wait())
         either: set[asyncio.Future[Any]] = {future, leaving}
@@ -325,7 +319,7 @@ class FairQueue:
 
     def give_back(self, slot: Slot | None) -> None:
         """After the answer (or a failure before sending): the slot to the next in turn."""
-        if slot is None or self.held.pop(slot.request_id, None) is None:
+        if slot is None or self.held.pop(slot.request_id, None) is None or not slot.counted:
             return
         self._spawn(self._give(slot, held_ms=(time.perf_counter() - slot.since) * 1000))
 
@@ -348,13 +342,13 @@ class FairQueue:
 
     async def _run(self) -> None:
         while not self.closed and (self.waiters or self.held):
+            await asyncio.sleep(settings.GATEWAY_FAIR_TICK_S)  # first: a request shorter than a tick costs none
             try:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.warning("gateway: fair queue tick failed; retrying", exc_info=True)
-            await asyncio.sleep(settings.GATEWAY_FAIR_TICK_S)
 
     async def tick(self) -> None:
         """Heartbeats of this worker's waiters and leases of its slots, and a dispatch, per replica."""
@@ -363,6 +357,7 @@ class FairQueue:
             by_field.setdefault(slot.replica, (slot, [], []))[1].append(request_id)
         for request_id, slot in list(self.held.items()):
             by_field.setdefault(slot.replica, (slot, [], []))[2].append(request_id)
+            slot.counted = True  # from this call on (a give-back after it goes after it, on one connection)
         for slot, waiting, held in by_field.values():
             granted = await self.tick_script(keys=slot.keys, args=[
                 slot.slots, self.lease_ms(), int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000),

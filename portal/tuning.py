@@ -52,8 +52,9 @@ GATEWAY_HEALTH_SYNC_S = 0.25
 GATEWAY_FAIR_TICK_S = 0.5
 GATEWAY_FAIR_HEARTBEAT_S = 10.0
 # A lane of at least this many slots per replica, under half full as a worker last saw it (and not
-# found full by it in the last 4 ticks), takes a slot without waiting for Redis (counted there
-# all the same): perf/gateway_fairness.py's one-client figure. Fewer slots: always asked.
+# found full by it in the last 4 ticks), takes a slot without a Redis call (a request that outlives a
+# tick is counted there from that tick): perf/gateway_fairness.py's one-client figure. Fewer slots:
+# always asked.
 GATEWAY_FAIR_FAST_MIN_SLOTS = 8
 # Idempotency-Key: how long a finished answer is kept for replay (s), and the largest one kept
 # (bytes): they bound Redis's memory; an SDK's retries come within seconds.
