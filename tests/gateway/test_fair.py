@@ -109,13 +109,21 @@ def flood_until(pool: ThreadPoolExecutor, urls: list[str], secrets: dict[str, st
     stop = threading.Event()
 
     def loop(name: str, n: int) -> None:
-        while not stop.is_set():
-            answer = ask(urls[n % 2], secrets[name], f"{name}{n}", max_tokens=8)
-            assert answer.status_code == 200, answer.text
-            with lock:
-                done[name] += 1
-                if sum(done.values()) >= total:
-                    stop.set()
+        with httpx.Client(base_url=urls[n % 2], timeout=120,
+                          headers={"authorization": f"Bearer {secrets[name]}"}) as client:  # kept alive
+            while not stop.is_set():
+                answer = client.post("/v1/chat/completions", json={
+                    "model": SIM_SERVED, "max_tokens": 8, "messages": [{"role": "user", "content": f"{name}{n}"}]})
+                assert answer.status_code == 200, answer.text
+                count(name)
+
+    def count(name: str) -> None:
+        with lock:
+            if stop.is_set():
+                return  # the queue draining after the run, in whatever order is left: not a share
+            done[name] += 1
+            if sum(done.values()) >= total:
+                stop.set()
 
     loops: list[Future[None]] = [pool.submit(loop, name, n) for name in secrets for n in range(per_key)]
     for future in loops:
@@ -135,8 +143,10 @@ def test_weights_two_to_one_share_a_full_lane_two_to_one(
     ApiKey.objects.filter(pk=heavy_id).update(fair_weight=2)
     workers = worker_processes(2)
     # Each request holds its slot a while: the lane, not the test's clients, is the bottleneck.
-    set_engine_faults(engine, latency_s=0.1)
-    done = flood_until(pool, workers.urls, {"H": heavy, "L": light}, per_key=10, total=240)
+    # Many requests of each key outstanding: both keys always have some queued, even when this
+    # test's own clients are slow to send the next one (a loaded machine).
+    set_engine_faults(engine, latency_s=0.12)
+    done = flood_until(pool, workers.urls, {"H": heavy, "L": light}, per_key=16, total=240)
     share = done["H"] / done["L"]
     assert 1.8 <= share <= 2.2, done
 
@@ -306,6 +316,33 @@ def test_a_lane_far_from_full_still_counts_every_slot(
     set_engine_faults(engine, hold=False)
     assert all(f.result().status_code == 200 for f in held)
     wait_for(lambda: fair_queue_state("qwen", 0)["held"] == 0, what="their slots given back")
+
+
+def test_affinity_picks_the_replica_and_its_queue_holds_the_conversation(
+    engine_factory: Callable[..., EngineHandle], worker_processes: Callable[..., WorkerProcesses], key_owner: User,
+    pool: ThreadPoolExecutor,
+) -> None:
+    from tests.gateway.test_replicas import make_replicated_lane
+
+    engines = [engine_factory(SIM_QWEN, "--served-model-name", SIM_SERVED, time_scale=0.001) for _ in range(2)]
+    make_replicated_lane("qwen", [e.port for e in engines])
+    Lane.objects.filter(name="qwen").update(gateway_slots=1)
+    agent, _ = create_key(key_owner, name="agent")
+    workers = worker_processes(2)
+    for e in engines:
+        set_engine_faults(e, hold=True)
+    first = pool.submit(ask, workers.urls[0], agent, "conversation X")
+    wait_for(lambda: sum(len(engine_received(e)) for e in engines) == 1, what="the first turn on a replica")
+    home = next(index for index, e in enumerate(engines) if engine_received(e))
+    # The same conversation again: within the load bound its replica keeps it, so it waits there.
+    second = pool.submit(ask, workers.urls[1], agent, "conversation X")
+    wait_for(lambda: fair_queue_state("qwen", home)["interactive"] == 1, what="the second turn queued at home")
+    assert fair_queue_state("qwen", 1 - home) == {"held": 0, "interactive": 0, "batch": 0, "shed": 0}
+    for e in engines:
+        set_engine_faults(e, hold=False)
+    assert first.result().status_code == 200 and second.result().status_code == 200
+    assert int(second.result().headers["x-spark-lane-replica"]) == home
+    assert len(engine_received(engines[home])) == 2 and not engine_received(engines[1 - home])
 
 
 def key(priority: str = INTERACTIVE) -> KeyInfo:
