@@ -17,6 +17,7 @@ from gateway.schemas import (
     ApiKeyCreatedOut,
     ApiKeyIn,
     ApiKeyOut,
+    ApiKeyShareIn,
     RequestLogOut,
     RequestLogQuery,
     TeamIn,
@@ -30,6 +31,7 @@ from gateway.services import (
     BudgetUse,
     api_key_create,
     api_key_revoke,
+    api_key_set_share,
     budget_reset,
     budget_set,
     budget_use,
@@ -45,7 +47,8 @@ def key_out(key: ApiKey) -> dict[str, Any]:
         "id": key.pk, "name": key.name, "team": key.team_id, "prefix": key.prefix,
         "allowed_lanes": sorted(lane.name for lane in key.allowed_lanes.all()), "default_route": key.default_route,
         "rpm_limit": key.rpm_limit, "tpm_limit": key.tpm_limit, "max_parallel": key.max_parallel,
-        "log_prompts": key.log_prompts, "capture_prompts": key.capture_prompts, "expires_at": key.expires_at, "revoked_at": key.revoked_at,
+        "log_prompts": key.log_prompts, "capture_prompts": key.capture_prompts, "fair_weight": key.fair_weight,
+        "priority": key.priority, "expires_at": key.expires_at, "revoked_at": key.revoked_at,
         "created_at": key.created_at, "active": key.is_active,
     }
 
@@ -128,6 +131,14 @@ def budgets_set(request: HttpRequest, payload: TokenBudgetIn) -> dict[str, Any]:
 def budgets_reset(request: HttpRequest, budget_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
     """Forget what the current window has used: requests pass again at once."""
     return budget_out(budget_reset(actor=request.auth, budget=get_object_or_404(Budget, pk=budget_id)))  # type: ignore[attr-defined]
+
+
+@router.post("/gateway/keys/{key_id}/share", response=ApiKeyOut, auth=can_operate)
+def keys_share(request: HttpRequest, payload: ApiKeyShareIn,
+               key_id: int = Path(..., ge=1, le=INT64_MAX)) -> dict[str, Any]:
+    key = api_key_set_share(actor=request.auth, key=get_object_or_404(ApiKey, pk=key_id),  # type: ignore[attr-defined]
+                            **payload.dict())
+    return key_out(key)
 
 
 @router.get("/gateway/requests", response=list[RequestLogOut], auth=can_operate)

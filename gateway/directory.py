@@ -43,6 +43,8 @@ class KeyInfo:
     revoked: bool
     team_id: int | None = None
     budgets: tuple[BudgetInfo, ...] = ()  # its own and its team's (gateway.budgets)
+    weight: int = 1  # its share of a full lane (gateway.fair)
+    priority: str = "interactive"
 
     def may_use(self, lane: str) -> bool:
         return self.allowed_lanes is None or lane in self.allowed_lanes
@@ -70,6 +72,7 @@ class LaneInfo:
     context_limit: int
     fallback: str | None
     replicas: tuple[ReplicaInfo, ...] = ()  # those with a head node, by index
+    slots: int | None = None  # requests one replica takes at once (gateway.fair); None = unknown
 
     @property
     def base_url(self) -> str | None:
@@ -113,6 +116,8 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
         capture_prompts=key.capture_prompts,
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
+        weight=key.fair_weight or 1,
+        priority=key.priority or "interactive",
         team_id=key.team_id,
         budgets=_budgets_of(key),
     )
@@ -143,6 +148,7 @@ def load_lanes() -> dict[str, LaneInfo]:
             context_limit=lane_context_limit(lane),
             fallback=lane.fallback.name if lane.fallback else None,
             replicas=replicas,
+            slots=lane.gateway_slots or lane.max_num_seqs or None,
         )
     return lanes
 

@@ -27,6 +27,11 @@ class ApiKeyForm(forms.Form):
     rpm_limit = forms.IntegerField(required=False, label="Requests / minute")
     tpm_limit = forms.IntegerField(required=False, label="Tokens / minute")
     max_parallel = forms.IntegerField(required=False, label="Max in flight")
+    fair_weight = forms.IntegerField(required=False, min_value=1, label="Share of a full lane",
+                                     help_text="Weight against other keys waiting for a full lane; empty = 1.")
+    priority = forms.ChoiceField(choices=[("interactive", "interactive"), ("batch", "batch")], initial="interactive",
+                                 required=False,
+                                 help_text="On a full lane, interactive goes first; batch uses the slack.")
     expires_at = forms.DateTimeField(required=False, help_text="YYYY-MM-DD HH:MM (UTC); empty = never.")
     log_prompts = forms.BooleanField(required=False, label="Store prompt text in the request log")
     capture_prompts = forms.BooleanField(required=False, label="Capture the last prompts (secrets redacted) for router replay")

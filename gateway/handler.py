@@ -30,6 +30,7 @@ from gateway.admission import admit_within_budgets, refuse, release, trace_left
 from gateway.budgets import budget_charge
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
+from gateway.fair import PRIORITY_HEADER, request_class
 from gateway.guard import check_context
 from gateway.http import (
     Receive,
@@ -133,6 +134,7 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
             raise busy_error()  # before reading a byte of it
         body = await read_request_body(scope, receive, body_limit, holding)
         request = await parse_body(body, endpoint, key)
+        outcome.priority = request_class(key, header(scope, PRIORITY_HEADER.encode()))
         raw = body if isinstance(body, bytes) else b""  # a large body is in request.large
         del body
         lanes = await rt.lanes.get()
@@ -275,6 +277,7 @@ async def send_once(
             if not breaker.allows():
                 unavailable.append(f"{where}'s circuit is open")
                 continue
+            slot = await rt.fair.take(lane, replica, key, outcome)  # its turn on a full lane, or 503 server_busy
             rt.health.acquire(lane.name, replica.index)
             try:
                 sent_at = time.perf_counter()
@@ -301,6 +304,7 @@ async def send_once(
                 return
             finally:
                 rt.health.release(lane.name, replica.index)
+                rt.fair.give_back(slot)
     raise GatewayError(503, "No lane can serve this request: " + "; ".join(unavailable) + ".",
                        code="no_lane_available", type_="server_error", retry_after_s=5, retryable=True)
 
@@ -320,6 +324,7 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "completion_tokens": outcome.usage.completion_tokens, "usage_source": outcome.usage_source,
         "ttft_ms": outcome.ttft_ms,
         "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms, "received_at": received_at,
+        "queue_ms": outcome.queue_ms, "priority": outcome.priority,
         "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
         "conversation": (conversation_digest(request.body) or "") if request else "",
         **outcome.router_columns(),

@@ -57,6 +57,13 @@ class ApiKey(models.Model):
     log_prompts = models.BooleanField(default=False, help_text="Store prompt text in the request log.")
     # Opt-in: keep this key's last prompts (redacted, capped) as CapturedPrompt, to replay drafts on.
     capture_prompts = models.BooleanField(default=False, help_text="Keep the last prompts (secrets redacted) for router replay.")
+    # Fair share of a saturated lane (gateway.fair): this key's weight among the keys waiting
+    # for a lane's slots, and its class (a request may lower it, never raise it).
+    fair_weight = models.PositiveSmallIntegerField(default=1, db_default=1, validators=POSITIVE_INT,
+                                                   help_text="Share of a full lane against other keys (2 = twice a key of 1).")
+    priority = models.CharField(max_length=12, choices=[("interactive", "interactive"), ("batch", "batch")],
+                                default="interactive", db_default="interactive",
+                                help_text="interactive before batch on a full lane; batch uses the slack.")
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -161,6 +168,10 @@ class RequestLog(models.Model):
     # arrival times a benchmark replays. Empty on rows written before it was kept.
     received_at = models.DateTimeField(null=True, blank=True)
     upstream_ms = models.FloatField(null=True, blank=True)
+    # Time waited in the lane's fair queue (gateway.fair), included in ttft_ms and latency_ms;
+    # empty when the request never queued (the lane had a slot, or no known slots).
+    queue_ms = models.FloatField(null=True, blank=True)
+    priority = models.CharField(max_length=12, blank=True, default="", db_default="")
     prompt_text = models.TextField(blank=True, default="")
     # The conversation it belongs to (gateway.route.conversation_digest: its first messages),
     # so a conversation-level outcome reaches each of its requests. Empty: no messages.

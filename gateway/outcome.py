@@ -31,6 +31,8 @@ class Outcome:
     usage_source: str = ""  # "" = the lane's own usage; "tokenize" or "estimate" = counted by the gateway
     ttft_ms: float | None = None
     upstream_ms: float | None = None
+    queue_ms: float | None = None  # waited for a slot of the lane (gateway.fair)
+    priority: str = ""  # its class on a full lane (gateway.fair)
     keep_answer: bool = False  # an Idempotency-Key or a mirrored sample needs the answer afterwards
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client disconnected
     answered: bool = False  # the last byte of the answer is being sent

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from gateway.budgets import CHARGE_LUA, CHECK_LUA
 from gateway.directory import KeyCache, LaneCache
+from gateway.fair import FairQueue
 from gateway.limits import ADMIT_LUA
 from gateway.logwriter import RequestLogWriter
 from gateway.loops import stop_loop
@@ -72,6 +73,8 @@ class GatewayRuntime:
         self.lanes = LaneCache()
         # Per replica: circuit breakers and requests in flight, shared with every worker.
         self.health = SharedHealth(self.redis)
+        # Per replica: its slots and fair queue, shared with every worker (gateway.fair).
+        self.fair = FairQueue(self.scripts, self.health.worker, self.health)
         self.no_tokenize: dict[str, float] = {}  # lane -> when its /tokenize was found missing
         self.ignores_n: dict[str, float] = {}  # lane -> when it answered fewer choices than `n` asked
         self.log_writer = RequestLogWriter()
@@ -109,12 +112,15 @@ class GatewayRuntime:
         while not self.closed:  # as well as the cancellation: see gateway.loops
             try:
                 pubsub = self.redis.pubsub()
-                await pubsub.subscribe(invalidation_channel())
+                await pubsub.subscribe(invalidation_channel(), self.fair.channel)
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
                     data = message["data"].decode() if isinstance(message["data"], bytes) else str(message["data"])
-                    if data == "lanes":
+                    channel = message.get("channel")
+                    if (channel.decode() if isinstance(channel, bytes) else channel) == self.fair.channel:
+                        self.fair.wake(data)  # a slot for this worker's waiter
+                    elif data == "lanes":
                         self.lanes.drop()
                     elif data == HEALTH_MESSAGE:
                         self.health.wake()
@@ -135,6 +141,7 @@ class GatewayRuntime:
         await self.log_writer.flush()
         self.closed = True
         await stop_loop(self._listener, "invalidation listener")
+        await self.fair.close()
         await self.health.close()
         self.router.close()
         self.scripts.close()

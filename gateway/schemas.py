@@ -22,6 +22,15 @@ class ApiKeyIn(InSchema):
     log_prompts: bool = False
     capture_prompts: bool = False
     team: int | None = Field(None, ge=1, le=INT64_MAX, description="The team's id; its lanes bound the key's.")
+    fair_weight: int | None = Field(None, description="Share of a full lane against other keys (default 1).")
+    priority: str | None = Field(None, description="`interactive` (default) or `batch`.")
+
+
+class ApiKeyShareIn(InSchema):
+    """A key's share of a full lane (gateway.fair); a field left out keeps its value."""
+
+    fair_weight: int | None = None
+    priority: str | None = None
 
 
 class ApiKeyOut(Schema):
@@ -36,6 +45,8 @@ class ApiKeyOut(Schema):
     max_parallel: int | None
     log_prompts: bool
     capture_prompts: bool
+    fair_weight: int
+    priority: str
     expires_at: datetime | None
     revoked_at: datetime | None
     created_at: datetime

@@ -56,6 +56,7 @@ def _key_snapshot(key: ApiKey) -> dict[str, object]:
         "name": key.name, "team": key.team.name if key.team else None, "prefix": key.prefix, "allowed_lanes": sorted(key.allowed_lanes.values_list("name", flat=True)),
         "default_route": key.default_route, "rpm_limit": key.rpm_limit, "tpm_limit": key.tpm_limit,
         "max_parallel": key.max_parallel, "log_prompts": key.log_prompts, "capture_prompts": key.capture_prompts,
+        "fair_weight": key.fair_weight, "priority": key.priority,
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
     }
@@ -94,6 +95,8 @@ def api_key_create(
     log_prompts: bool = False,
     capture_prompts: bool = False,
     team: Team | int | None = None,
+    fair_weight: int | None = None,
+    priority: str | None = None,
 ) -> CreatedKey:
     errors: dict[str, list[str]] = {}
     name = (name or "").strip()
@@ -127,7 +130,8 @@ def api_key_create(
         name=name, owner=owner, team=team,
         prefix=secret[:VISIBLE_PREFIX_LEN], secret_hash=hash_secret(secret), default_lane=default_lane,
         rpm_limit=rpm_limit, tpm_limit=tpm_limit, max_parallel=max_parallel, expires_at=expires_at,
-        log_prompts=log_prompts, capture_prompts=capture_prompts,
+        log_prompts=log_prompts, capture_prompts=capture_prompts, fair_weight=fair_weight or 1,
+        priority=priority or "interactive",
     )
     try:  # each field's declared rules (core.validators): the same for the form, the API and the shell
         key.full_clean(exclude=[*errors, "default_lane"])
@@ -141,6 +145,27 @@ def api_key_create(
         key.allowed_lanes.set(lanes)
         audit_record(actor=actor, action="api_key.create", obj=key, after=_key_snapshot(key))
     return CreatedKey(key=key, secret=secret)
+
+
+def api_key_set_share(*, actor: UserLike, key: ApiKey, fair_weight: int | None = None,
+                      priority: str | None = None) -> ApiKey:
+    """An admin sets a key's share of a full lane (gateway.fair): its weight, its class.
+    Every gateway process drops its cached copy at once."""
+    before = _key_snapshot(key)
+    if fair_weight is not None:
+        key.fair_weight = fair_weight
+    if priority is not None:
+        key.priority = priority
+    try:
+        key.full_clean(exclude=["owner", "default_lane"])
+    except ValidationError as exc:
+        raise ValidationError({name: messages for name, messages in exc.message_dict.items()
+                               if name in ("fair_weight", "priority")} or exc.message_dict) from None
+    with transaction.atomic():
+        key.save(update_fields=["fair_weight", "priority"])
+        audit_record(actor=actor, action="api_key.share", obj=key, before=before, after=_key_snapshot(key))
+    gateway_invalidate(f"key:{key.pk}")
+    return key
 
 
 def api_key_revoke(*, actor: UserLike, key: ApiKey) -> ApiKey:

@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from core.roles import Capability, require, role_required, user_can
+from gateway.fair_view import fair_queues_now, fair_waits
 from gateway.forms import ApiKeyForm, BudgetForm, TeamForm
 from gateway.models import ApiKey, Team
 from gateway.selectors import (
@@ -81,8 +82,11 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
             _form_errors(form, exc)
         else:
             form = ApiKeyForm()
+    lane = request.GET.get("lane", "")[:63]
     return render(request, "gateway/gateway.html", {
         "form": form, "form_token": _issue_form_token(request), "created": created, "keys": api_key_list(),
+        "fair_lane": lane, "fair_queues": fair_queues_now(lane), "fair_waits": fair_waits(lane=lane),
+        "fair_window_s": settings.METRICS_PERCENTILE_WINDOW_S,
     })
 
 

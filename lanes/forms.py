@@ -149,6 +149,9 @@ class LaneForm(forms.Form):
     runtime_overhead_gib = forms.FloatField(initial=6)
     fallback = forms.ChoiceField(required=False)
     degraded_context_limit = forms.IntegerField(required=False)
+    gateway_slots = forms.IntegerField(required=False, label="Gateway slots per replica",
+                                       help_text="Requests the gateway sends one replica at once; more wait in its "
+                                                 "fair queue. Empty = max_num_seqs (none: not queued).")
 
     # The form's three parts: what a lane is, what it takes from each node's memory, the rest.
     GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -159,7 +162,8 @@ class LaneForm(forms.Form):
         ("advanced", "Advanced", ("api_port", "master_port", "container_name", "max_num_seqs",
                                   "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
                                   "max_cudagraph_capture_size", "speculative_config", "extra_args",
-                                  "container_env", "secret_env", "degraded_context_limit")),
+                                  "container_env", "secret_env", "degraded_context_limit",
+                                  "gateway_slots")),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

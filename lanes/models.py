@@ -129,6 +129,10 @@ class Lane(models.Model):
     kv_cache_memory_bytes = models.BigIntegerField(null=True, blank=True, validators=POSITIVE_BIGINT)
     gpu_memory_utilization = models.FloatField(null=True, blank=True, validators=UTILIZATION)
     max_num_seqs = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
+    # Requests the gateway lets into one replica at once (gateway.fair); empty = max_num_seqs.
+    gateway_slots = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT,
+                                                help_text="Requests the gateway sends one replica at once; "
+                                                          "more wait in its fair queue. Empty = max_num_seqs.")
     max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
     kv_cache_dtype = models.CharField(max_length=32, blank=True, default="", validators=TEXT)
     enable_prefix_caching = models.BooleanField(null=True, blank=True)

@@ -50,6 +50,33 @@ def invalidation_channel() -> str:
     return f"{settings.REDIS_PREFIX}:gw:invalidate"
 
 
+# A replica's fair queue (gateway.fair): its held slots, its two queues (interactive, batch),
+# when each waiter came, their heartbeats, the flows' tags, the waiters' wake channels, stats.
+FAIR_PARTS = ("slots", "qi", "qb", "since", "beat", "tags", "wake", "stats")
+
+
+def fair_keys(lane: str, index: int) -> list[str]:
+    base = f"{settings.REDIS_PREFIX}:gw:fair:{field_name(lane, index)}"
+    return [f"{base}:{part}" for part in FAIR_PARTS]
+
+
+def fair_wake_channel(worker: str) -> str:
+    return f"{settings.REDIS_PREFIX}:gw:fair-wake:{worker}"
+
+
+def fair_queue_state(lane: str, index: int) -> dict[str, int]:
+    """What a lane page shows of a replica's queue: slots held, waiting (by class), shed so far."""
+    keys = fair_keys(lane, index)
+    now_ms = int(time.time() * 1000)
+    with _redis().pipeline(transaction=False) as pipe:
+        pipe.zcount(keys[0], now_ms, "+inf")
+        pipe.zcard(keys[1])
+        pipe.zcard(keys[2])
+        pipe.hget(keys[7], "shed")
+        held, interactive, batch, shed = pipe.execute()
+    return {"held": int(held), "interactive": int(interactive), "batch": int(batch), "shed": int(shed or 0)}
+
+
 def _redis() -> redis.Redis:
     client = _clients.get(settings.REDIS_URL)
     if client is None:

@@ -108,6 +108,7 @@ class LaneIn(InSchema):
     runtime_overhead_gib: float = 6.0
     fallback: str | None = None
     degraded_context_limit: int | None = None
+    gateway_slots: int | None = None  # requests the gateway sends one replica at once (None: max_num_seqs)
 
 
 class LanePatch(InSchema):
@@ -141,6 +142,7 @@ class LanePatch(InSchema):
     runtime_overhead_gib: float | None = None
     fallback: str | None = None
     degraded_context_limit: int | None = None
+    gateway_slots: int | None = None  # requests the gateway sends one replica at once (None: max_num_seqs)
 
 
 class RuleOut(Schema):
@@ -198,6 +200,7 @@ class LaneOut(Schema):
     runtime_overhead_gib: float
     fallback: str | None
     degraded_context_limit: int | None
+    gateway_slots: int | None
     current_context_limit: int
     desired_state: str
     observed_state: str

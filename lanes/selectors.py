@@ -19,7 +19,13 @@ from lanes.memory import NodeFacts, lane_footprint_gib
 from lanes.models import Lane, LaneReplica, LaneRevision, LaneState, Node
 from lanes.plan_shell import Fabric, fabric_env, fabric_of
 from lanes.plans import NodeTarget, Plan, render_launch_plan, render_status_plan, render_stop_plan
-from lanes.replica_health import node_memory_seen, replica_in_flight, replica_liveness, replica_skipped_until
+from lanes.replica_health import (
+    fair_queue_state,
+    node_memory_seen,
+    replica_in_flight,
+    replica_liveness,
+    replica_skipped_until,
+)
 from lanes.restart_policy import lane_restarts
 from lanes.rules import LaneCheck, OtherLane, check_lane
 from lanes.secrets import env_with_marks
@@ -31,7 +37,7 @@ CONFIG_FIELDS = (
     "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype",
     "enable_prefix_caching", "enable_chunked_prefill", "speculative_config", "max_cudagraph_capture_size",
     "extra_args", "container_env", "weights_gib", "kv_bytes_per_token", "runtime_overhead_gib",
-    "degraded_context_limit",
+    "degraded_context_limit", "gateway_slots",
 )
 
 
@@ -258,6 +264,7 @@ class ReplicaView:
     health_checked_at: datetime | None
     skipped_until: datetime | None  # the gateways skip it (a breaker or the watcher said so)
     in_flight: int | None  # requests the gateways have in flight to it
+    queue: dict[str, int] | None = None  # its fair queue (gateway.fair): held, interactive, batch, shed
 
 
 def lane_replica_views(lane: Lane) -> list[ReplicaView]:
@@ -270,13 +277,15 @@ def lane_replica_views(lane: Lane) -> list[ReplicaView]:
             until = replica_skipped_until(lane.name, row.index)
             skipped = datetime.fromtimestamp(until, tz=UTC) if until is not None else None
             in_flight: int | None = replica_in_flight(lane.name, row.index)
+            queue = fair_queue_state(lane.name, row.index) if lane.gateway_slots or lane.max_num_seqs else None
         except RedisError:
-            skipped, in_flight = None, None
+            skipped, in_flight, queue = None, None, None
         views.append(ReplicaView(
             index=row.index, nodes=[node.name for node in nodes], api_port=row.api_port or lane.api_port,
             base_url=lane.base_url(row.index) if nodes else "", observed_state=row.observed_state,
             state_reason=row.state_reason, state_changed_at=row.state_changed_at,
-            health_checked_at=row.health_checked_at, skipped_until=skipped, in_flight=in_flight))
+            health_checked_at=row.health_checked_at, skipped_until=skipped, in_flight=in_flight,
+            queue=queue))
     return views
 
 

@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gateway.fair_view import fair_queues_now, fair_waits
 from jobs.models import Job
 from lanes.models import Lane, LaneState, Node, NodeState
 from metrics.models import (
@@ -57,6 +58,7 @@ FIGURE_GAUGES = {
 class PortalCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._gateway()
+        yield from self._fair()
         yield from self._states()
         yield from self._scrapes()
         yield from self._alerts()
@@ -91,6 +93,33 @@ class PortalCollector(Collector):
             buckets = [(str(bound / 1000), float(histogram[i])) for i, bound in enumerate(LATENCY_BUCKETS_MS)]
             latency.add_metric([lane], [*buckets, ("+Inf", float(counts[lane]))], sum_value=histogram[-1] / 1000)
         yield latency
+
+    def _fair(self) -> Iterator[Metric]:
+        """The fair queues (gateway.fair): now from Redis, waits over the percentile window."""
+        waiting = GaugeMetricFamily("spark_gateway_queue_waiting", "Requests waiting for a replica's slot.",
+                                    labels=["lane", "replica", "class"])
+        held = GaugeMetricFamily("spark_gateway_queue_slots_held", "A replica's slots held by requests.",
+                                 labels=["lane", "replica"])
+        shed = CounterMetricFamily("spark_gateway_queue_shed", "Requests shed with 503 server_busy (since Redis started).",
+                                   labels=["lane", "replica"])
+        for queue in fair_queues_now():
+            if queue.state is None:
+                continue
+            labels = [queue.lane, str(queue.replica)]
+            waiting.add_metric([*labels, "interactive"], queue.state["interactive"])
+            waiting.add_metric([*labels, "batch"], queue.state["batch"])
+            held.add_metric(labels, queue.state["held"])
+            shed.add_metric(labels, queue.state["shed"])
+        yield from (waiting, held, shed)
+        quantiles = {q: GaugeMetricFamily(f"spark_gateway_queue_wait_{q}_milliseconds",
+                                          f"Queue wait {q} of the requests that waited, over the percentile window "
+                                          "(PORTAL_METRICS_PERCENTILE_WINDOW_S).", labels=["lane", "class"])
+                     for q in ("p50", "p95")}
+        for row in fair_waits(by_key=False):
+            for q, value in (("p50", row.wait_p50_ms), ("p95", row.wait_p95_ms)):
+                if value is not None:
+                    quantiles[q].add_metric([row.lane, row.priority], value)
+        yield from quantiles.values()
 
     def _states(self) -> Iterator[Metric]:
         lanes = GaugeMetricFamily("spark_lane_state", "1 for the lane's observed state.", labels=["lane", "state"])

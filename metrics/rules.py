@@ -29,6 +29,7 @@ class TargetView:
     rdma_degraded: bool = False  # lanes: the RDMA watchdog holds the lane degraded
     rdma_avg_us: float | None = None
     rdma_threshold_us: float | None = None
+    shed: int = 0  # lanes: requests the gateway shed (503 server_busy) over the percentile window
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ RULE_LABELS = {
     "rdma_rtt_high": "RDMA round trip high",
     "budget_high": "Token budget at 80 %",
     "budget_used_up": "Token budget used up",
+    "lane_shedding": "Lane shedding",
 }
 BUDGET_WARN_SHARE = 0.8
 
@@ -98,6 +100,10 @@ def rule_table(t: Thresholds) -> list[dict[str, str]]:
         {"rule": "budget_used_up", "label": RULE_LABELS["budget_used_up"],
          "condition": "a team's or key's token budget used up: its requests get 429 budget_exceeded",
          "setting": "the budget (Teams)"},
+        {"rule": "lane_shedding", "label": RULE_LABELS["lane_shedding"],
+         "condition": "the gateway answered 503 server_busy (the lane's fair queue full, or a wait too long) "
+                      "over the percentile window",
+         "setting": "PORTAL_GATEWAY_FAIR_MAX_QUEUE, PORTAL_GATEWAY_FAIR_MAX_WAIT_S, PORTAL_METRICS_PERCENTILE_WINDOW_S"},
     ]
 
 
@@ -139,6 +145,10 @@ def firing_rules(targets: list[TargetView], t: Thresholds) -> list[Firing]:
                 firing.append(Firing("rdma_rtt_high", "lane", target.name,
                                      f"lane {target.name}: RDMA round trip {avg or 0:.1f} us"
                                      f" (above {target.rdma_threshold_us or 0:g} us), degraded context", avg))
+            if target.shed:
+                firing.append(Firing("lane_shedding", "lane", target.name,
+                                     f"lane {target.name}: {target.shed} requests shed (503 server_busy): "
+                                     "its fair queue is full", float(target.shed)))
             kv = f.get("kv_pct")
             if kv is not None and kv > t.kv_pct:
                 firing.append(Firing("kv_high", "lane", target.name,

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from core.broadcast import DASHBOARD_GROUP, broadcast
 from core.http import async_http_client
+from gateway.fair_view import lanes_shedding
 from gateway.models import Budget
 from gateway.services import budget_use
 from jobs.models import LaneWatchdog
@@ -127,8 +128,9 @@ def tick_record(*, now: datetime, results: list[ScrapeResult], lanes: list[Lane]
                           error=state.error if live and state else "", **extra)
 
     watchdogs = {w.lane_id: w for w in LaneWatchdog.objects.filter(lane__in=lanes, enabled=True)}
+    shedding = lanes_shedding(now)
     views = [view(TargetKind.LANE, lane.name, lane_state=lane.observed_state, lane_desired=lane.desired_state,
-                  **_rdma_view(watchdogs.get(lane.pk)))
+                  shed=shedding.get(lane.name, 0), **_rdma_view(watchdogs.get(lane.pk)))
              for lane in lanes]
     views += [view(TargetKind.NODE, node.name) for node in nodes]
     alert_counts = alerts_evaluate(targets=views, budgets=budget_views(), now=now)

@@ -233,6 +233,15 @@ GATEWAY_LARGE_BODY_HELD_MAX_BYTES = env_int("PORTAL_GATEWAY_LARGE_BODY_HELD_MAX_
                                             minimum=0, maximum=2**40)
 # Largest `n` (choices per request) a client may ask for: every choice is a sequence on the lane.
 GATEWAY_MAX_N = env_int("PORTAL_GATEWAY_MAX_N", 8, minimum=1, maximum=128)
+# Fair share of a full lane (gateway.fair, docs/guide-admin.md "Fair share"): a replica takes
+# Lane.gateway_slots (else max_num_seqs) requests at once; more wait in its queue, ordered fairly
+# across keys. Off: every request goes straight to the engine (its own first-come queue).
+GATEWAY_FAIR_QUEUE = env_bool("PORTAL_GATEWAY_FAIR_QUEUE", True)
+# Requests waiting for one replica (more: 503 server_busy at once), and the longest wait (s: then 503).
+GATEWAY_FAIR_MAX_QUEUE = env_int("PORTAL_GATEWAY_FAIR_MAX_QUEUE", 512, minimum=1, maximum=1_000_000)
+GATEWAY_FAIR_MAX_WAIT_S = env_float("PORTAL_GATEWAY_FAIR_MAX_WAIT_S", 60.0, minimum=0.1, maximum=3600)
+# A batch request that has waited this long (s) goes next, before interactive ones: never starved.
+GATEWAY_FAIR_BATCH_AGING_S = env_float("PORTAL_GATEWAY_FAIR_BATCH_AGING_S", 30.0, minimum=0, maximum=3600)
 # Request log retention (days).
 GATEWAY_LOG_RETENTION_DAYS = env_int("PORTAL_GATEWAY_LOG_RETENTION_DAYS", 30, minimum=1)
 # Token budgets' days and months are calendar ones in this zone (an IANA name).

@@ -45,6 +45,17 @@ GATEWAY_BREAKER_COOLDOWN_S = 10.0
 GATEWAY_REPLICA_LOAD_FACTOR = 1.25
 GATEWAY_REPLICA_LOAD_SLACK = 2
 GATEWAY_HEALTH_SYNC_S = 0.25
+# Fair queue (gateway.fair): how often each worker refreshes its waiters' heartbeats and its
+# held slots' leases and asks for a dispatch (s: what a lost wake-up message costs), and how
+# long a heartbeat or lease lives (s: what a crashed worker's places and slots hold the lane).
+# tests/gateway/test_fair.py (a client that leaves, a queue across two workers).
+GATEWAY_FAIR_TICK_S = 0.5
+GATEWAY_FAIR_HEARTBEAT_S = 10.0
+# A lane of at least this many slots per replica, under half full as a worker last saw it (and not
+# found full by it in the last 4 ticks), takes a slot without a Redis call (a request that outlives a
+# tick is counted there from that tick): perf/gateway_fairness.py's one-client figure. Fewer slots:
+# always asked.
+GATEWAY_FAIR_FAST_MIN_SLOTS = 8
 # Idempotency-Key: how long a finished answer is kept for replay (s), and the largest one kept
 # (bytes): they bound Redis's memory; an SDK's retries come within seconds.
 GATEWAY_IDEMPOTENCY_TTL_S = 600

@@ -62,8 +62,8 @@ def test_a_batch_is_copied_into_the_table_with_every_column_and_the_models_defau
             "router_version": 3, "shadow_version": 4, "shadow_lane": "deepseek", "shadow_label": "chat",
             "shadow_score": 0.5, "stream": True, "status": 200, "error_code": "", "prompt_tokens": 12,
             "completion_tokens": 34, "usage_source": "tokenize", "ttft_ms": 5.5, "latency_ms": 80.25,
-            "upstream_ms": 70.0, "prompt_text": "a\x00b ü", "conversation": "c" * 32,
-            "received_at": datetime(2026, 11, 24, 14, 0, 0, 250_000, tzinfo=UTC)}
+            "upstream_ms": 70.0, "queue_ms": 12.5, "priority": "batch", "prompt_text": "a\x00b ü",
+            "conversation": "c" * 32, "received_at": datetime(2026, 11, 24, 14, 0, 0, 250_000, tzinfo=UTC)}
     assert set(full) == set(COLUMN_DEFAULTS)  # the test names every column the writer copies
     logwriter.write_rows([full, {"request_id": "req-bare", "endpoint": "completions", "status": 401,
                                  "latency_ms": 0.5}])

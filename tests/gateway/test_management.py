@@ -194,3 +194,23 @@ def test_the_mirror_page_shows_samples_and_their_divergence(admin_client: Client
                                 external_latency_ms=900, local_chars=120, external_chars=150, divergence=0.375)
     page = admin_client.get("/gateway/mirror/").content.decode()
     assert "req-mirrored" in page and "gpt-5.5" in page and "0.375" in page
+
+
+def test_an_admin_sets_a_keys_share_of_a_full_lane(role_clients: dict[str, Client], db: None) -> None:
+    key = ApiKey.objects.create(name="k", prefix="sk-spark-abc", secret_hash="1" * 64)
+    url = f"/api/gateway/keys/{key.pk}/share"
+    for who in ("lead", "viewer", "outsider"):
+        assert role_clients[who].post(url, {"fair_weight": 9}, content_type="application/json").status_code == 403
+    assert role_clients["anonymous"].post(url, {"fair_weight": 9}, content_type="application/json").status_code == 401
+    answer = role_clients["admin"].post(url, {"fair_weight": 3, "priority": "batch"}, content_type="application/json")
+    assert answer.status_code == 200, answer.content
+    assert (answer.json()["fair_weight"], answer.json()["priority"]) == (3, "batch")
+    assert AuditEvent.objects.filter(action="api_key.share").exists()
+    for bad, field in (({"priority": "urgent"}, "priority"), ({"fair_weight": 0}, "fair_weight")):
+        refused = role_clients["admin"].post(url, bad, content_type="application/json")
+        assert refused.status_code == 422 and field in refused.content.decode(), refused.content
+    key.refresh_from_db()
+    assert (key.fair_weight, key.priority) == (3, "batch")  # a refused change loses nothing saved
+    created = role_clients["admin"].post("/api/gateway/keys", {"name": "nightly", "priority": "batch", "fair_weight": 2},
+                                         content_type="application/json")
+    assert created.status_code == 201 and (created.json()["priority"], created.json()["fair_weight"]) == ("batch", 2)

@@ -225,7 +225,7 @@ def test_the_alerts_page_shows_every_rule_with_its_threshold_and_names_rules_by_
                          opened_at=datetime(2026, 11, 30, tzinfo=UTC))
     page = role_clients["viewer"].get("/monitor/alerts/").content.decode()
     assert "TTFT p95 above 2500 ms" in page and "KV-cache use above 90% for 120 s" in page
-    assert page.count('<tr data-rule="') == len(RULE_LABELS) == 10  # every rule, lane_stalled and the budgets' included
+    assert page.count('<tr data-rule="') == len(RULE_LABELS) == 11  # every rule: lane_stalled, lane_shedding, the budgets'
     assert "token budget used up" in page
     assert "<td>Slow first token</td>" in page and "<td>ttft_high</td>" not in page
 

@@ -1,0 +1,379 @@
+"""Fair share of a saturated lane: per-replica admission, weighted fair queueing across
+keys, priority classes, bounded waiting and honest shedding.
+
+A replica takes at most its lane's slots (`Lane.gateway_slots`, else `max_num_seqs`) of
+requests at once, counted across every web worker in Redis (the slots zset: request id →
+lease). A request that finds the replica full, or others already waiting, waits in the
+replica's queue instead of piling onto the engine (whose own queue is first come, first
+served: whoever sends most gets the lane).
+
+Order of the queue: start-time fair queueing (Goyal et al.) over flows — a flow is an API
+key (`flow_of`: the hook where a team's share goes). Each request of a flow of weight w
+gets a start tag max(V, the flow's last finish) and the flow's finish moves on by 1/w; V is
+the start tag of the latest request given a slot. A key that sent one request is tagged at
+V and goes ahead of a flooder's queue, tagged V+1, V+2…; two flooding keys of weights 2:1
+get slots 2:1. Classes: `interactive` before `batch`; a batch request that has waited
+GATEWAY_FAIR_BATCH_AGING_S goes next whatever waits (aging: never starved).
+
+Bounded and honest: a queue longer than GATEWAY_FAIR_MAX_QUEUE, or a wait longer than
+GATEWAY_FAIR_MAX_WAIT_S, is answered 503 `server_busy` with `retry-after` from the queue
+(waiting ÷ slots × the replica's mean slot time) — before any upstream call, so never a
+duplicate. A client that leaves while queued gives its place back and is never sent.
+
+Wake-up: the script that frees a slot gives it to the head of the queue and publishes its
+request id on the waiter's worker channel (gateway.runtime's listener calls `wake`); every
+GATEWAY_FAIR_TICK_S each worker also refreshes its waiters' heartbeats and its held slots'
+leases and asks for a dispatch, so a lost message or a crashed worker costs a tick, not
+the lane (a crashed worker's waiters and slots expire: GATEWAY_FAIR_HEARTBEAT_S)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from gateway.directory import KeyInfo, LaneInfo, ReplicaInfo
+from gateway.loops import stop_loop
+from gateway.outcome import Outcome
+from gateway.replicas import SharedHealth
+from gateway.scripts import Script, ScriptPipe
+from gateway.wire import GatewayError
+from lanes.replica_health import fair_keys, fair_wake_channel, field_name
+
+log = logging.getLogger(__name__)
+
+INTERACTIVE, BATCH = "interactive", "batch"
+CLASSES = (INTERACTIVE, BATCH)
+PRIORITY_HEADER = "x-spark-priority"
+
+GRANTED, QUEUED, SHED = 1, 0, 2
+
+# KEYS: 1 slots zset (rid → lease end ms), 2 interactive queue, 3 batch queue (rid → start tag),
+#       4 enqueue times (rid → ms), 5 heartbeats (rid → ms), 6 tags hash ('_v' and flow → last finish),
+#       7 waiters' wake channels (rid → channel), 8 stats hash (svc: mean slot time ms, shed)
+COMMON_LUA = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function forget(rid)
+  redis.call('ZREM', KEYS[2], rid)
+  redis.call('ZREM', KEYS[3], rid)
+  redis.call('ZREM', KEYS[4], rid)
+  redis.call('ZREM', KEYS[5], rid)
+  redis.call('HDEL', KEYS[7], rid)
+end
+local function sweep(now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  for _, rid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 64)) do forget(rid) end
+end
+local function grant(rid, start, now, lease)
+  redis.call('ZADD', KEYS[1], now + lease, rid)
+  if start > tonumber(redis.call('HGET', KEYS[6], '_v') or '0') then redis.call('HSET', KEYS[6], '_v', start) end
+end
+local function dispatch(now, cap, lease, aging)
+  local given = 0
+  while redis.call('ZCARD', KEYS[1]) < cap do
+    local pick = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    local aged = pick[1] and now - tonumber(redis.call('ZSCORE', KEYS[4], pick[1]) or now) >= aging
+    if not aged then
+      local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+      if head[1] then pick = head end
+    end
+    if not pick[1] then break end
+    local channel = redis.call('HGET', KEYS[7], pick[1])
+    forget(pick[1])
+    grant(pick[1], tonumber(pick[2]), now, lease)
+    if channel then redis.call('PUBLISH', channel, pick[1]) end
+    given = given + 1
+  end
+  return given
+end
+local function waiting() return redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) end
+local function svc() return tonumber(redis.call('HGET', KEYS[8], 'svc') or '0') end
+"""
+
+# ARGV: 1 rid, 2 flow, 3 weight, 4 class (i|b), 5 slots, 6 lease ms, 7 max queue, 8 wake channel,
+#       9 heartbeat ms, 10 aging ms. Reply: {GRANTED|QUEUED|SHED, waiting, mean slot ms}
+TAKE_LUA = COMMON_LUA + """
+local now, cap, lease = now_ms(), tonumber(ARGV[5]), tonumber(ARGV[6])
+sweep(now)
+dispatch(now, cap, lease, tonumber(ARGV[10]))
+local start = math.max(tonumber(redis.call('HGET', KEYS[6], '_v') or '0'),
+                       tonumber(redis.call('HGET', KEYS[6], ARGV[2]) or '0'))
+local queued = waiting()
+if queued == 0 and redis.call('ZCARD', KEYS[1]) < cap then
+  redis.call('HSET', KEYS[6], ARGV[2], start + 1 / tonumber(ARGV[3]))
+  grant(ARGV[1], start, now, lease)
+  return {1, 0, svc()}
+end
+if queued >= tonumber(ARGV[7]) then
+  redis.call('HINCRBY', KEYS[8], 'shed', 1)
+  return {2, queued, svc()}
+end
+redis.call('HSET', KEYS[6], ARGV[2], start + 1 / tonumber(ARGV[3]))
+redis.call('ZADD', ARGV[4] == 'b' and KEYS[3] or KEYS[2], start, ARGV[1])
+redis.call('ZADD', KEYS[4], now, ARGV[1])
+redis.call('ZADD', KEYS[5], now + tonumber(ARGV[9]), ARGV[1])
+redis.call('HSET', KEYS[7], ARGV[1], ARGV[8])
+redis.call('PEXPIRE', KEYS[6], 3600000)
+return {0, queued + 1, svc()}
+"""
+
+# A slot given back (or a place in the queue): ARGV 1 rid, 2 slots, 3 lease ms, 4 aging ms,
+# 5 how long the slot was held (ms; 0: never used). Reply: how many waiters got a slot.
+GIVE_LUA = COMMON_LUA + """
+local now = now_ms()
+local held = tonumber(ARGV[5])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 and held > 0 then
+  local mean = svc()
+  redis.call('HSET', KEYS[8], 'svc', mean > 0 and math.floor(mean * 0.9 + held * 0.1) or held)
+end
+forget(ARGV[1])
+sweep(now)
+return dispatch(now, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+"""
+
+# A waiter whose wait bound passed: ARGV 1 rid. Reply {GRANTED} when a slot came meanwhile
+# (kept), else {SHED, waiting, mean slot ms} and its place is given up.
+WITHDRAW_LUA = COMMON_LUA + """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {1, 0, 0} end
+forget(ARGV[1])
+redis.call('HINCRBY', KEYS[8], 'shed', 1)
+return {2, waiting(), svc()}
+"""
+
+# One worker's tick for one replica: ARGV 1 slots, 2 lease ms, 3 aging ms, 4 heartbeat ms,
+# 5 how many waiters follow, then the waiters' rids, then the held slots' rids (their leases
+# renewed; a slot taken without asking, FairQueue.under_half, is counted from its first tick).
+# Reply: per waiter, 1 when it holds a slot now.
+TICK_LUA = COMMON_LUA + """
+local now, lease = now_ms(), tonumber(ARGV[2])
+local waiters = tonumber(ARGV[5])
+for i = 6 + waiters, #ARGV do redis.call('ZADD', KEYS[1], now + lease, ARGV[i]) end
+for i = 6, 5 + waiters do redis.call('ZADD', KEYS[5], 'XX', now + tonumber(ARGV[4]), ARGV[i]) end
+sweep(now)
+dispatch(now, tonumber(ARGV[1]), lease, tonumber(ARGV[3]))
+local out = {}
+for i = 6, 5 + waiters do out[#out + 1] = redis.call('ZSCORE', KEYS[1], ARGV[i]) and 1 or 0 end
+return out
+"""
+
+
+def lane_slots(lane: LaneInfo) -> int | None:
+    """Requests one replica of the lane takes at once; None: unknown, not admitted here."""
+    if not settings.GATEWAY_FAIR_QUEUE:
+        return None
+    return lane.slots
+
+
+def flow_of(key: KeyInfo) -> tuple[str, float]:
+    """The flow a request shares the lane as, and its weight. The hook for teams: a key of a
+    team would share as the team (`t<id>`, the team's weight), its keys inside it."""
+    return f"k{key.id}", float(max(key.weight, 1))
+
+
+def request_class(key: KeyInfo, asked: bytes | None) -> str:
+    """The key's class, or a lower one the request asked for (never a higher one)."""
+    if asked is None:
+        return key.priority
+    wanted = asked.decode("latin-1").strip().lower()
+    if wanted not in CLASSES:
+        raise GatewayError(400, f"The header `{PRIORITY_HEADER}` must be `interactive` or `batch`, not "
+                           f"`{wanted[:40]}`.", code="invalid_priority", param=PRIORITY_HEADER)
+    return BATCH if BATCH in (wanted, key.priority) else INTERACTIVE
+
+
+def retry_after_s(waiting: int, slots: int, mean_slot_ms: float) -> int:
+    """When a place is likely free: the queue ahead, served `slots` at a time, each for the
+    replica's mean slot time (1 s when none is known yet); 1..300 s."""
+    per_slot_s = mean_slot_ms / 1000 if mean_slot_ms > 0 else 1.0
+    return int(min(300, max(1, math.ceil(max(waiting, 1) / max(slots, 1) * per_slot_s))))
+
+
+def busy(lane: str, waiting: int, slots: int, mean_slot_ms: float, *, waited: bool) -> GatewayError:
+    why = (f"waited {settings.GATEWAY_FAIR_MAX_WAIT_S:g} s in its queue" if waited
+           else f"has {waiting} requests waiting (the bound is {settings.GATEWAY_FAIR_MAX_QUEUE})")
+    return GatewayError(503, f"The lane `{lane}` is full: this request {why}. It was not sent to the lane; "
+                        "retry after the time in `retry-after`.", code="server_busy", type_="server_error",
+                        retry_after_s=retry_after_s(waiting, slots, mean_slot_ms), retryable=True)
+
+
+@dataclass
+class Slot:
+    """A replica's slot held by one request (give it back exactly once)."""
+
+    replica: str  # "lane|index"
+    keys: list[str]
+    request_id: str
+    slots: int
+    since: float = field(default_factory=time.perf_counter)
+    counted: bool = True  # in Redis's slots zset (a slot taken without asking is, from its first tick)
+
+
+class FairQueue:
+    """This worker's side of the replicas' queues: its waiters, its held slots, the tick."""
+
+    def __init__(self, pipe: ScriptPipe, worker: str, health: SharedHealth | None = None) -> None:
+        self.health = health  # every worker's requests in flight per replica (gateway.replicas)
+        self.take_script = Script(pipe, TAKE_LUA)
+        self.give_script = Script(pipe, GIVE_LUA)
+        self.withdraw_script = Script(pipe, WITHDRAW_LUA)
+        self.tick_script = Script(pipe, TICK_LUA)
+        self.channel = fair_wake_channel(worker)
+        self.waiters: dict[str, tuple[asyncio.Future[None], Slot]] = {}
+        self.held: dict[str, Slot] = {}
+        self.full_until: dict[str, float] = {}  # replica → until when this worker takes it as full (monotonic)
+        self.background: set[asyncio.Task[Any]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    def wake(self, request_id: str) -> None:
+        waiter = self.waiters.get(request_id)
+        if waiter is not None and not waiter[0].done():
+            waiter[0].set_result(None)
+
+    async def take(self, lane: LaneInfo, replica: ReplicaInfo, key: KeyInfo, outcome: Outcome) -> Slot | None:
+        """A slot of this replica for the request, waiting for it in turn; None when the lane
+        has no known slots. Raises 503 server_busy when shed, 499 when the client left."""
+        slots = lane_slots(lane)
+        if slots is None:
+            return None
+        request_id, klass, gone = outcome.request_id, outcome.priority or key.priority, outcome.gone
+        name = field_name(lane.name, replica.index)
+        slot = Slot(name, fair_keys(lane.name, replica.index), request_id, slots)
+        flow, weight = flow_of(key)
+        args = [request_id, flow, weight, "b" if klass == BATCH else "i", slots, self.lease_ms(),
+                settings.GATEWAY_FAIR_MAX_QUEUE, self.channel, int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000),
+                int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000)]
+        if self.under_half(name, lane.name, replica.index, slots):
+            # Far from full as this worker last saw every worker's load (GATEWAY_HEALTH_SYNC_S old
+            # at most): no Redis call on the hot path. A request that outlives a tick is counted
+            # there from that tick on; a shorter one never needs to be.
+            slot.counted = False
+            self.held[request_id] = slot
+            self._ensure_running()
+            return slot
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters[request_id] = (future, slot)  # before the call: a wake may come first
+        try:
+            try:
+                code, waiting, mean = await self.take_script(keys=slot.keys, args=args)
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                log.warning("gateway: request %s refused, the fair queue's Redis is unreachable: %s", request_id, exc)
+                raise GatewayError(503, "The gateway cannot reach its Redis to take a slot of the lane; the request "
+                                   "was not sent. Retry shortly.", code="service_unavailable", type_="server_error",
+                                   retry_after_s=2, retryable=True) from None
+            if code != GRANTED:
+                self.full_until[name] = time.monotonic() + settings.GATEWAY_FAIR_TICK_S * 4
+            if code == SHED:
+                raise busy(lane.name, int(waiting), slots, float(mean), waited=False)
+            if code == QUEUED:
+                self._ensure_running()
+                await self._wait(future, slot, lane.name, gone)
+        except BaseException as exc:
+            # Shed: nothing of it is left in Redis. Else (the client left, a failure) its place,
+            # or the slot that came meanwhile, goes to the next in turn.
+            if not (isinstance(exc, GatewayError) and exc.code == "server_busy"):
+                self._spawn(self._give(slot, held_ms=0))
+            raise
+        finally:
+            self.waiters.pop(request_id, None)
+        if code == QUEUED:
+            outcome.queue_ms = (time.perf_counter() - slot.since) * 1000
+        slot.since = time.perf_counter()
+        self.held[request_id] = slot
+        self._ensure_running()
+        return slot
+
+    def under_half(self, name: str, lane: str, index: int, slots: int) -> bool:
+        """A lane of many slots, under half full as this worker sees it, and not found full
+        by this worker for a while: no request of it waits (a burst is checked in Redis)."""
+        if self.health is None or slots < settings.GATEWAY_FAIR_FAST_MIN_SLOTS:
+            return False
+        if self.health.load(lane, index) + 1 > slots // 2 or time.monotonic() < self.full_until.get(name, 0.0):
+            return False
+        return not any(slot.replica == name for _, slot in self.waiters.values())
+
+    async def _wait(self, future: asyncio.Future[None], slot: Slot, lane: str, gone: asyncio.Event) -> None:
+        leaving: asyncio.Future[Any] = asyncio.ensure_future(gone.wait())
+        either: set[asyncio.Future[Any]] = {future, leaving}
+        try:
+            done, _ = await asyncio.wait(either, timeout=settings.GATEWAY_FAIR_MAX_WAIT_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leaving.cancel()
+        if future in done:
+            return
+        if leaving in done:
+            raise GatewayError(499, "The client left while its request was queued; it was not sent.",
+                               code="client_disconnected")
+        code, waiting, mean = await self.withdraw_script(keys=slot.keys, args=[slot.request_id])
+        if code != GRANTED:
+            raise busy(lane, int(waiting), slot.slots, float(mean), waited=True)
+
+    def give_back(self, slot: Slot | None) -> None:
+        """After the answer (or a failure before sending): the slot to the next in turn."""
+        if slot is None or self.held.pop(slot.request_id, None) is None or not slot.counted:
+            return
+        self._spawn(self._give(slot, held_ms=(time.perf_counter() - slot.since) * 1000))
+
+    async def _give(self, slot: Slot, *, held_ms: float) -> None:
+        try:
+            await self.give_script(keys=slot.keys, args=[
+                slot.request_id, slot.slots, self.lease_ms(), int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000),
+                int(held_ms)])
+        except Exception as exc:  # its lease (a heartbeat's length) frees it
+            log.warning("gateway: a lane slot was not given back (%s); its lease frees it", exc)
+
+    @staticmethod
+    def lease_ms() -> int:
+        return int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000)
+
+    # --- the tick ------------------------------------------------------------------------
+    def _ensure_running(self) -> None:
+        if (self._task is None or self._task.done()) and not self.closed:
+            self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while not self.closed and (self.waiters or self.held):
+            await asyncio.sleep(settings.GATEWAY_FAIR_TICK_S)  # first: a request shorter than a tick costs none
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("gateway: fair queue tick failed; retrying", exc_info=True)
+
+    async def tick(self) -> None:
+        """Heartbeats of this worker's waiters and leases of its slots, and a dispatch, per replica."""
+        by_field: dict[str, tuple[Slot, list[str], list[str]]] = {}
+        for request_id, (_, slot) in list(self.waiters.items()):
+            by_field.setdefault(slot.replica, (slot, [], []))[1].append(request_id)
+        for request_id, slot in list(self.held.items()):
+            by_field.setdefault(slot.replica, (slot, [], []))[2].append(request_id)
+            slot.counted = True  # from this call on (a give-back after it goes after it, on one connection)
+        for slot, waiting, held in by_field.values():
+            granted = await self.tick_script(keys=slot.keys, args=[
+                slot.slots, self.lease_ms(), int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000),
+                int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000), len(waiting), *waiting, *held])
+            for request_id, got in zip(waiting, granted, strict=False):
+                if int(got):
+                    self.wake(request_id)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def close(self) -> None:
+        self.closed = True
+        await stop_loop(self._task, "fair queue tick")
+        if self.background:
+            await asyncio.wait(self.background, timeout=5)
+

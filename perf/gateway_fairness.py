@@ -1,0 +1,189 @@
+"""The noisy neighbour, with the gateway's fair queue off and on, side by side in one run.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/wt_fair REDIS_URL=redis://127.0.0.1:6379/5 \\
+        PORTAL_REDIS_PREFIX=wt_fair .venv/bin/python perf/gateway_fairness.py [--quick] [--json PATH]
+
+One sparksim lane (Qwen, `--max-num-seqs 4`, at --time-scale) behind two uvicorn gateways
+of 2 workers each, one with PORTAL_GATEWAY_FAIR_QUEUE=0 and one with it on (the lane's
+slots: its max_num_seqs). Key A is an interactive agent: one short streamed request every
+--interval s. Key B floods the lane: --flood concurrent 400-token streams, within its limits.
+Arms, one after the other on the same engine:
+  - alone: A only (through the fair gateway; its queue stays empty);
+  - flood, fairness off: A and B through the gateway without the fair queue;
+  - flood, fairness on: the same through the fair gateway.
+Printed per arm: A's TTFT p50/p95 (first streamed bytes, seen by its client) and how many
+of A's requests waited more than 2 s; B's throughput (answered streams/s and tokens/s
+while A ran). Then the gateway's added latency at one client, fair queue off vs on: a
+lane of --slots slots on perf/gateway_overhead.py's fast upstream, one client, plain
+requests, batches alternating between the two gateways (p50 of each)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from perf.gateway_drive import Result, drive, free_port, wait_port  # noqa: E402
+from perf.replicas_affinity import print_table, setup_django, start_gateway, stop  # noqa: E402
+
+SERVED = "fair-bench"
+MODEL = "Qwen/Qwen3.8-27B-FP8"
+
+
+def prepare(engine_port: int, fast_port: int, slots: int) -> tuple[str, str]:
+    from django.contrib.auth.models import AnonymousUser
+
+    from gateway.models import ApiKey
+    from gateway.services import api_key_create
+    from lanes.models import Lane, LaneNode, Node
+
+    ApiKey.objects.filter(name__startswith="fair-bench").delete()
+    Lane.objects.filter(name__in=["fbench", "bench"]).delete()
+    Node.objects.filter(name__startswith="fbench").delete()
+    for name, port, served, seqs in (("fbench", engine_port, SERVED, 4), ("bench", fast_port, "bench", slots)):
+        lane = Lane.objects.create(name=name, model_id=f"sparksim/{name}", served_model_name=served,
+                                   image="bench@sha256:" + "0" * 64, api_port=port, max_model_len=32768,
+                                   max_num_seqs=seqs, observed_state="serving", desired_state="serving")
+        node = Node.objects.create(name=f"fbench-{name}", address="127.0.0.1", transport="local")
+        LaneNode.objects.create(lane=lane, node=node, rank=0)
+    return (api_key_create(actor=AnonymousUser(), name="fair-bench-agent").secret,
+            api_key_create(actor=AnonymousUser(), name="fair-bench-flood").secret)
+
+
+async def stream_once(session: Any, url: str, secret: str, max_tokens: int, text: str) -> tuple[float | None, int]:
+    """(TTFT in s or None on an error, content chunks)."""
+    body = {"model": SERVED, "stream": True, "max_tokens": max_tokens, "ignore_eos": True,
+            "messages": [{"role": "user", "content": text}]}
+    started = time.perf_counter()
+    first, chunks = None, 0
+    async with session.post(url, json=body, headers={"authorization": f"Bearer {secret}"}) as response:
+        if response.status != 200:
+            await response.read()
+            return None, 0
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                first = first or time.perf_counter()
+                chunks += 1
+    return (first - started if first else None), chunks
+
+
+async def arm(gateway: str, agent: str, flooder: str | None, args: argparse.Namespace) -> dict[str, Any]:
+    import aiohttp
+
+    url = f"{gateway}/v1/chat/completions"
+    ttfts: list[float] = []
+    flood_done, flood_tokens, errors = 0, 0, 0
+    stop_flood = asyncio.Event()
+    timeout = aiohttp.ClientTimeout(total=900)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
+
+        async def flood(n: int) -> None:
+            nonlocal flood_done, flood_tokens, errors
+            while not stop_flood.is_set():
+                assert flooder is not None
+                ttft, chunks = await stream_once(session, url, flooder, args.flood_tokens, f"flood {n}: write a lot")
+                if ttft is None:
+                    errors += 1
+                    continue
+                if not stop_flood.is_set():
+                    flood_done, flood_tokens = flood_done + 1, flood_tokens + chunks
+
+        flooders = [asyncio.create_task(flood(n)) for n in range(args.flood if flooder else 0)]
+        if flooders:
+            await asyncio.sleep(args.warmup)  # the lane full and its queue built up
+        began = time.perf_counter()
+        for n in range(args.requests):
+            next_at = time.perf_counter() + args.interval
+            ttft, _ = await stream_once(session, url, agent, 16, f"agent {n}: a short answer")
+            if ttft is None:
+                errors += 1
+            else:
+                ttfts.append(ttft)
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+        wall = time.perf_counter() - began
+        stop_flood.set()
+        for task in flooders:
+            task.cancel()
+        await asyncio.gather(*flooders, return_exceptions=True)
+    return {"A_ttft_p50_ms": round(Result.ms(ttfts, 0.5), 1), "A_ttft_p95_ms": round(Result.ms(ttfts, 0.95), 1),
+            "A_over_2s": f"{sum(t > 2 for t in ttfts)}/{len(ttfts)}", "B_streams_s": round(flood_done / wall, 2),
+            "B_tok_s": round(flood_tokens / wall, 1), "errors": errors}
+
+
+async def one_client(urls: dict[str, str], secret: str, rounds: int, per_round: int) -> dict[str, list[float]]:
+    auth = {"authorization": f"Bearer {secret}"}
+    out: dict[str, list[float]] = {name: [] for name in urls}
+    for url in urls.values():  # warm up both
+        await drive(url, auth, stream=False, concurrency=1, requests=200)
+    for _ in range(rounds):
+        for name, url in urls.items():
+            out[name] += (await drive(url, auth, stream=False, concurrency=1, requests=per_round)).latencies
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--time-scale", type=float, default=0.25)
+    parser.add_argument("--requests", type=int, default=30, help="A's requests per arm")
+    parser.add_argument("--interval", type=float, default=2.0, help="s between A's requests")
+    parser.add_argument("--flood", type=int, default=40, help="B's concurrent streams")
+    parser.add_argument("--flood-tokens", type=int, default=400)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--slots", type=int, default=64, help="the fast lane's slots (overhead part)")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.quick:
+        args.requests, args.interval, args.warmup, args.rounds = 12, 1.0, 3.0, 4
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING"}
+    setup_django()
+    from sparksim.standalone import start_engine
+
+    fast_port = free_port()
+    processes: list[subprocess.Popen[bytes]] = [subprocess.Popen(
+        [sys.executable, str(ROOT / "perf" / "gateway_overhead.py"), "--serve-upstream", str(fast_port)], env=env)]
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = start_engine(MODEL, Path(tmp) / "engine.log", "--served-model-name", SERVED, "--max-num-seqs", "4",
+                              time_scale=args.time_scale)
+        try:
+            wait_port(fast_port)
+            agent, flooder = prepare(engine.port, fast_port, args.slots)
+            ports = {"off": free_port(), "on": free_port()}
+            for name, port in ports.items():
+                processes.append(start_gateway(port, 2, {**env, "PORTAL_GATEWAY_FAIR_QUEUE": "1" if name == "on" else "0"}))
+            urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+            rows = [{"arm": "A alone", **asyncio.run(arm(urls["on"], agent, None, args))},
+                    {"arm": "flood, fairness off", **asyncio.run(arm(urls["off"], agent, flooder, args))},
+                    {"arm": "flood, fairness on", **asyncio.run(arm(urls["on"], agent, flooder, args))}]
+            latencies = asyncio.run(one_client({name: f"{url}/v1/chat/completions" for name, url in urls.items()},
+                                               flooder, args.rounds, 300))
+        finally:
+            stop(processes)
+            engine.stop()
+    print(f"Noisy neighbour: sparksim {MODEL} --max-num-seqs 4 (time scale {args.time_scale}); A: {args.requests} "
+          f"short streams every {args.interval} s; B: {args.flood} concurrent {args.flood_tokens}-token streams")
+    print_table(rows)
+    alone, off, on = rows
+    print(f"A's TTFT p95 under flood / alone: off {off['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
+          f"on {on['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x; B's tok/s on / off: "
+          f"{on['B_tok_s'] / off['B_tok_s']:.3f}")
+    p50 = {name: Result.ms(values, 0.5) for name, values in latencies.items()}
+    print(f"One client, plain requests ({len(latencies['on'])} each, alternating batches): p50 off "
+          f"{p50['off']:.3f} ms, on {p50['on']:.3f} ms, difference {p50['on'] - p50['off']:+.3f} ms")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"arms": rows, "one_client_p50_ms": p50}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
