@@ -56,6 +56,8 @@ How the figures map (ours = vllm bench serve's definitions; GuideLLM 0.8.1's fie
   req/s  ours: completed / level wall time      GuideLLM request_totals.successful / benchmark duration
   p50    ours: per request, linear interpolation; GuideLLM's ITL/TPOT distributions are weighted by
          output token (the same median here: every request has the same output length)
+  idle   a stream's wall time not inside a request, per request: (duration x C - completed x mean E2E) /
+         completed; at a fixed concurrency the throughputs differ by about the idle times' share of E2E
   Its prompt length is set in its tokenizer's tokens (the local MiniLM one); it is calibrated once so the
   lane's count (usage.prompt_tokens) matches ours, and both sides' means are printed."""
 
@@ -79,7 +81,14 @@ def our_level(engine: EngineHandle, concurrency: int, requests: int, output_toke
         "e2e_p50_ms": stats["median_e2el_ms"], "output_tok_s": stats["output_throughput"],
         "req_s": stats["request_throughput"], "completed": stats["completed"], "failed": stats["failed"],
         "prompt_tokens": stats["total_input_tokens"] / max(stats["completed"], 1),
+        "idle_ms": idle_ms(concurrency, stats["duration"], stats["completed"], stats["mean_e2el_ms"]),
     }
+
+
+def idle_ms(concurrency: int, duration_s: float, completed: int, mean_e2e_ms: float) -> float:
+    """A stream's time between one request's end and its next send, per request: what a
+    closed-loop client adds to the level's wall time (and takes from its throughput)."""
+    return (duration_s * 1000.0 * concurrency - completed * mean_e2e_ms) / max(completed, 1)
 
 
 def calibrate_prompt(engine: EngineHandle, prompt_tokens: int) -> float:
@@ -124,6 +133,8 @@ def guidellm_level(guidellm: Path, tokenizer: Path, engine: EngineHandle, concur
         "failed": int(metrics["request_totals"]["errored"]) + int(metrics["request_totals"]["incomplete"]),
         "prompt_tokens": float(metrics["prompt_token_count"]["successful"]["mean"]),
         "their_tpot_p50_ms": median("time_per_output_token_ms"),
+        "idle_ms": idle_ms(concurrency, duration, completed,
+                           float(metrics["request_latency"]["successful"]["mean"]) * 1000.0),
     }
 
 
@@ -136,7 +147,8 @@ def report(concurrency: int, ours: list[dict[str, Any]], theirs: list[dict[str, 
              f"{sum(r['completed'] for r in theirs)} requests completed (ours/GuideLLM), failed "
              f"{sum(r['failed'] for r in ours)}/{sum(r['failed'] for r in theirs)}; prompt tokens at the lane "
              f"{mid(ours, 'prompt_tokens'):.0f}/{mid(theirs, 'prompt_tokens'):.0f}; GuideLLM's own \"TPOT\" p50 "
-             f"{mid(theirs, 'their_tpot_p50_ms'):.3f} ms"]
+             f"{mid(theirs, 'their_tpot_p50_ms'):.3f} ms; a stream's idle time between requests "
+             f"{mid(ours, 'idle_ms'):.2f}/{mid(theirs, 'idle_ms'):.2f} ms"]
     met = 0
     for key, label, unit in FIGURES:
         mine, other = mid(ours, key), mid(theirs, key)
