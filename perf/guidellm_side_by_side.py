@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--prompt-tokens", type=int, default=1000)
     parser.add_argument("--output-tokens", type=int, default=128)
-    parser.add_argument("--time-scale", type=float, default=0.05)
+    parser.add_argument("--time-scale", type=float, default=0.25)
     parser.add_argument("--guidellm", type=Path, default=GUIDELLM)
     parser.add_argument("--tokenizer", type=Path, default=TOKENIZER)
     args = parser.parse_args()
