@@ -16,8 +16,8 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 
+from benchmarks.client_load import ClientLoad
 from benchmarks.loadgen import (
-    ClientLoad,
     LevelPlan,
     LevelResult,
     Target,

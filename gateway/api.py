@@ -27,17 +27,8 @@ from gateway.schemas import (
     TokenBudgetOut,
 )
 from gateway.selectors import LogFilters, api_key_list, request_log_list, team_budgets, team_for, teams_visible_to
-from gateway.services import (
-    BudgetUse,
-    api_key_create,
-    api_key_revoke,
-    api_key_set_share,
-    budget_reset,
-    budget_set,
-    budget_use,
-    team_create,
-    team_update,
-)
+from gateway.services import api_key_create, api_key_revoke, api_key_set_share
+from gateway.team_services import BudgetUse, budget_reset, budget_set, budget_use, team_create, team_update
 
 router = Router(tags=["routing"])
 

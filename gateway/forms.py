@@ -45,7 +45,7 @@ class ApiKeyForm(forms.Form):
 
 
 class TeamForm(forms.Form):
-    """A team's fields as the page edits them; gateway.services checks them (team_create, team_update)."""
+    """A team's fields as the page edits them; gateway.team_services checks them (team_create, team_update)."""
 
     name = forms.CharField(max_length=100)
     allowed_lanes = forms.MultipleChoiceField(required=False, help_text="None selected = every lane.")

@@ -29,15 +29,8 @@ from gateway.selectors import (
     team_for,
     teams_visible_to,
 )
-from gateway.services import (
-    api_key_create,
-    api_key_revoke,
-    budget_reset,
-    budget_set,
-    budget_use,
-    team_create,
-    team_update,
-)
+from gateway.services import api_key_create, api_key_revoke
+from gateway.team_services import budget_reset, budget_set, budget_use, team_create, team_update
 from routing.encoder import EncoderUnavailable
 from routing.evaluation import replay_version
 from routing.models import VersionStatus

@@ -34,7 +34,7 @@ class TargetView:
 
 @dataclass(frozen=True)
 class BudgetView:
-    """A token budget's use this period (gateway.services.budget_use)."""
+    """A token budget's use this period (gateway.team_services.budget_use)."""
 
     kind: str  # team | key
     owner: str  # the team's or key's name

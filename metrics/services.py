@@ -16,7 +16,7 @@ from core.broadcast import DASHBOARD_GROUP, broadcast
 from core.http import async_http_client
 from gateway.fair_view import lanes_shedding
 from gateway.models import Budget
-from gateway.services import budget_use
+from gateway.team_services import budget_use
 from jobs.models import LaneWatchdog
 from jobs.transports import NodeEndpoint, endpoint_for
 from lanes.models import Lane, LaneState, Node, NodeState

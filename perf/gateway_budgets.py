@@ -17,7 +17,8 @@ def budgeted_key() -> str:
     from django.contrib.auth.models import AnonymousUser
 
     from gateway.models import ApiKey, Team
-    from gateway.services import api_key_create, budget_set, team_create
+    from gateway.services import api_key_create
+    from gateway.team_services import budget_set, team_create
 
     ApiKey.objects.filter(name="bench-budgeted").delete()
     Team.objects.filter(name="bench-team").delete()

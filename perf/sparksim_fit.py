@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from benchmarks.loadgen import ClientLoad, Target, run_wave, sized_prompt, stream_one
+from benchmarks.client_load import ClientLoad
+from benchmarks.loadgen import Target, run_wave, sized_prompt, stream_one
 from benchmarks.stats import RequestRecord
 from core.stats import percentile_linear
 from sparksim.inprocess import engine_config, serving

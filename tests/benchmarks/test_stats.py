@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.loadgen import ClientLoad, LevelPlan, level_flags
+from benchmarks.client_load import ClientLoad
+from benchmarks.loadgen import LevelPlan, level_flags
 from benchmarks.promdelta import metrics_delta, parse_roce, roce_delta
 from benchmarks.stats import RequestRecord, level_stats
 

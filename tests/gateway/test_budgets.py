@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from gateway import budgets
 from gateway.budgets import budget_window
 from gateway.models import ApiKey
-from gateway.services import budget_reset, budget_set, budget_use, team_create
+from gateway.team_services import budget_reset, budget_set, budget_use, team_create
 from sparksim.standalone import EngineHandle
 from tests.conftest import WorkerProcesses, wait_for
 from tests.gateway.conftest import Gateway, create_key, engine_received, make_lane

@@ -14,7 +14,8 @@ from django.utils import timezone
 from core.models import AuditEvent
 from gateway.directory import _load_key, effective_lanes
 from gateway.models import ApiKey, Budget, RequestLog, Team
-from gateway.services import api_key_create, team_create, team_update
+from gateway.services import api_key_create
+from gateway.team_services import team_create, team_update
 from metrics.storage import usage_rollup
 from sparksim.standalone import EngineHandle
 from tests.conftest import wait_for

@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from gateway.budgets import budget_identity, budget_now, budget_window, budget_zone, count_name
 from gateway.models import Budget
-from gateway.services import budget_reset, budget_set, team_create
+from gateway.team_services import budget_reset, budget_set, team_create
 from metrics.alerts import alerts_evaluate
 from metrics.models import Alert, AlertState, WebhookDelivery
 from metrics.services import budget_views

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "lanes", "jobs", "routing", "gateway", "metrics", "benchmarks", "portal", "sparksim", "perf",
+PACKAGES = ("core", "lanes", "jobs", "routing", "gateway", "guardian", "metrics", "benchmarks", "portal", "sparksim", "perf",
             "scripts", "tests")
 MODULE_MAX = 400
 FUNCTION_MAX = 60
