@@ -51,6 +51,11 @@ def record(page: Any) -> None:
 
 
 def _serve_on(port: int) -> tuple[uvicorn.Server, threading.Thread]:
+    """The portal started again on `port`: a new process would have a channel layer of its
+    own, and the old server's loop may still hold a receive on this one."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
     config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -347,7 +347,8 @@ def test_affinity_picks_the_replica_and_its_queue_holds_the_conversation(
 
 def key(priority: str = INTERACTIVE) -> KeyInfo:
     return KeyInfo(id=1, name="k", secret_hash="h", allowed_lanes=None, default_lane=None, rpm=0, tpm=0,
-                   max_parallel=0, log_prompts=False, expires_at=None, revoked=False, priority=priority)
+                   max_parallel=0, log_prompts=False, capture_prompts=False, expires_at=None, revoked=False,
+                   priority=priority)
 
 
 def test_a_request_may_lower_its_class_never_raise_it() -> None:
