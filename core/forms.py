@@ -13,6 +13,18 @@ NO_ROLE = ""
 ROLE_CHOICES = [(role.value, role.value) for role in ROLE_CAPABILITIES] + [(NO_ROLE, "no role")]
 
 
+def style_widgets(form: forms.BaseForm) -> None:
+    """The portal's one look for a form's fields (Bootstrap, small): every page's forms use it."""
+    for field in form.fields.values():
+        widget = field.widget
+        if isinstance(widget, forms.CheckboxInput):
+            widget.attrs.setdefault("class", "form-check-input")
+        elif isinstance(widget, forms.Select):
+            widget.attrs.setdefault("class", "form-select form-select-sm")
+        else:
+            widget.attrs.setdefault("class", "form-control form-control-sm")
+
+
 def role_from_choice(value: str) -> Role | None:
     return Role(value) if value else None
 
@@ -28,9 +40,7 @@ class UserCreateForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        for field in self.fields.values():
-            css = "form-select form-select-sm" if isinstance(field.widget, forms.Select) else "form-control form-control-sm"
-            field.widget.attrs.setdefault("class", css)
+        style_widgets(self)
 
 
 class UserRoleForm(forms.Form):

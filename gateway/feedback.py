@@ -19,6 +19,7 @@ from django.conf import settings
 from core.db import db_call
 from gateway.http import Receive, Scope, Send, authenticate, check_declared_length, read_body, send_bytes, send_error
 from gateway.outcome import new_request_id
+from gateway.request import json_object
 from gateway.runtime import GatewayRuntime, runtime
 from gateway.services import FeedbackRefused, request_outcome_record
 from gateway.wire import GatewayError
@@ -47,12 +48,7 @@ def _invalid(param: str, message: str) -> GatewayError:
 
 def parse_feedback(raw: bytes) -> Feedback:
     """The body, checked field by field (pure)."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise GatewayError(400, f"The body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise GatewayError(400, "The body must be a JSON object.", code="invalid_request")
+    body = json_object(raw)
     unknown = sorted(set(body) - FIELDS)
     if unknown:
         raise _invalid(unknown[0], f"Unknown field `{unknown[0]}`: feedback takes {', '.join(sorted(FIELDS))}.")

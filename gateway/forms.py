@@ -3,19 +3,9 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth.models import User
 
+from core.forms import style_widgets
 from gateway.models import BudgetPeriod, Team
 from lanes.models import Lane
-
-
-def bootstrap(form: forms.Form) -> None:
-    for field in form.fields.values():  # Bootstrap looks, like the portal's other forms
-        widget = field.widget
-        if isinstance(widget, forms.CheckboxInput):
-            widget.attrs["class"] = "form-check-input"
-        elif isinstance(widget, forms.Select):
-            widget.attrs["class"] = "form-select form-select-sm"
-        else:
-            widget.attrs["class"] = "form-control form-control-sm"
 
 
 class ApiKeyForm(forms.Form):
@@ -41,7 +31,7 @@ class ApiKeyForm(forms.Form):
         names = list(Lane.objects.values_list("name", flat=True))
         self.fields["allowed_lanes"].choices = [(n, n) for n in names]  # type: ignore[attr-defined]
         self.fields["default_route"].choices = [("auto", "auto (router)"), *[(n, n) for n in names]]  # type: ignore[attr-defined]
-        bootstrap(self)
+        style_widgets(self)
 
 
 class TeamForm(forms.Form):
@@ -56,7 +46,7 @@ class TeamForm(forms.Form):
         self.fields["allowed_lanes"].choices = [(n, n) for n in Lane.objects.values_list("name", flat=True)]  # type: ignore[attr-defined]
         self.fields["members"].choices = [  # type: ignore[attr-defined]
             (n, n) for n in User.objects.filter(is_active=True).order_by("username").values_list("username", flat=True)]
-        bootstrap(self)
+        style_widgets(self)
 
 
 class BudgetForm(forms.Form):
@@ -72,7 +62,7 @@ class BudgetForm(forms.Form):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.fields["target"].choices = [  # type: ignore[attr-defined]
             ("team", "the team (all its keys)"), *[(str(key.pk), f"key {key.name}") for key in team.keys.all()]]
-        bootstrap(self)
+        style_widgets(self)
 
     def budget_owner(self) -> dict[str, int]:
         target = self.cleaned_data["target"]

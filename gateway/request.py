@@ -61,13 +61,19 @@ class ParsedRequest:
     large: LargeBody | None = None
 
 
-def parse_request(raw: bytes, *, endpoint: str, max_n: int) -> ParsedRequest:
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object, or the OpenAI-style 400 saying why."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise GatewayError(400, f"The body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise GatewayError(400, "The body must be a JSON object.", code="invalid_request")
+    return body
+
+
+def parse_request(raw: bytes, *, endpoint: str, max_n: int) -> ParsedRequest:
+    body = json_object(raw)
     validated = validate_body(body, endpoint=endpoint, max_n=max_n)
     stream = body.get("stream") is True
     options = body.get("stream_options")

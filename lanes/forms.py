@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from core.forms import style_widgets as core_style_widgets
 from core.validators import whole_number
 from lanes.memory import parse_memory_bytes
 from lanes.models import Executor, Lane, NodeState, Transport
@@ -39,12 +40,7 @@ def style_widgets(form: forms.Form) -> None:
     for name, field in form.fields.items():
         if name in LABELS and field.label is None:  # vLLM settings keep vLLM's names, as the rules quote them
             field.label = LABELS[name]
-        widget = field.widget
-        if isinstance(widget, forms.CheckboxInput):
-            widget.attrs.setdefault("class", "form-check-input")
-        else:
-            widget.attrs.setdefault("class", "form-select form-select-sm" if isinstance(widget, forms.Select)
-                                    else "form-control form-control-sm")
+    core_style_widgets(form)
 
 
 def apply_service_errors(form: forms.Form, error: ValidationError) -> None:

@@ -4,20 +4,10 @@ from typing import Any
 
 from django import forms
 
+from core.forms import style_widgets
 from lanes.selectors import lane_list
 from routing.imports import FORMATS
 from routing.models import Aggregation
-
-
-def _bootstrap(form: forms.BaseForm) -> None:
-    for field in form.fields.values():
-        widget = field.widget
-        if isinstance(widget, forms.CheckboxInput):
-            widget.attrs["class"] = "form-check-input"
-        elif isinstance(widget, forms.Select):
-            widget.attrs["class"] = "form-select form-select-sm"
-        else:
-            widget.attrs["class"] = "form-control form-control-sm"
 
 
 class PrototypeForm(forms.Form):
@@ -27,7 +17,7 @@ class PrototypeForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _bootstrap(self)
+        style_widgets(self)
 
 
 class ImportForm(forms.Form):
@@ -36,7 +26,7 @@ class ImportForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _bootstrap(self)
+        style_widgets(self)
 
 
 class VersionForm(forms.Form):
@@ -54,7 +44,7 @@ class VersionForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["default_lane"].choices = [(n, n) for n in lane_list().values_list("name", flat=True)]  # type: ignore[attr-defined]
-        _bootstrap(self)
+        style_widgets(self)
 
     def clean_label_lanes(self) -> dict[str, str]:
         mapping: dict[str, str] = {}
@@ -79,4 +69,4 @@ class PlaygroundForm(forms.Form):
     def __init__(self, *args: Any, versions: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["version"].choices = versions  # type: ignore[attr-defined]
-        _bootstrap(self)
+        style_widgets(self)
