@@ -37,3 +37,15 @@ def context_message(prompt_tokens: int, *, max_tokens: int, limit: int, estimate
         f"{counted}{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
         f"completion). Please reduce the length of the messages or completion."
     )
+
+
+def no_lane_holds_message(prompt_tokens: int, *, max_tokens: int, estimated: bool,
+                          limits: list[tuple[str, int]]) -> str:
+    """model="auto" with a prompt too long for every lane the key may use: each lane's limit."""
+    counted = "about " if estimated else ""
+    each = ", ".join(f"{name} {limit}" for name, limit in sorted(limits, key=lambda item: item[1]))
+    return (
+        f"No lane this key may use can hold this request: you requested {counted}{prompt_tokens + max_tokens} "
+        f"tokens ({prompt_tokens} in the messages, {max_tokens} in the completion), and the lanes' maximum "
+        f"context lengths are: {each} tokens. Please reduce the length of the messages or completion."
+    )

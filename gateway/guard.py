@@ -5,9 +5,11 @@ to be worth posting is judged by the estimate)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.conf import settings
 
-from gateway.context import context_bound, context_message, exceeds
+from gateway.context import context_bound, context_message, exceeds, no_lane_holds_message
 from gateway.directory import LaneInfo
 from gateway.request import ParsedRequest
 from gateway.runtime import GatewayRuntime
@@ -15,7 +17,11 @@ from gateway.tokens import count_prompt
 from gateway.wire import GatewayError
 
 
-async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest) -> None:
+async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest,
+                        others: Sequence[LaneInfo] = ()) -> None:
+    """A 400 context_length_exceeded when the prompt cannot fit `lane`. `others` are the
+    lanes `model="auto"` could have taken instead: when none of them is roomier, the answer
+    says that no lane can hold the prompt and names each one's limit."""
     messages = request.body.get("messages")
     count = len(messages) if isinstance(messages, list) else 1
     # The raw body's length bounds the prompt's bytes: no parsing needed for the common case.
@@ -24,7 +30,12 @@ async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedReque
     if not check.needs_exact:
         return
     tokens, estimated = await count_prompt(rt, lane, request)
-    if exceeds(tokens, max_tokens=request.max_tokens, limit=lane.context_limit):
-        raise GatewayError(400, context_message(tokens, max_tokens=request.max_tokens, limit=lane.context_limit,
-                                                estimated=estimated, degraded=lane.observed_state == "degraded"),
-                           code="context_length_exceeded", param="messages", retryable=False)
+    if not exceeds(tokens, max_tokens=request.max_tokens, limit=lane.context_limit):
+        return
+    message = context_message(tokens, max_tokens=request.max_tokens, limit=lane.context_limit,
+                              estimated=estimated, degraded=lane.observed_state == "degraded")
+    lanes = [lane, *(other for other in others if other.name != lane.name)]
+    if len(lanes) > 1 and all(other.context_limit <= lane.context_limit for other in lanes):
+        message = no_lane_holds_message(tokens, max_tokens=request.max_tokens, estimated=estimated,
+                                        limits=[(other.name, other.context_limit) for other in lanes])
+    raise GatewayError(400, message, code="context_length_exceeded", param="messages", retryable=False)

@@ -85,6 +85,14 @@ def fallback_chain(first: LaneInfo, lanes: dict[str, LaneInfo] | Any, key: KeyIn
     return chain
 
 
+def auto_alternatives(request: ParsedRequest, lanes: dict[str, LaneInfo] | Any, key: KeyInfo) -> list[LaneInfo]:
+    """The lanes model="auto" could have chosen (serving, the key's), for the context guard's
+    answer; a request that names its lane has none."""
+    if request.body.get("model") != "auto":
+        return []
+    return [lane for lane in lanes.values() if lane.serving and key.may_use(lane.name)]
+
+
 def large_body_limit() -> int:
     return settings.GATEWAY_LARGE_BODY_WORKERS + settings.GATEWAY_LARGE_BODY_QUEUE
 
@@ -263,7 +271,7 @@ async def send_once(
         n = request.body.get("n")
         if isinstance(n, int) and n > 1 and lane_ignores_n(rt, lane.name):
             raise n_unsupported(lane.name)  # learned from its answers: refused before sending
-        await check_context(rt, lane, request)
+        await check_context(rt, lane, request, auto_alternatives(request, lanes, key))
         several = len(lane.replicas) > 1
         order = rt.health.order(lane, affinity_key(request.body) if several else None)
         if not order:

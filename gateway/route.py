@@ -202,5 +202,8 @@ def _fit_context(route: AutoRoute, lanes: Mapping[str, LaneInfo], usable: Any, t
     for lane in roomier:
         if _fits(lane, tokens):
             return replace(route, lane=lane.name, reason=REASON_CONTEXT)
-    return route  # nothing holds it: the context guard answers 400 with the numbers
+    # The bound counts a byte a token, so it may exceed every lane while the prompt's tokens
+    # fit the roomiest: that lane counts them exactly, and when they do not fit there either
+    # the context guard says that no lane can hold it, with each lane's limit.
+    return replace(route, lane=roomier[-1].name, reason=REASON_CONTEXT) if roomier else route
 

@@ -113,6 +113,44 @@ def test_a_prompt_too_long_for_the_chosen_lane_goes_to_one_that_fits(auto_gatewa
     assert answer.headers["x-spark-lane"] == "deepseek" and answer.headers["x-spark-route-reason"] == "context"
 
 
+def everything_on_qwen(key_owner) -> None:
+    draft = router_version_create_draft(actor=key_owner, source=RouterVersion.objects.get(number=1))
+    router_version_update(actor=key_owner, version=draft, data={"label_lanes": dict.fromkeys(draft.label_lanes, "qwen")})
+    router_version_publish(actor=key_owner, version=draft)
+
+
+def test_a_prompt_whose_bytes_exceed_every_lane_is_counted_on_the_roomiest(auto_gateway, key_owner, settings):
+    settings.ROUTER_VERSION_CHECK_S = 0
+    everything_on_qwen(key_owner)
+    pasted = "node spark3 reported ok; " * 6000  # 150,000 bytes: over both limits by the byte bound, 36,000 tokens
+    answer = ask(auto_gateway, user(pasted + " Which node reported?"))
+    assert answer.status_code == 200, answer.text  # before: refused with qwen's 32,768 tokens
+    assert answer.headers["x-spark-lane"] == "deepseek" and answer.headers["x-spark-route-reason"] == "context"
+
+
+def test_a_prompt_too_long_for_every_lane_is_refused_naming_each_lanes_limit(auto_gateway, key_owner, settings):
+    settings.ROUTER_VERSION_CHECK_S = 0
+    everything_on_qwen(key_owner)
+    before = {name: len(engine_received(engine)) for name, engine in auto_gateway.engines.items()}  # type: ignore[attr-defined]
+    pasted = "node spark3 reported ok; " * 25000  # 150,000 tokens (6 a repetition): no lane holds it
+    answer = ask(auto_gateway, user(pasted))
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "messages"
+    assert error["message"].startswith("No lane this key may use can hold this request")
+    assert "qwen 32768, deepseek 131072 tokens" in error["message"]
+    after = {name: len(engine_received(engine)) for name, engine in auto_gateway.engines.items()}  # type: ignore[attr-defined]
+    assert after == before  # refused before sending (the roomiest lane's /tokenize is not a generation)
+
+
+def test_a_named_lane_keeps_its_own_limit_in_the_refusal(auto_gateway):
+    pasted = "node spark3 reported ok; " * 6000
+    body = {"model": "qwen", "messages": [user(pasted)], "max_tokens": 8}
+    answer = httpx.post(f"{auto_gateway.base_url}/chat/completions", json=body, headers=auto_gateway.headers(), timeout=30)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"].startswith("This model's maximum context length is 32768 tokens")
+
+
 def test_a_shadow_draft_decides_beside_the_published_version(auto_gateway, key_owner, settings):
     settings.ROUTER_SHADOW_SHARE = 1.0
     draft = router_version_create_draft(actor=key_owner, source=RouterVersion.objects.get(number=1))
