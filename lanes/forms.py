@@ -162,8 +162,12 @@ class LaneForm(forms.Form):
                                   "gateway_slots")),
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, secrets_set: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # The edit form says which secrets the lane holds (their names, never a value).
+        secret_env = self.fields["secret_env"]
+        secret_env.help_text = f"{secret_env.help_text} Set now: {', '.join(sorted(secrets_set))}." if secrets_set \
+            else f"{secret_env.help_text} None is set."
         names = Lane.objects.order_by("name").values_list("name", flat=True)
         fallback = self.fields["fallback"]
         assert isinstance(fallback, forms.ChoiceField)

@@ -119,6 +119,13 @@ def test_the_lane_form_sets_a_secret_and_never_shows_it(secret_lane, admin_clien
     assert again.status_code == 200 and "typed-and-lost-on-purpose" not in again.content.decode()
 
 
+def test_the_edit_form_says_which_secrets_are_set(secret_lane, admin_client):
+    page = admin_client.get("/lanes/qwen/edit/").content.decode()
+    assert "Set now: DB_PASSWORD, HF_TOKEN, ORG_HANDLE." in page
+    assert MARKED not in page and TOKEN not in page
+    assert "None is set." in admin_client.get("/lanes/new/").content.decode()
+
+
 def test_the_migration_encrypts_existing_rows(nodes):
     from importlib import import_module
 
