@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -71,6 +72,12 @@ def test_a_viewer_sees_no_edit_controls(starter, viewer_client):
     content = viewer_client.get("/routing/").content.decode()
     assert 'id="prototype-add"' not in content and 'id="prototype-import"' not in content
     assert "Delete</button>" not in content
+
+
+def test_deleting_a_prototype_asks_first(starter, lead_client):
+    content = lead_client.get("/routing/").content.decode()
+    forms = re.findall(r'<form method="post" action="/routing/prototypes/\d+/delete"[^>]*>', content)
+    assert forms and all("return confirm('Delete this " in form for form in forms)
 
 
 def test_a_team_lead_edits_routing(starter, draft, lead_client):
