@@ -29,23 +29,25 @@ def exceeds(prompt_tokens: int, *, max_tokens: int, limit: int) -> bool:
 
 
 def context_message(prompt_tokens: int, *, max_tokens: int, limit: int, estimated: bool, degraded: bool = False) -> str:
-    counted = "about " if estimated else ""
     # A degraded lane says so: the client should come back later, or send less.
     mode = " (degraded mode: the RDMA watchdog limits this lane while its fabric is slow)" if degraded else ""
-    return (
-        f"This model's maximum context length is {limit} tokens{mode}. However, you requested "
-        f"{counted}{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
-        f"completion). Please reduce the length of the messages or completion."
-    )
+    return (f"This model's maximum context length is {limit} tokens{mode}. However, you requested "
+            f"{_requested(prompt_tokens, max_tokens, estimated)}. {_REDUCE}")
+
+
+_REDUCE = "Please reduce the length of the messages or completion."
+
+
+def _requested(prompt_tokens: int, max_tokens: int, estimated: bool) -> str:
+    counted = "about " if estimated else ""
+    return (f"{counted}{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+            f"completion)")
 
 
 def no_lane_holds_message(prompt_tokens: int, *, max_tokens: int, estimated: bool,
                           limits: list[tuple[str, int]]) -> str:
     """model="auto" with a prompt too long for every lane the key may use: each lane's limit."""
-    counted = "about " if estimated else ""
     each = ", ".join(f"{name} {limit}" for name, limit in sorted(limits, key=lambda item: item[1]))
-    return (
-        f"No lane this key may use can hold this request: you requested {counted}{prompt_tokens + max_tokens} "
-        f"tokens ({prompt_tokens} in the messages, {max_tokens} in the completion), and the lanes' maximum "
-        f"context lengths are: {each} tokens. Please reduce the length of the messages or completion."
-    )
+    return (f"No lane this key may use can hold this request: you requested "
+            f"{_requested(prompt_tokens, max_tokens, estimated)}, and the lanes' maximum context lengths are: "
+            f"{each} tokens. {_REDUCE}")

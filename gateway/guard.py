@@ -5,7 +5,7 @@ to be worth posting is judged by the estimate)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.conf import settings
 
@@ -18,10 +18,10 @@ from gateway.wire import GatewayError
 
 
 async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedRequest,
-                        others: Sequence[LaneInfo] = ()) -> None:
-    """A 400 context_length_exceeded when the prompt cannot fit `lane`. `others` are the
-    lanes `model="auto"` could have taken instead: when none of them is roomier, the answer
-    says that no lane can hold the prompt and names each one's limit."""
+                        others: Callable[[], Sequence[LaneInfo]] = tuple) -> None:
+    """A 400 context_length_exceeded when the prompt cannot fit `lane`. `others()` gives the
+    lanes `model="auto"` could have taken instead (asked only for a refusal): when none of
+    them is roomier, the answer says that no lane can hold the prompt and names each one's limit."""
     messages = request.body.get("messages")
     count = len(messages) if isinstance(messages, list) else 1
     # The raw body's length bounds the prompt's bytes: no parsing needed for the common case.
@@ -34,7 +34,7 @@ async def check_context(rt: GatewayRuntime, lane: LaneInfo, request: ParsedReque
         return
     message = context_message(tokens, max_tokens=request.max_tokens, limit=lane.context_limit,
                               estimated=estimated, degraded=lane.observed_state == "degraded")
-    lanes = [lane, *(other for other in others if other.name != lane.name)]
+    lanes = [lane, *(other for other in others() if other.name != lane.name)]
     if len(lanes) > 1 and all(other.context_limit <= lane.context_limit for other in lanes):
         message = no_lane_holds_message(tokens, max_tokens=request.max_tokens, estimated=estimated,
                                         limits=[(other.name, other.context_limit) for other in lanes])

@@ -271,7 +271,7 @@ async def send_once(
         n = request.body.get("n")
         if isinstance(n, int) and n > 1 and lane_ignores_n(rt, lane.name):
             raise n_unsupported(lane.name)  # learned from its answers: refused before sending
-        await check_context(rt, lane, request, auto_alternatives(request, lanes, key))
+        await check_context(rt, lane, request, lambda: auto_alternatives(request, lanes, key))
         several = len(lane.replicas) > 1
         order = rt.health.order(lane, affinity_key(request.body) if several else None)
         if not order:

@@ -243,7 +243,7 @@ def lane_restart_policy_page(request: HttpRequest, name: str) -> HttpResponse:
 
 def _lane_form_page(request: HttpRequest, lane: Lane | None) -> HttpResponse:
     initial = LaneForm.initial_for(lane) if lane else {}
-    form = LaneForm(request.POST or None, initial=initial, secrets_set=sorted(lane.secret_env) if lane else [])
+    form = LaneForm(request.POST or None, initial=initial, secrets_set=list(lane.secret_env) if lane else [])
     if request.method == "POST" and form.is_valid():
         data, replicas = form.service_data(lane)
         try:
