@@ -7,9 +7,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user
 from django.contrib.auth.models import User
@@ -38,11 +39,9 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
+            await self.end(CLOSE_UNAUTHENTICATED)
         if not await self.user_allowed(user):
-            await self.close(code=CLOSE_FORBIDDEN)
-            return
+            await self.end(CLOSE_FORBIDDEN)
         self.joined: list[str] = []
         for group in [user_group(user.pk), *await self.groups_for_connection()]:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -59,7 +58,7 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         would — a session logged out, or older than a password change, no longer reads."""
         fresh = await database_sync_to_async(_session_user)(self.scope)
         if fresh is None or not await self.user_allowed(fresh):
-            await self.close(code=CLOSE_FORBIDDEN)
+            await self.end(CLOSE_FORBIDDEN)
 
     async def groups_for_connection(self) -> list[str]:
         return []
@@ -78,6 +77,15 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:  # noqa: ARG002 (Channels' disconnect hook)
         for group in getattr(self, "joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
+        self.joined = []
+
+    async def end(self, code: int) -> NoReturn:
+        """Close with `code` and stop this consumer now: it leaves its groups and stops reading
+        its channel instead of waiting for the client's disconnect (a client that never sends
+        one, or a test, would leave the consumer reading the channel layer forever)."""
+        await self.close(code=code)
+        await self.disconnect(code)
+        raise StopConsumer
 
     async def portal_event(self, message: dict[str, Any]) -> None:
         # The channel layer hands one message object to every consumer of this process in the
@@ -97,13 +105,11 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:  # noqa: ARG002 (Channels' receive hook)
         """A bad message closes the socket with a code saying why (never a traceback)."""
         if text_data is None:
-            await self.close(code=CLOSE_UNSUPPORTED_DATA)
-            return
+            await self.end(CLOSE_UNSUPPORTED_DATA)
         try:
             content = await self.decode_json(text_data)
         except ValueError:  # json.JSONDecodeError, and "NaN"-like constants
-            await self.close(code=CLOSE_INVALID_PAYLOAD)
-            return
+            await self.end(CLOSE_INVALID_PAYLOAD)
         await self.receive_json(content, **kwargs)
 
 
@@ -124,6 +130,7 @@ class UnknownSocketConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         await self.close(code=CLOSE_NOT_FOUND)
+        raise StopConsumer  # nothing joined: stop reading the channel now (PortalConsumer.end)
 
 
 # The header socket's first messages: each app that shows something in every page's header

@@ -50,7 +50,7 @@ class JobLogConsumer(PortalConsumer):
 
     async def on_accepted(self) -> None:
         if self.job_id > INT64_MAX or not await _job_exists(self.job_id):
-            await self.close(code=CLOSE_NO_SUCH_JOB)
+            await self.end(CLOSE_NO_SUCH_JOB)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         after = content.get("after_seq") if isinstance(content, dict) else None

@@ -4,6 +4,8 @@ one that keeps the right stays open. One case per socket and change."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth.forms import SetPasswordForm
@@ -56,6 +58,7 @@ def test_an_open_socket_closes_when_its_session_stops_authenticating(admin_user,
         while True:  # past the socket's first snapshot
             message = await ws.receive_output(timeout=30)
             if message["type"] == "websocket.close":
+                await asyncio.wait_for(asyncio.shield(ws.future), timeout=5)  # and the consumer stopped (left its groups)
                 return message.get("code")
 
     assert in_fresh_loop(scenario)() == CLOSE_FORBIDDEN

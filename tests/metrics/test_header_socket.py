@@ -3,6 +3,8 @@ then each change; a user without a role, or signed out, is refused."""
 
 from __future__ import annotations
 
+import asyncio
+
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -80,13 +82,26 @@ async def test_a_tick_that_changes_many_alerts_sends_the_header_one_count(viewer
     await ws.disconnect()
 
 
+async def stopped(ws: WebsocketCommunicator) -> bool:
+    """The consumer ended by itself: a refused socket reads no channel afterwards (one left
+    waiting for a disconnect the client never sends hung the test loop's teardown)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(ws.future), timeout=5)
+    except TimeoutError:
+        return False
+    return True
+
+
 async def test_a_user_without_a_role_is_refused(outsider_user):
     ws = await header_socket(outsider_user)
     connected, code = await ws.connect()
     assert (connected, code) == (False, CLOSE_FORBIDDEN)
+    assert await stopped(ws)
 
 
 async def test_a_signed_out_page_is_refused():
     ws = await header_socket(None)
     connected, code = await ws.connect()
     assert (connected, code) == (False, CLOSE_UNAUTHENTICATED)
+    assert await stopped(ws)
+
