@@ -63,8 +63,6 @@ OUTPUT_TOKENS = 512  # seed 003: max_tokens=512, ignore_eos=true
 # for 250 s), not a limit on the whole request.
 COLD_IDLE_TIMEOUT_S = 250.0
 
-# Why the remaining misses stay misses (each checked against a mechanism, none found that the
-# seeds support; see docs/performance.md).
 COLD_BUDGET_S = 1200.0  # seed 003's harness: a fixed 20-minute budget per cold wave
 
 
@@ -78,33 +76,6 @@ def cold_aggregate_not_comparable(success: int, measured: float, p95_s: float, d
             f"last answer ended by ~{ended:.0f} s (TTFT p95 {p95_s:.1f} s + {OUTPUT_TOKENS - 1} tokens at "
             f"{decode_tok_s:.2f} tok/s); a figure of the budget, not of the lane (over the same budget the "
             f"model's {success} answers give the same {tokens / COLD_BUDGET_S:.2f})")
-
-
-HIT_AGGREGATE = (
-    "the seed's cache-hit waves last 1.0/2.9/1.6/3.9/1.1 s (C=2/4/6/8/12; C=1: 0.0) longer than "
-    "TTFT + 511 tokens at its decode p50: its slowest stream decodes well below the median, not "
-    "monotonically in C (per-request speculative acceptance varies); the model's streams decode "
-    "alike, so a wave ends with its median stream. A per-request acceptance spread is not a "
-    "mechanism here (every stream of a cache-hit wave is the same prompt at temperature 0: the "
-    "same tokens, the same drafts accepted), and no per-request spread could fit them all: "
-    "within 10% needs the slowest stream at <= 0.80 of the median at C=4 and <= 0.85 at C=8 but "
-    ">= 0.91 at C=12 (reckoned as if the others kept the slowest company to the end; it speeds up "
-    "once they end, which lowers every bound alike), and a larger wave's slowest stream is, in "
-    "expectation, no faster than a smaller one's (if each stream's speed were drawn alike, with a "
-    "share q of draws at >= 0.91 of the median, the three fit together with chance at most "
-    "q^12 (1 - q^4)(1 - q^8) <= 5.6%, whatever the spread). §8's per-wave figures do not cover the model either (C=8: 149.18 and "
-    "159.25 tok/s, model 189). Tried in the step machine (sparksim.timing.simulate, which gives these waves' "
-    "figures exactly): a fixed speed factor per stream sharing a batch (vLLM is not batch-invariant), spread "
-    "evenly over [1 - s, 1 + s] and normalised to the batch's median, refitted with the falloff (0.14-0.5), "
-    "its exponent (0.7-1.12) and the batched-prefill cost (0-0.04 s): the best worst deviation over the "
-    "cache-hit waves' TTFT, decode and aggregate figures was 11.0%, at s = 0.6 (streams of one batch "
-    "decoding 0.4x to 1.6x the median, far beyond the seed's 48.0% vs 54.0% acceptance), so none is in "
-    "the model")
-
-
-def hit_aggregate_reason(model: float, measured: float) -> str:
-    """The reason printed beside a cache-hit aggregate outside the tolerance (still a miss)."""
-    return HIT_AGGREGATE if abs(model / measured - 1) > TOLERANCE else ""
 
 
 @dataclass(frozen=True)
@@ -234,8 +205,7 @@ async def _section_7_hit(run: Seed003Run, quick: bool) -> None:
         run.add(where, "success", concurrency, len(wave.done), kind="count")
         run.add(where, "TTFT p50 s", p50, wave.ttft(0.5))
         run.add(where, "decode p50 tok/s", decode, wave.decode())
-        run.add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
-                unmodelled=hit_aggregate_reason(wave.output_throughput, aggregate))
+        run.add(where, "aggregate output tok/s", aggregate, wave.output_throughput)
 
 
 async def _section_8(run: Seed003Run) -> None:
@@ -258,8 +228,7 @@ async def _section_8(run: Seed003Run) -> None:
         run.add(where, "TTFT p50 s", p50, wave.ttft(0.5), follows=follows)
         run.add(where, "TTFT p95 s", p95, wave.ttft(0.95))
         run.add(where, "decode p50 tok/s", decode, wave.decode())
-        run.add(where, "aggregate output tok/s", aggregate, wave.output_throughput,
-                unmodelled=hit_aggregate_reason(wave.output_throughput, aggregate))
+        run.add(where, "aggregate output tok/s", aggregate, wave.output_throughput)
 
 
 async def seed_003_points(quick: bool = False) -> list[Point]:

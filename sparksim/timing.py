@@ -26,7 +26,15 @@ perf/sparksim_fit.py):
   EAGER_DECODE_FACTOR of that outside the captured CUDA graphs;
 - a prompt that joins another's prefill batch (a cache hit's short tail) costs
   batched_prefill_s more (seed 003: the cache-hit prompts waiting together cost 0.69-0.87 s
-  each against 0.66-0.78 s alone).
+  each against 0.66-0.78 s alone);
+- streams that share a decode batch do not decode alike: vLLM is not batch-invariant by
+  default, so a stream's numerics, and with them its speculative acceptance, depend on its
+  place in the batch. The n streams of a step, in the order they joined, decode at speeds
+  spread evenly over 1 -/+ decode_spread * (n - 1) / n of the batch's rate (the median stream
+  keeps it; alone there is no spread), a stream's fraction carried to the next step (so a
+  fast one sometimes emits two tokens in a step, as an accepted draft does). Seed 003's
+  cache-hit waves show it: each ends 1.0-3.9 s after TTFT + 511 tokens at its median decode
+  speed, so its slowest stream decodes well below the median.
 """
 
 from collections import deque
@@ -59,6 +67,9 @@ class TimingProfile:
     batch_tokens: int = 0
     # Extra prefill work of each prompt that joins another's prefill batch.
     batched_prefill_s: float = 0.0
+    # How far the speeds of streams sharing a decode batch spread around its rate (see the
+    # module's docstring); 0: every stream decodes alike.
+    decode_spread: float = 0.0
 
 
 def falloff_for(single_tok_s: float, loaded_tok_s: float, running: int) -> float:
@@ -94,8 +105,9 @@ DEEPSEEK_TP4 = replace(
     DEEPSEEK,
     name="deepseek-tp4",
     decode_tok_s=89.0,
-    decode_falloff=0.22,
-    decode_exponent=1.06,
+    decode_falloff=0.385,
+    decode_exponent=0.82,
+    decode_spread=0.35,
     # Between C=4's need (>= 0.023 s: its TTFT within 10%) and C=12's wave 2 (<= 0.038 s).
     batched_prefill_s=0.03,
 )
@@ -223,10 +235,19 @@ class PrefillBatch:
         return self.work_s * budget / self.tokens
 
 
+def stream_speeds(spread: float, running: int) -> list[float]:
+    """Each stream's share of the batch's decode rate, in the order the streams joined: spread
+    evenly over 1 -/+ spread * (running - 1) / running, the median at 1."""
+    if running <= 1 or spread <= 0:
+        return [1.0] * running
+    width = spread * (running - 1) / running
+    return [1.0 + width * (2.0 * rank / (running - 1) - 1.0) for rank in range(running)]
+
+
 @dataclass(frozen=True)
 class Step:
     seconds: float
-    decoding: tuple[Hashable, ...]  # each emits one token at the step's end
+    decoding: tuple[Hashable, ...]  # each emits one token at the step's end (a key twice: two)
     prefill: PrefillBatch | None
     prefill_s: float  # prefill work this step does
 
@@ -241,7 +262,8 @@ class Stepper:
         self.graph_seqs = graph_seqs
         self.waiting: deque[tuple[Hashable, int, float]] = deque()  # key, uncached, work
         self.current: PrefillBatch | None = None
-        self.decoding: dict[Hashable, None] = {}
+        # Each decoding key's fraction of a token carried to the next step (decode_spread).
+        self.decoding: dict[Hashable, float] = {}
 
     @property
     def busy(self) -> bool:
@@ -257,7 +279,7 @@ class Stepper:
             self._next_batch()
 
     def add_decoding(self, key: Hashable) -> None:
-        self.decoding[key] = None
+        self.decoding[key] = 0.0
 
     def remove(self, key: Hashable) -> None:
         self.decoding.pop(key, None)
@@ -284,9 +306,25 @@ class Stepper:
                 budget -= uncached
         self.current = batch
 
+    def _emitting(self) -> tuple[Hashable, ...]:
+        """The tokens of the next step's decode: each key once, or per decode_spread, once its
+        carried fraction reaches a token (a fast stream twice now and then, a slow one skips)."""
+        if self.profile.decode_spread <= 0:
+            return tuple(self.decoding)
+        emitting: list[Hashable] = []
+        for key, speed in zip(list(self.decoding), stream_speeds(self.profile.decode_spread, len(self.decoding)), strict=True):
+            credit = self.decoding[key] + speed
+            tokens = int(credit + 1e-9)
+            self.decoding[key] = credit - tokens
+            emitting.extend([key] * tokens)
+        return tuple(emitting)
+
     def plan(self) -> Step:
-        decoding = tuple(self.decoding)
-        decode_s = decode_step_seconds(self.profile, len(decoding), self.graph_seqs) if decoding else 0.0
+        """The next step (the engine always applies the step it planned: a spread stream's
+        carried fraction moves here)."""
+        running = len(self.decoding)
+        decoding = self._emitting()
+        decode_s = decode_step_seconds(self.profile, running, self.graph_seqs) if running else 0.0
         prefill_s = 0.0
         if self.current is not None:
             remaining = self.current.work_s - self.current.done_s
@@ -295,7 +333,7 @@ class Stepper:
             budget = self.profile.batch_tokens
             # Alone, chunks still run one a step (back to back: the same total), so the
             # engine's per-step counters move through a long prefill as vLLM's do.
-            chunk = self.current.chunk_seconds(max(1, budget - len(decoding)) if budget else 0)
+            chunk = self.current.chunk_seconds(max(1, budget - running) if budget else 0)
             prefill_s = min(chunk, remaining)
         return Step(decode_s + prefill_s, decoding, self.current, prefill_s)
 
@@ -374,6 +412,8 @@ def simulate(
         arrive(end - 1e-12)
         for index in step.decoding:
             key = int(index)  # type: ignore[call-overload]  # simulate's keys are indices
+            if key not in stepper.decoding:
+                continue  # a second token of a stream that just ended
             replay.left[key] -= 1
             if replay.left[key] == 0:
                 replay.finish[key] = end

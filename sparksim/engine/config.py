@@ -160,6 +160,7 @@ def _profile(args: argparse.Namespace) -> TimingProfile:
         base_ttft_s=args.sim_base_ttft_s,
         decode_tok_s=args.sim_decode_tok_s,
         decode_falloff=args.sim_decode_falloff,
+        decode_spread=args.sim_decode_spread,
         startup_s=args.sim_startup_s,
         batch_tokens=args.max_num_batched_tokens,
     )

@@ -43,6 +43,15 @@ def json_value(value: str) -> Any:
         raise argparse.ArgumentTypeError(f"invalid loads value: '{value}' ({error})") from error
 
 
+def spread_value(value: str) -> float:
+    """--sim-decode-spread: a share of the batch's rate, 0 <= spread < 1 (at 1 the slowest
+    stream of a large batch would stop)."""
+    spread = float(value)
+    if not 0.0 <= spread < 1.0:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {value}")
+    return spread
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vllm serve",
@@ -142,6 +151,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     add("--sim-base-ttft-s", type=float, default=None)
     add("--sim-decode-tok-s", type=float, default=None)
     add("--sim-decode-falloff", type=float, default=None)
+    add("--sim-decode-spread", type=spread_value, default=None,
+        help="how far the speeds of streams sharing a decode batch spread around its rate")
     add("--sim-startup-s", type=float, default=None, help="simulated seconds to load")
     add("--sim-spec-acceptance", type=float, default=0.6)
     add("--sim-abort-on-disconnect", choices=["write", "immediate"], default="write",

@@ -226,3 +226,39 @@ def test_a_prompt_joining_a_prefill_batch_costs_the_profiles_batched_cost() -> N
                     [PlannedRequest(0.0, 150_000, 2, cached_tokens=149_760) for _ in range(4)])
     # Two of the three joined the first one's batch: 2 x 0.03 s.
     assert max(timeline.first_token_s for timeline in free) == pytest.approx(firsts[3] - 2 * 0.03, abs=1e-9)
+
+
+def test_streams_sharing_a_batch_spread_around_its_rate_and_a_wave_ends_with_its_slowest() -> None:
+    """decode_spread: the median stream keeps the batch's rate, the slowest ends the wave later
+    than alike streams would, and a stream alone is not spread."""
+    from dataclasses import replace
+
+    from sparksim.timing import DEEPSEEK_TP4, PlannedRequest, simulate, stream_speeds
+
+    assert stream_speeds(0.35, 1) == [1.0]
+    speeds = stream_speeds(0.35, 4)
+    assert speeds[0] == pytest.approx(1 - 0.35 * 3 / 4) and speeds[-1] == pytest.approx(1 + 0.35 * 3 / 4)
+    assert sum(speeds) / 4 == pytest.approx(1.0)
+    wave = [PlannedRequest(0.0, 150_000, 512, cached_tokens=149_984) for _ in range(4)]
+    alike = simulate(replace(DEEPSEEK_TP4, decode_spread=0.0), wave)
+    spread = simulate(DEEPSEEK_TP4, wave)
+    assert len({round(line.decode_tok_s, 6) for line in alike[1:]}) == 1  # the three that share a batch: alike
+    rates = sorted(line.decode_tok_s for line in spread[1:])
+    assert rates[0] < 0.9 * rates[1] < rates[2]  # spread, slowest well below the others
+    assert max(line.finish_s for line in spread) > max(line.finish_s for line in alike) + 1.0
+    assert all(line.output_tokens == 512 for line in spread)
+    alone = simulate(DEEPSEEK_TP4, wave[:1])[0]
+    assert alone.decode_tok_s == pytest.approx(DEEPSEEK_TP4.decode_tok_s, rel=0.01)
+
+
+def test_the_decode_spread_is_an_engine_flag_with_a_bound() -> None:
+    from sparksim.engine.config import build_engine_config
+    from sparksim.engine.vllm_args import parse_serve_args
+
+    model = "Qwen/Qwen3.8-27B-FP8"
+    assert build_engine_config(parse_serve_args([model])).profile.decode_spread == 0.0
+    config = build_engine_config(parse_serve_args([model, "--sim-decode-spread", "0.1"]))
+    assert config.profile.decode_spread == 0.1
+    for bad in ("1", "-0.1", "nan"):
+        with pytest.raises(SystemExit):
+            parse_serve_args([model, "--sim-decode-spread", bad])
