@@ -1,15 +1,17 @@
 """Django admin for the kernel. Audit events are evidence: nobody edits or deletes them
 through the portal, admins included. Every change to a user made here (superuser flag,
 groups, staff, active, password, deletion) leaves an audit event with before/after, like
-the users page's changes."""
+the users page's changes. The role groups (core.roles.Role) are the roles: they cannot be
+renamed or deleted here (that would take the role from every member, silently); any other
+group's creation, change and deletion is audited."""
 
 from functools import partial
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.forms import UserChangeForm
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
@@ -109,4 +111,56 @@ class AuditedUserAdmin(UserAdmin):
         for user in queryset:
             audit_record(actor=request.user, action="user.delete", obj=user, before=user_snapshot(_fresh(user)))
             transaction.on_commit(partial(announce_access_change, user.pk))
+        return super().log_deletions(request, queryset)
+
+
+def _is_role_group(group: Any) -> bool:
+    return group is not None and group.name in {role.value for role in Role}
+
+
+def _group_snapshot(group: Group) -> dict[str, Any]:
+    return {"name": group.name,
+            "permissions": sorted(f"{p.content_type.app_label}.{p.codename}" for p in group.permissions.all())}
+
+
+admin.site.unregister(Group)
+
+
+@admin.register(Group)
+class AuditedGroupAdmin(GroupAdmin):
+    """Role groups read-only (a renamed or deleted "viewer" group would leave every viewer with
+    no role and nothing in the audit log); other groups, which grant no role, audited."""
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) and not _is_role_group(obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and not _is_role_group(obj)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """The bulk delete action refuses role groups too."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        roles = [group.name for group in objs if _is_role_group(group)]
+        if roles:
+            protected = [*protected, *(f"{name}: a role group (roles are fixed)" for name in roles)]
+        return deleted, counts, perms_needed, protected
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        group = super().get_object(request, object_id, from_field)
+        if group is not None:
+            request.__dict__.setdefault(BEFORE, {})[("group", group.pk)] = _group_snapshot(group)
+        return group
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        audit_record(actor=request.user, action="group.create", obj=obj, after=_group_snapshot(obj))
+        return super().log_addition(request, obj, message)
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        before = request.__dict__.get(BEFORE, {}).get(("group", obj.pk), {})
+        audit_record(actor=request.user, action="group.change", obj=obj, before=before, after=_group_snapshot(obj))
+        return super().log_change(request, obj, message)
+
+    def log_deletions(self, request: HttpRequest, queryset: QuerySet[Group]) -> Any:
+        for group in queryset:
+            audit_record(actor=request.user, action="group.delete", obj=group, before=_group_snapshot(group))
         return super().log_deletions(request, queryset)

@@ -114,3 +114,33 @@ def test_django_admin_bulk_delete_keeps_the_last_active_admin(root_client, viewe
                                                    "_selected_action": [viewer_user.pk]})
     assert alone.status_code == 302 and not User.objects.filter(pk=viewer_user.pk).exists()
     assert AuditEvent.objects.filter(action="user.delete").count() == 1
+
+
+def test_a_role_group_cannot_be_renamed_or_deleted_in_django_admin(root_client, viewer_user):
+    """Renaming or deleting "viewer" would leave every viewer with no role, unaudited."""
+    group = Group.objects.get(name=Role.VIEWER.value)
+    renamed = root_client.post(f"/admin/auth/group/{group.pk}/change/", {"name": "people", "permissions": [], "_save": "Save"})
+    assert renamed.status_code == 403
+    deleted = root_client.post(f"/admin/auth/group/{group.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 403
+    bulk = root_client.post("/admin/auth/group/", {"action": "delete_selected", "_selected_action": [group.pk], "post": "yes"})
+    assert bulk.status_code == 200 and "Cannot delete group" in bulk.content.decode()
+    assert Group.objects.filter(name=Role.VIEWER.value).exists()
+    from core.roles import user_role
+    assert user_role(User.objects.get(pk=viewer_user.pk)) is Role.VIEWER
+
+
+def test_another_group_is_audited_when_created_changed_and_deleted(root_client):
+    from django.contrib.auth.models import Permission
+
+    permission = Permission.objects.get(codename="view_portal")
+    assert root_client.post("/admin/auth/group/add/", {"name": "auditors", "permissions": [], "_save": "Save"}).status_code == 302
+    group = Group.objects.get(name="auditors")
+    assert AuditEvent.objects.get(action="group.create", object_id=str(group.pk)).diff["name"] == [None, "auditors"]
+    changed = root_client.post(f"/admin/auth/group/{group.pk}/change/",
+                               {"name": "auditors", "permissions": [permission.pk], "_save": "Save"})
+    assert changed.status_code == 302
+    event = AuditEvent.objects.get(action="group.change", object_id=str(group.pk))
+    assert event.diff["permissions"] == [[], ["portal.view_portal"]]
+    assert root_client.post(f"/admin/auth/group/{group.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert AuditEvent.objects.get(action="group.delete", object_id=str(group.pk)).actor == User.objects.get(username="root")
