@@ -3,11 +3,13 @@ levels, charts), two runs compared, and the exports."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -20,8 +22,46 @@ from core.roles import Capability, role_required, user_can
 from lanes.models import Lane, LaneState
 
 NUMBER_FIELDS = ("prompt_tokens", "output_tokens", "warmup", "requests_per_level", "duration_s", "timeout_s",
-                 "idle_timeout_s")
+                 "idle_timeout_s", "slo_ttft_ms", "slo_tpot_ms", "slice_s")
 LIST_FIELDS = {"concurrency": int, "request_rates": float}
+# A replay sends the window's requests on their own schedule: the sweep's fields are left out.
+SWEEP_FIELDS = ("concurrency", "request_rates", "requests_per_level", "duration_s")
+
+
+def _form_moment(text: str) -> str | None:
+    """A datetime-local value (the portal's time zone) or an ISO 8601 date-time with its own."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, timezone.get_current_timezone())
+    return moment.isoformat()
+
+
+def _form_replay(data: Any, params: dict[str, Any], errors: dict[str, str]) -> None:
+    """The replay box: a request-log window (from, to, the lane that served it, the speed)
+    instead of a sweep; the service checks the rest (benchmarks.params)."""
+    since_text, until_text = (data.get("replay_since") or "").strip(), (data.get("replay_until") or "").strip()
+    if not since_text and not until_text:
+        return
+    replay: dict[str, Any] = {"since": _form_moment(since_text), "until": _form_moment(until_text)}
+    for name, moment, text in (("from", replay["since"], since_text), ("to", replay["until"], until_text)):
+        if moment is None:
+            errors["replay"] = f"{name} must be a date and time ({'empty' if not text else repr(text[:40])})"
+            return
+    lane = (data.get("replay_lane") or "").strip()
+    if lane:
+        replay["lane"] = lane
+    speed = (data.get("replay_speed") or "").strip()
+    try:
+        replay["speed"] = float(speed) if speed else 1.0
+    except ValueError:
+        errors["replay"] = "speed must be a number"
+        return
+    for name in SWEEP_FIELDS:
+        params.pop(name, None)
+    params["replay"] = replay
 
 
 def _form_params(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -48,6 +88,7 @@ def _form_params(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
     params["targets"] = [target for target in TARGETS if data.get(f"target_{target}")] or None
     params["cache_mode"] = data.get("cache_mode") or None
     params["label"] = (data.get("label") or "").strip() or None
+    _form_replay(data, params, errors)
     return params, errors
 
 
@@ -59,6 +100,7 @@ def _list_context(request: HttpRequest, errors: dict[str, str] | None = None) ->
         "first_serving": next((lane.name for lane in lanes if lane.observed_state == LaneState.SERVING), None),
         "can_operate": user_can(request.user, Capability.OPERATE), "errors": errors or {},
         "form": request.POST if request.method == "POST" else {}, "cache_modes": CACHE_MODES, "targets": TARGETS,
+        "time_zone": timezone.get_current_timezone_name(),
     }
 
 

@@ -179,3 +179,53 @@ def test_the_compare_page_without_runs_named_offers_a_picker_and_bad_numbers_are
 def test_the_compare_page_before_any_run_says_so(viewer_client: Client) -> None:
     page = viewer_client.get("/benchmarks/compare/")
     assert page.status_code == 200 and 'id="compare-none"' in page.content.decode()
+
+
+def test_the_start_form_replays_a_request_log_window_with_goodput_bounds(
+        admin_client: Client, finished_runs: tuple, monkeypatch: pytest.MonkeyPatch,
+        django_capture_on_commit_callbacks: Any) -> None:
+    """The form's replay box: the window in the portal's time zone, the lane that served it and
+    the speed; the sweep's levels (the form pre-fills them) are left out; goodput's bounds and
+    the slice width pass through."""
+    from datetime import datetime, timedelta
+
+    from django.utils import timezone
+
+    from gateway.models import RequestLog
+    monkeypatch.setattr("jobs.services.dispatch_job", lambda job_id, time_limit_s: None)
+    monkeypatch.setattr("jobs.services.publish_job_state", lambda job: None)
+    zone = timezone.get_current_timezone()
+    logged = datetime(2026, 12, 1, 9, 30, tzinfo=zone)
+    RequestLog.objects.create(request_id="peak-1", endpoint="chat.completions", lane="qwen", status=200,
+                              prompt_tokens=40, completion_tokens=4, latency_ms=5.0, received_at=logged,
+                              created_at=logged + timedelta(seconds=1))
+    page = admin_client.get("/benchmarks/").content.decode()
+    assert 'name="replay_since"' in page and 'name="slo_ttft_ms"' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post("/benchmarks/start/", {
+            "lane": "qwen", "concurrency": "1,2,4", "target_direct": "on", "label": "tuesday peak",
+            "replay_since": "2026-12-01T09:00", "replay_until": "2026-12-01T10:30:15", "replay_lane": "qwen",
+            "replay_speed": "2", "slo_ttft_ms": "500", "slo_tpot_ms": "50", "slice_s": "300"})
+    body = response.content.decode()
+    assert response.status_code == 302, body[body.find("start-errors"):][:600]
+    run = BenchmarkRun.objects.get(label="tuesday peak")
+    assert run.params["replay"] == {"since": datetime(2026, 12, 1, 9, 0, tzinfo=zone).isoformat(),
+                                    "until": datetime(2026, 12, 1, 10, 30, 15, tzinfo=zone).isoformat(),
+                                    "lane": "qwen", "speed": 2.0}
+    assert "concurrency" not in run.params or run.params["concurrency"] is None
+    assert (run.params["slo_ttft_ms"], run.params["slo_tpot_ms"], run.params["slice_s"]) == (500, 50, 300)
+
+
+def test_a_bad_replay_window_is_refused_on_the_form_naming_the_rule(admin_client: Client, finished_runs: tuple) -> None:
+    before = BenchmarkRun.objects.count()
+    for fields, message in (
+        ({"replay_since": "yesterday", "replay_until": "2026-12-01T10:00"}, b"from must be a date and time"),
+        ({"replay_since": "2026-12-01T09:00"}, b"to must be a date and time (empty)"),
+        ({"replay_since": "2026-12-01T09:00", "replay_until": "2026-12-03T09:00"}, b"at most a day later"),
+        ({"replay_since": "2026-12-01T09:00", "replay_until": "2026-12-01T10:00", "replay_speed": "fast"},
+         b"speed must be a number"),
+    ):
+        response = admin_client.post("/benchmarks/start/", {"lane": "qwen", "target_direct": "on", **fields})
+        assert response.status_code == 400 and b"<b>replay</b>: " in response.content and message in response.content, fields
+        assert b'id="replay-box" open' in response.content  # the box stays open with what was typed
+    assert BenchmarkRun.objects.count() == before
