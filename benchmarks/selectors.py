@@ -30,6 +30,19 @@ class Trace:
     # Rows of the window a replay cannot send: failed, without token counts, or written in the
     # window without an arrival time (logged before arrival times were kept).
     skipped: int
+    # Each request's conversation (the gateway's digest of its first messages; "" for none):
+    # the turns of one conversation share their prompt's beginning, so replayed they share a
+    # synthetic prefix too, and the lane's prefix cache meets them as it met the real ones.
+    conversations: tuple[str, ...] = ()
+
+    def prompt_tag(self, index: int) -> str:
+        """What request `index`'s synthetic prompt starts from: its conversation's, or its own."""
+        conversation = self.conversations[index] if index < len(self.conversations) else ""
+        return f"c{conversation}" if conversation else f"r{index}"
+
+    @property
+    def conversation_count(self) -> int:
+        return len({conversation for conversation in self.conversations if conversation})
 
     def __len__(self) -> int:
         return len(self.offsets_s)
@@ -49,16 +62,19 @@ def replay_trace(replay: dict[str, Any]) -> Trace:
     speed = float(replay.get("speed") or 1.0)
     rows = _replay_rows(replay)
     usable = rows.filter(status=200, prompt_tokens__gt=0, completion_tokens__gt=0)
-    picked = list(usable.order_by("received_at", "id").values_list("received_at", "prompt_tokens", "completion_tokens")
+    picked = list(usable.order_by("received_at", "id")
+                  .values_list("received_at", "prompt_tokens", "completion_tokens", "conversation")
                   [:MAX_REPLAY_REQUESTS + 1])
     until = datetime.fromisoformat(replay["until"])
     unplaced = RequestLog.objects.filter(created_at__gte=since, created_at__lt=until, received_at__isnull=True)
     if replay.get("lane"):
         unplaced = unplaced.filter(lane=replay["lane"])
     skipped = rows.count() - usable.count() + unplaced.count()
-    kept = [(at, prompt, output) for at, prompt, output in picked if at is not None and prompt and output]
-    return Trace(tuple((at - since).total_seconds() / speed for at, _, _ in kept),
-                 tuple(prompt for _, prompt, _ in kept), tuple(output for _, _, output in kept), skipped)
+    kept = [(at, prompt, output, conversation or "") for at, prompt, output, conversation in picked
+            if at is not None and prompt and output]
+    return Trace(tuple((at - since).total_seconds() / speed for at, _, _, _ in kept),
+                 tuple(prompt for _, prompt, _, _ in kept), tuple(output for _, _, output, _ in kept), skipped,
+                 tuple(conversation for _, _, _, conversation in kept))
 
 
 def run_list() -> QuerySet[BenchmarkRun]:

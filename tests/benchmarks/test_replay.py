@@ -158,3 +158,31 @@ def test_a_replay_of_an_empty_or_bad_window_is_refused_naming_the_field(bench_la
             benchmark_start(lane=bench_lane, user=admin_user, params=bad)
         assert words in str(refused.value.message_dict[field]), (bad, refused.value.message_dict)
     assert dispatched == []
+
+
+def test_a_replayed_conversations_turns_share_a_prefix_as_the_real_ones_did(
+        bench_lane: Lane, admin_user: User, dispatched: list[int]) -> None:
+    """Turns of one conversation (the gateway's digest of its first messages) are cut from one
+    synthetic text, so the lane's prefix cache meets them as it met the real turns; requests
+    of no conversation share nothing."""
+    for index, prompt in enumerate((300, 600, 900, 1200)):  # a conversation growing turn by turn
+        received = SINCE + timedelta(seconds=0.2 * index)
+        RequestLog.objects.create(request_id=f"turn{index}", endpoint="chat.completions", lane="qwen", status=200,
+                                  prompt_tokens=prompt, completion_tokens=2, latency_ms=5.0, received_at=received,
+                                  created_at=received, conversation="a" * 32)
+    window = {"since": SINCE.isoformat(), "until": (SINCE + timedelta(seconds=2)).isoformat(), "lane": "qwen",
+              "speed": 1.0}
+    trace = replay_trace(window)
+    assert trace.conversation_count == 1 and trace.prompt_tag(0) == trace.prompt_tag(3) == "c" + "a" * 32
+    run = start_and_run(bench_lane, admin_user, dispatched, replay=window)
+    (level,) = BenchmarkLevel.objects.filter(run=run)
+    shared = level.metrics["prefix_cache_hit_rate"]
+    # Turns 2-4 find the earlier turn's blocks: 300 + 600 + 900 of 3,000 tokens at most.
+    assert shared is not None and 0.3 < shared <= 0.6, level.metrics
+    log = "\n".join(JobLogLine.objects.filter(job=run.job).values_list("text", flat=True))
+    assert "the turns of each of the 1 conversations sharing" in log
+
+    RequestLog.objects.filter(request_id__startswith="turn").update(conversation="")
+    alone = start_and_run(bench_lane, admin_user, dispatched, replay=window)
+    (level,) = BenchmarkLevel.objects.filter(run=alone)
+    assert (level.metrics["prefix_cache_hit_rate"] or 0.0) < 0.05, level.metrics
