@@ -101,14 +101,19 @@ def _guard_last_admin(*, actor: UserLike | None, user: User, losing_admin: bool)
 
 
 @transaction.atomic
-def user_set_role(*, actor: UserLike | None, user: User, role: Role | None) -> User:
+def user_set_role(*, actor: UserLike | None, user: User, role: Role | None, system_name: str = "system",
+                  keep_last_admin: bool = True) -> User:
+    """`keep_last_admin=False` when the identity provider decides (portal.oidc, at each sign-in):
+    its groups are the truth for its accounts, and local break-glass admins stay."""
     before = user_snapshot(user)
     current = user_role(user)
     if current == role:
         return user
-    _guard_last_admin(actor=actor, user=user, losing_admin=current is Role.ADMIN and user.is_active)
+    if keep_last_admin:
+        _guard_last_admin(actor=actor, user=user, losing_admin=current is Role.ADMIN and user.is_active)
     _set_role_groups(user, role)
-    audit_record(actor=actor, action="user.role", obj=user, before=before, after=user_snapshot(user))
+    audit_record(actor=actor, action="user.role", obj=user, before=before, after=user_snapshot(user),
+                 system_name=system_name)
     transaction.on_commit(lambda: announce_access_change(user.pk))
     return user
 
