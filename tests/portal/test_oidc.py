@@ -6,6 +6,7 @@ roles and teams at every sign-in."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -21,7 +22,7 @@ from core.roles import Role, user_role
 from gateway.models import Team
 from tests.conftest import make_superuser, make_user
 from tests.jobs.test_consumer import in_fresh_loop, socket
-from tests.oidc_provider.server import Provider
+from tests.oidc_provider.server import CLIENT_SECRET, Provider
 
 GROUP_MAP = {"roles": {"spark-admins": "admin", "ml-leads": "team lead", "staff": "viewer"},
              "teams": {"search-team": ["Search"], "agents-team": ["Agents"]}}
@@ -64,7 +65,8 @@ def test_the_authorization_request_carries_state_nonce_and_pkce(sso):
 
 
 @pytest.mark.django_db
-def test_a_first_sign_in_creates_the_user_with_the_mapped_role_and_team(sso):
+def test_a_first_sign_in_creates_the_user_with_the_mapped_role_and_team(sso, caplog):
+    caplog.set_level(logging.DEBUG)
     search = Team.objects.create(name="Search")
     Team.objects.create(name="Agents")
     sso.user("nina", groups=["ml-leads", "search-team"], email="nina@example.org")
@@ -81,6 +83,7 @@ def test_a_first_sign_in_creates_the_user_with_the_mapped_role_and_team(sso):
     assert {("user.create", "the identity provider"), ("user.link", "the identity provider"),
             ("user.role", "the identity provider")} <= actions
     assert AuditEvent.objects.filter(action="team.update", object_id=str(search.pk)).exists()
+    assert caplog.records and CLIENT_SECRET not in caplog.text  # the whole flow, DEBUG included
 
 
 @pytest.mark.django_db
