@@ -112,7 +112,7 @@ class ProviderBackend(OIDCAuthenticationBackend):
         payload: dict[str, Any] = super().verify_token(token, **kwargs)
         audience = payload.get("aud")
         audiences = audience if isinstance(audience, list) else [audience]
-        if settings.OIDC_ISSUER and payload.get("iss") != settings.OIDC_ISSUER:
+        if payload.get("iss") != settings.OIDC_ISSUER:
             raise SuspiciousOperation(f"ID token issuer {payload.get('iss')!r} is not PORTAL_OIDC_ISSUER")
         if self.OIDC_RP_CLIENT_ID not in audiences:
             raise SuspiciousOperation("ID token audience is not this client")

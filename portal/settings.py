@@ -172,6 +172,15 @@ OIDC_GROUP_MAP = env_json_object("PORTAL_OIDC_GROUP_MAP", "PORTAL_OIDC_GROUP_MAP
 OIDC_LINK_LOCAL_ACCOUNTS = env_bool("PORTAL_OIDC_LINK_LOCAL_ACCOUNTS", False)
 # Local passwords for superusers only (break-glass) once single sign-on is on.
 OIDC_LOCAL_LOGIN_SUPERUSERS_ONLY = env_bool("PORTAL_OIDC_LOCAL_LOGIN_SUPERUSERS_ONLY", False)
+if OIDC_ENABLED:
+    from django.core.exceptions import ImproperlyConfigured
+
+    for _name, _value in [("CLIENT_SECRET", OIDC_RP_CLIENT_SECRET), ("ISSUER", OIDC_ISSUER),
+                          ("AUTHORIZATION_ENDPOINT", OIDC_OP_AUTHORIZATION_ENDPOINT),
+                          ("TOKEN_ENDPOINT", OIDC_OP_TOKEN_ENDPOINT), ("USERINFO_ENDPOINT", OIDC_OP_USER_ENDPOINT),
+                          ("JWKS_ENDPOINT", OIDC_OP_JWKS_ENDPOINT)]:
+        if not _value:
+            raise ImproperlyConfigured(f"PORTAL_OIDC_{_name}: required when PORTAL_OIDC_CLIENT_ID is set")
 OIDC_USE_PKCE = True
 OIDC_USE_NONCE = True
 OIDC_TIMEOUT = OIDC_HTTP_TIMEOUT_S

@@ -113,3 +113,12 @@ def test_a_provider_made_viewer_is_denied_what_viewers_are_denied():
     client.force_login(user)
     assert client.get("/").status_code == 200
     assert client.get("/users/").status_code == 403
+
+
+def test_single_sign_on_without_its_endpoints_stops_the_portal_at_start_up():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTAL_OIDC_")}
+    env.update(PORTAL_OIDC_CLIENT_ID="spark-portal", PORTAL_OIDC_CLIENT_SECRET="s")
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode != 0
+    assert "PORTAL_OIDC_ISSUER: required when PORTAL_OIDC_CLIENT_ID is set" in result.stderr
