@@ -52,6 +52,15 @@ class Callback(OIDCAuthenticationCallbackView):
             return refused(request, getattr(request, "oidc_refusal", None)
                            or "The sign-in could not be verified (its state, nonce or token did not match). "
                               "Start again from the login page.", status=400)
+        except requests.HTTPError as exc:
+            # A refused token or userinfo request (a wrong client secret, an expired code). The
+            # library's message carries the provider's answer, never the secret: logged by status only.
+            status = exc.response.status_code if exc.response is not None else None
+            logger.warning("single sign-on: the identity provider answered HTTP %s to %s", status,
+                           exc.response.url if exc.response is not None else "a request")
+            return refused(request, f"{settings.OIDC_PROVIDER_NAME} refused the portal's request (HTTP {status}). "
+                                    "Try again; if it persists, ask a portal admin to check the client settings.",
+                           status=502)
         except requests.RequestException as exc:
             logger.warning("single sign-on: the identity provider did not answer: %s", type(exc).__name__)
             return refused(request, f"{settings.OIDC_PROVIDER_NAME} did not answer. Try again later.", status=502)

@@ -235,3 +235,27 @@ def test_a_deactivated_account_cannot_sign_in_through_the_provider(sso):
     response = sign_in(portal, sso, "zoe")
     assert response.status_code == 403 and "deactivated" in response.content.decode()
     assert "_auth_user_id" not in portal.session
+
+
+@pytest.mark.django_db
+def test_a_wrong_client_secret_is_a_page_naming_the_refusal_and_is_never_logged(sso, settings, caplog):
+    caplog.set_level(logging.DEBUG)
+    sso.user("abel", groups=["staff"])
+    settings.OIDC_RP_CLIENT_SECRET = "a-wrong-secret-never-logged"
+    portal = Client()
+    response = sign_in(portal, sso, "abel")
+    assert response.status_code == 502
+    assert "Test IdP refused the portal&#x27;s request (HTTP 401)" in response.content.decode()
+    assert "_auth_user_id" not in portal.session and not User.objects.filter(username="abel").exists()
+    assert "a-wrong-secret-never-logged" not in caplog.text and CLIENT_SECRET not in caplog.text
+
+
+@pytest.mark.django_db
+def test_a_provider_that_does_not_answer_is_a_page_not_a_500(sso, settings):
+    from tests.conftest import free_port
+
+    sso.user("bea", groups=["staff"])
+    settings.OIDC_OP_TOKEN_ENDPOINT = f"http://127.0.0.1:{free_port()}/token/"  # nothing listens there
+    response = sign_in(Client(), sso, "bea")
+    assert response.status_code == 502
+    assert "Test IdP did not answer" in response.content.decode()
