@@ -18,6 +18,7 @@ from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
 
 from core.audit import audit_record
 from core.broadcast import announce_access_change
+from core.models import ExternalIdentity
 from core.roles import ROLE_CAPABILITIES, Role, UserLike, ensure_role_groups, forget_role, user_role
 
 
@@ -139,6 +140,9 @@ def user_new_invite(*, actor: UserLike | None, user: User) -> str:
     """A fresh set-password link for a user who has not set one yet."""
     if user.has_usable_password():
         raise ValidationError({"user": f"{user.get_username()} has already set a password."})
+    if ExternalIdentity.objects.filter(user=user).exists():
+        raise ValidationError({"user": f"{user.get_username()} signs in through the identity provider: "
+                                       "no local password to set."})
     audit_record(actor=actor, action="user.invite", obj=user)
     return user_invite_path(user)
 

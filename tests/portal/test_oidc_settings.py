@@ -122,3 +122,17 @@ def test_single_sign_on_without_its_endpoints_stops_the_portal_at_start_up():
                             text=True, timeout=120, check=False)
     assert result.returncode != 0
     assert "PORTAL_OIDC_ISSUER: required when PORTAL_OIDC_CLIENT_ID is set" in result.stderr
+
+
+@pytest.mark.django_db
+def test_the_users_page_marks_provider_accounts_and_gives_them_no_invite_link(admin_client):
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_user("sso-person")  # as a first sign-in makes it: no password
+    ExternalIdentity.objects.create(user=user, issuer="https://idp.example.com", subject="7")
+    page = admin_client.get("/users/").content.decode()
+    assert 'data-provider-account="sso-person"' in page
+    assert f"/users/{user.pk}/invite/" not in page
+    response = admin_client.post(f"/users/{user.pk}/invite/", follow=True)
+    assert "signs in through the identity provider" in response.content.decode()
+    assert "/accounts/set-password/" not in response.content.decode()
