@@ -74,8 +74,7 @@ def _may_link(user: User, claims: dict[str, Any]) -> bool:
     the provider has verified, and never a superuser (break-glass stays local)."""
     email = str(claims.get("email") or "")
     return bool(settings.OIDC_LINK_LOCAL_ACCOUNTS and not user.is_superuser and user.email and email
-                and claims.get("email_verified") is True and user.email.lower() == email.lower()
-                and not ExternalIdentity.objects.filter(user=user).exists())
+                and claims.get("email_verified") is True and user.email.lower() == email.lower())
 
 
 def first_sign_in(issuer: str, subject: str, claims: dict[str, Any]) -> User:
@@ -87,6 +86,10 @@ def first_sign_in(issuer: str, subject: str, claims: dict[str, Any]) -> User:
         user.save(update_fields=["password"])
         audit_record(actor=None, action="user.create", obj=user, after=user_snapshot(user),
                      system_name=PROVIDER_ACTOR)
+    elif ExternalIdentity.objects.filter(user=user).exists():
+        raise SignInRefused(
+            f"The portal account {username} belongs to another {settings.OIDC_PROVIDER_NAME} login "
+            "(a different person, or the same name given again). Ask a portal admin.")
     elif not _may_link(user, claims):
         raise SignInRefused(
             f"The portal already has a local account named {username}, and your {settings.OIDC_PROVIDER_NAME} "

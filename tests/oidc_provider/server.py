@@ -76,6 +76,11 @@ class Provider:
                 self.process.kill()
                 self.process.wait(timeout=5)
 
+    def allow_redirect(self, uri: str) -> None:
+        """Register the portal's callback at another address too (a live server's)."""
+        self.manage("provider_client", "--client-id", CLIENT_ID, "--client-secret", CLIENT_SECRET,
+                    "--redirect-uri", f"{PORTAL_CALLBACK} {uri}")
+
     def user(self, username: str, *, groups: list[str], email: str = "", password: str = "provider-pass-123") -> None:
         self.manage("provider_user", username, "--password", password, "--email", email, "--groups", ",".join(groups))
 
@@ -97,7 +102,7 @@ class Provider:
                 if response.status_code == 200 and 'name="password"' in response.text:
                     response = browser.post(str(response.url), data={
                         "username": username, "password": password,
-                        "csrfmiddlewaretoken": browser.cookies["csrftoken"],
+                        "csrfmiddlewaretoken": browser.cookies["provider_csrftoken"],
                         "next": response.url.params.get("next", "")})
                 assert response.status_code == 302, f"provider answered {response.status_code}: {response.text[:500]}"
                 url = urljoin(str(response.url), response.headers["location"])

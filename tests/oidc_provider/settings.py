@@ -31,6 +31,9 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(DIR
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 LOGIN_URL = "/accounts/login/"
+# Cookies ignore ports: on 127.0.0.1 beside the portal, the provider's must not overwrite the portal's.
+SESSION_COOKIE_NAME = "provider_sessionid"
+CSRF_COOKIE_NAME = "provider_csrftoken"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # test users only
 
 OAUTH2_PROVIDER = {

@@ -259,3 +259,15 @@ def test_a_provider_that_does_not_answer_is_a_page_not_a_500(sso, settings):
     response = sign_in(Client(), sso, "bea")
     assert response.status_code == 502
     assert "Test IdP did not answer" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_name_already_linked_to_another_provider_login_is_refused(sso):
+    other = make_user("cleo", Role.ADMIN)
+    ExternalIdentity.objects.create(user=other, issuer=sso.issuer, subject="another-subject")
+    sso.user("cleo", groups=["staff"])
+    portal = Client()
+    response = sign_in(portal, sso, "cleo")
+    assert response.status_code == 403
+    assert "belongs to another Test IdP login" in response.content.decode()
+    assert "_auth_user_id" not in portal.session and user_role(User.objects.get(pk=other.pk)) is Role.ADMIN
