@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import SuspiciousOperation
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -134,14 +134,20 @@ class ProviderBackend(OIDCAuthenticationBackend):
         claims = self.get_userinfo(access_token, id_token, payload)
         issuer, subject = str(payload.get("iss") or settings.OIDC_ISSUER), str(payload["sub"])
         try:
-            with transaction.atomic():
-                identity = ExternalIdentity.objects.select_related("user").filter(
-                    issuer=issuer, subject=subject).first()
-                user = identity.user if identity else first_sign_in(issuer, subject, claims)
-                ExternalIdentity.objects.filter(user=user).update(last_login_at=timezone.now())
-                if user.is_active:
-                    apply_provider_groups(user, claims)
+            try:
+                return self._sign_in(issuer, subject, claims)
+            except IntegrityError:  # the same person's first sign-in in two tabs at once: the other won
+                return self._sign_in(issuer, subject, claims)
         except SignInRefused as exc:
             self.request.oidc_refusal = str(exc)
             raise
+
+    @staticmethod
+    @transaction.atomic
+    def _sign_in(issuer: str, subject: str, claims: dict[str, Any]) -> User:
+        identity = ExternalIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject).first()
+        user = identity.user if identity else first_sign_in(issuer, subject, claims)
+        ExternalIdentity.objects.filter(user=user).update(last_login_at=timezone.now())
+        if user.is_active:
+            apply_provider_groups(user, claims)
         return user
