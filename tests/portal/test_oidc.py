@@ -271,3 +271,13 @@ def test_a_name_already_linked_to_another_provider_login_is_refused(sso):
     assert response.status_code == 403
     assert "belongs to another Test IdP login" in response.content.decode()
     assert "_auth_user_id" not in portal.session and user_role(User.objects.get(pk=other.pk)) is Role.ADMIN
+
+
+@pytest.mark.django_db
+def test_an_id_token_from_another_issuer_is_refused(sso, settings):
+    sso.user("dina", groups=["staff"])
+    settings.OIDC_ISSUER = "https://another-idp.example.com/o"
+    portal = Client()
+    response = sign_in(portal, sso, "dina")
+    assert response.status_code == 400
+    assert "_auth_user_id" not in portal.session and not User.objects.filter(username="dina").exists()
