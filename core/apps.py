@@ -28,9 +28,14 @@ class CoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.conf import settings
         from django.core import checks
 
         from core.checks import unknown_environment_variables
+        from core.oidc_map import parse_group_map
+
+        # A bad group map stops every process at start-up, naming the entry and the rule.
+        parse_group_map(settings.OIDC_GROUP_MAP)
 
         checks.register(unknown_environment_variables)
         user_logged_out.connect(announce_logout, dispatch_uid="core.announce_logout")

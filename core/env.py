@@ -6,6 +6,7 @@ that is no longer a setting) from one that is read."""
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
@@ -106,6 +107,31 @@ def env_time_zone(name: str, default: str) -> str:
     except (ZoneInfoNotFoundError, ValueError):
         raise ImproperlyConfigured(f"{name}: must be an IANA time zone such as Europe/Berlin or UTC; "
                                    f"got {value!r}") from None
+    return value
+
+
+def env_json_object(name: str, file_name: str) -> dict[str, object]:
+    """A JSON object, given inline in `name` or in the file that `file_name` names (not both);
+    {} when neither is set."""
+    inline, path = env_str(name, ""), env_str(file_name, "")
+    if inline and path:
+        raise ImproperlyConfigured(f"{name}, {file_name}: set one of them, not both")
+    where, text = name, inline
+    if path:
+        where = f"{file_name} ({path})"
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{where}: cannot be read: {exc.strerror}") from None
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{where}: must be a JSON object; not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{where}: must be a JSON object; got a {type(value).__name__}")
     return value
 
 

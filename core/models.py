@@ -75,3 +75,22 @@ class PersonalAccessToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class ExternalIdentity(models.Model):
+    """A portal account signed in through the company's identity provider (OpenID Connect):
+    the provider's issuer and subject (`sub`, stable for the person) find the account at every
+    sign-in, so a changed e-mail or user name at the provider never moves a login to another
+    account (docs/guide-admin.md, "Single sign-on")."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identity")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="external_identity_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

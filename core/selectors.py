@@ -7,7 +7,7 @@ from core.models import AuditEvent
 
 
 def user_list() -> QuerySet[User]:
-    return User.objects.prefetch_related("groups").order_by("-is_active", "username")
+    return User.objects.select_related("external_identity").prefetch_related("groups").order_by("-is_active", "username")
 
 
 def user_audit_events(limit: int = 30) -> QuerySet[AuditEvent]:

@@ -18,6 +18,7 @@ from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
 
 from core.audit import audit_record
 from core.broadcast import announce_access_change
+from core.models import ExternalIdentity
 from core.roles import ROLE_CAPABILITIES, Role, UserLike, ensure_role_groups, forget_role, user_role
 
 
@@ -101,14 +102,19 @@ def _guard_last_admin(*, actor: UserLike | None, user: User, losing_admin: bool)
 
 
 @transaction.atomic
-def user_set_role(*, actor: UserLike | None, user: User, role: Role | None) -> User:
+def user_set_role(*, actor: UserLike | None, user: User, role: Role | None, system_name: str = "system",
+                  keep_last_admin: bool = True) -> User:
+    """`keep_last_admin=False` when the identity provider decides (portal.oidc, at each sign-in):
+    its groups are the truth for its accounts, and local break-glass admins stay."""
     before = user_snapshot(user)
     current = user_role(user)
     if current == role:
         return user
-    _guard_last_admin(actor=actor, user=user, losing_admin=current is Role.ADMIN and user.is_active)
+    if keep_last_admin:
+        _guard_last_admin(actor=actor, user=user, losing_admin=current is Role.ADMIN and user.is_active)
     _set_role_groups(user, role)
-    audit_record(actor=actor, action="user.role", obj=user, before=before, after=user_snapshot(user))
+    audit_record(actor=actor, action="user.role", obj=user, before=before, after=user_snapshot(user),
+                 system_name=system_name)
     transaction.on_commit(lambda: announce_access_change(user.pk))
     return user
 
@@ -134,6 +140,9 @@ def user_new_invite(*, actor: UserLike | None, user: User) -> str:
     """A fresh set-password link for a user who has not set one yet."""
     if user.has_usable_password():
         raise ValidationError({"user": f"{user.get_username()} has already set a password."})
+    if ExternalIdentity.objects.filter(user=user).exists():
+        raise ValidationError({"user": f"{user.get_username()} signs in through the identity provider: "
+                                       "no local password to set."})
     audit_record(actor=actor, action="user.invite", obj=user)
     return user_invite_path(user)
 

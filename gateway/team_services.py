@@ -89,6 +89,27 @@ def team_update(*, actor: UserLike, team: Team, name: str | None = None, allowed
     return team
 
 
+def team_memberships_sync(*, user: User, wanted: set[str], managed: set[str],
+                          system_name: str) -> list[str]:
+    """Make the user a member of exactly the `wanted` teams among the `managed` ones (names;
+    teams outside `managed` are left as admins set them). Each team changed is audited as
+    team_update audits it, by `system_name`. Returns the managed names that name no team."""
+    teams = {team.name: team for team in Team.objects.filter(name__in=managed)}
+    with transaction.atomic():
+        for name, team in sorted(teams.items()):
+            member = team.members.filter(pk=user.pk).exists()
+            if member == (name in wanted):
+                continue
+            before = _team_snapshot(team)
+            if member:
+                team.members.remove(user)
+            else:
+                team.members.add(user)
+            audit_record(actor=None, action="team.update", obj=team, before=before, after=_team_snapshot(team),
+                         system_name=system_name)
+    return sorted(managed - set(teams))
+
+
 def _budget_snapshot(budget: Budget) -> dict[str, object]:
     return {"period": budget.period, "prompt_tokens": budget.prompt_tokens,
             "completion_tokens": budget.completion_tokens, "total_tokens": budget.total_tokens}

@@ -18,6 +18,7 @@ from core.env import (
     env_bool,
     env_float,
     env_int,
+    env_json_object,
     env_list,
     env_str,
     env_time_zone,
@@ -26,7 +27,7 @@ from core.env import (
     unknown_variables,
 )
 from portal.tuning import *  # noqa: F403  (the internal constants are settings too: code reads settings.X)
-from portal.tuning import JOBS_REAPER_INTERVAL_S
+from portal.tuning import JOBS_REAPER_INTERVAL_S, OIDC_HTTP_TIMEOUT_S
 
 django_stubs_ext.monkeypatch()  # lets admin.ModelAdmin[Model] etc. run as written for mypy
 
@@ -147,6 +148,47 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- sign-in with the company's identity provider --- (OpenID Connect, portal.oidc; off while
+# PORTAL_OIDC_CLIENT_ID is empty). Endpoints as the provider's /.well-known/openid-configuration
+# lists them; the client secret is read here only and never logged.
+OIDC_ENABLED = bool(env_str("PORTAL_OIDC_CLIENT_ID", ""))
+OIDC_PROVIDER_NAME = env_str("PORTAL_OIDC_PROVIDER_NAME", "your company account")
+OIDC_RP_CLIENT_ID = env_str("PORTAL_OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("PORTAL_OIDC_CLIENT_SECRET", "")
+OIDC_ISSUER = env_str("PORTAL_OIDC_ISSUER", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("PORTAL_OIDC_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("PORTAL_OIDC_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("PORTAL_OIDC_USERINFO_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("PORTAL_OIDC_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = env_str("PORTAL_OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env_str("PORTAL_OIDC_SCOPES", "openid email profile")
+OIDC_GROUPS_CLAIM = env_str("PORTAL_OIDC_GROUPS_CLAIM", "groups")
+OIDC_USERNAME_CLAIM = env_str("PORTAL_OIDC_USERNAME_CLAIM", "preferred_username")
+# {"roles": {group: role}, "teams": {group: [team, ...]}} (core.oidc_map; checked at start-up).
+OIDC_GROUP_MAP = env_json_object("PORTAL_OIDC_GROUP_MAP", "PORTAL_OIDC_GROUP_MAP_FILE")
+# A first sign-in whose user name is a local account's: refused, unless this is on and the
+# provider vouches for the same e-mail (email_verified); never a superuser (break-glass stays local).
+OIDC_LINK_LOCAL_ACCOUNTS = env_bool("PORTAL_OIDC_LINK_LOCAL_ACCOUNTS", False)
+# Local passwords for superusers only (break-glass) once single sign-on is on.
+OIDC_LOCAL_LOGIN_SUPERUSERS_ONLY = env_bool("PORTAL_OIDC_LOCAL_LOGIN_SUPERUSERS_ONLY", False)
+if OIDC_ENABLED:
+    from django.core.exceptions import ImproperlyConfigured
+
+    for _name, _value in [("CLIENT_SECRET", OIDC_RP_CLIENT_SECRET), ("ISSUER", OIDC_ISSUER),
+                          ("AUTHORIZATION_ENDPOINT", OIDC_OP_AUTHORIZATION_ENDPOINT),
+                          ("TOKEN_ENDPOINT", OIDC_OP_TOKEN_ENDPOINT), ("USERINFO_ENDPOINT", OIDC_OP_USER_ENDPOINT),
+                          ("JWKS_ENDPOINT", OIDC_OP_JWKS_ENDPOINT)]:
+        if not _value:
+            raise ImproperlyConfigured(f"PORTAL_OIDC_{_name}: required when PORTAL_OIDC_CLIENT_ID is set")
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_TIMEOUT = OIDC_HTTP_TIMEOUT_S
+OIDC_CREATE_USER = True
+OIDC_CALLBACK_CLASS = "portal.oidc_views.Callback"
+OIDC_AUTHENTICATE_CLASS = "portal.oidc_views.Authenticate"
+LOGIN_REDIRECT_URL_FAILURE = "login"
+AUTHENTICATION_BACKENDS = ["core.auth.LocalBackend", "portal.oidc.ProviderBackend"]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -145,3 +145,6 @@ GUARDIAN_CANARY_TIMEOUT_S = 3.0
 GUARDIAN_MEMORY_INTERVAL_S = 1.0
 # The lane page flags a budget whose node reports more memory in use than it counts by more than this.
 LANES_BUDGET_MARGIN_GIB = 4.0
+# Sign-in with OpenID Connect (portal.oidc): the timeout (s) of each call to the provider (token,
+# userinfo, JWKS), so a hung provider fails the sign-in instead of holding a web worker.
+OIDC_HTTP_TIMEOUT_S = 10.0

@@ -9,7 +9,7 @@ from jobs.api import router as jobs_router
 from jobs.weights.api import router as model_files_router
 from lanes.api import router as lanes_router
 from metrics.api import router as metrics_router
-from portal import views
+from portal import oidc_views, views
 
 handler400 = "portal.views.bad_request"
 api = build_api([lanes_router, jobs_router, model_files_router, gateway_router, metrics_router, benchmarks_router])
@@ -17,7 +17,9 @@ api = build_api([lanes_router, jobs_router, model_files_router, gateway_router, 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("healthz", views.healthz, name="healthz"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", oidc_views.Login.as_view(), name="login"),
+    path("oidc/authenticate/", oidc_views.Authenticate.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", oidc_views.Callback.as_view(), name="oidc_authentication_callback"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("core.urls")),
     path("admin/", admin.site.urls),

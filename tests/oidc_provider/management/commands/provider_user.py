@@ -1,0 +1,24 @@
+"""Create or change one of the provider's users: password, e-mail and exactly these groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("username")
+        parser.add_argument("--password", required=True)
+        parser.add_argument("--email", default="")
+        parser.add_argument("--groups", default="", help="comma-separated; empty = none")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        user, _ = User.objects.get_or_create(username=options["username"])
+        user.email = options["email"]
+        user.set_password(options["password"])
+        user.save()
+        names = [name for name in options["groups"].split(",") if name]
+        user.groups.set([Group.objects.get_or_create(name=name)[0] for name in names])
