@@ -8,6 +8,7 @@ the median over the rounds of ours and GuideLLM's, and the difference (goal: wit
 Needs GuideLLM installed by perf/guidellm_setup.sh (var/guidellm/venv, var/guidellm/tokenizer).
 
     .venv/bin/python -m perf.guidellm_side_by_side [--rounds 3] [--requests 64] [--concurrency 1 4 8]
+        [--time-scale 0.25] [--show-requests 16]
 """
 
 from __future__ import annotations
@@ -73,10 +74,11 @@ def our_level(engine: EngineHandle, concurrency: int, requests: int, output_toke
                          output_tokens=output_tokens, timeout_s=600.0)
         async with level_client(concurrency, httpx.Timeout(600.0, connect=10.0)) as client:
             result = await run_level(client, Target("direct", engine.url, SERVED), plan, prompt_for)
-        return result.stats()
+        return {**result.stats(), "ttfts_ms": [record.ttft * 1000.0 for record in result.records if record.ok]}
 
     stats = asyncio.run(go())
     return {
+        "ttfts_ms": stats["ttfts_ms"],
         "ttft_p50_ms": stats["median_ttft_ms"], "tpot_p50_ms": stats["median_tpot_ms"],
         "e2e_p50_ms": stats["median_e2el_ms"], "output_tok_s": stats["output_throughput"],
         "req_s": stats["request_throughput"], "completed": stats["completed"], "failed": stats["failed"],
@@ -125,7 +127,11 @@ def guidellm_level(guidellm: Path, tokenizer: Path, engine: EngineHandle, concur
     def median(name: str) -> float:
         return float(metrics[name]["successful"]["median"])
 
+    requests_done = benchmark.get("requests", {}).get("successful", [])
+    in_send_order = sorted(requests_done, key=lambda request: request.get("request_start_time") or 0.0)
     return {
+        "ttfts_ms": [float(request["time_to_first_token_ms"]) for request in in_send_order
+                     if request.get("time_to_first_token_ms") is not None],
         "ttft_p50_ms": median("time_to_first_token_ms"), "tpot_p50_ms": median("inter_token_latency_ms"),
         "e2e_p50_ms": median("request_latency") * 1000.0,
         "output_tok_s": float(metrics["output_token_count"]["successful"]["total_sum"]) / duration,
@@ -161,6 +167,17 @@ def report(concurrency: int, ours: list[dict[str, Any]], theirs: list[dict[str, 
     return lines, met, len(FIGURES)
 
 
+def request_lines(concurrency: int, ours: list[dict[str, Any]], theirs: list[dict[str, Any]], count: int) -> list[str]:
+    """Each round's first TTFTs in send order, both clients: whether their streams keep in
+    step (waves of one prefill alone and C - 1 behind it) or drift apart."""
+    lines = []
+    for index, (mine, other) in enumerate(zip(ours, theirs, strict=True)):
+        for name, row in (("ours", mine), ("GuideLLM", other)):
+            shown = " ".join(f"{value:.0f}" for value in row["ttfts_ms"][:count])
+            lines.append(f"  C={concurrency} round {index + 1} {name:8} TTFT ms in send order: {shown}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=3)
@@ -171,6 +188,8 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=0.25)
     parser.add_argument("--guidellm", type=Path, default=GUIDELLM)
     parser.add_argument("--tokenizer", type=Path, default=TOKENIZER)
+    parser.add_argument("--show-requests", type=int, default=0, metavar="N",
+                        help="print each round's first N TTFTs in send order, ours and GuideLLM's")
     args = parser.parse_args()
     if not args.guidellm.exists() or not (args.tokenizer / "tokenizer.json").exists():
         parser.error(f"--guidellm {args.guidellm} or --tokenizer {args.tokenizer} is missing: "
@@ -209,6 +228,8 @@ def main() -> None:
         lines, ok, count = report(concurrency, ours[concurrency], theirs[concurrency])
         met, total = met + ok, total + count
         print("\n".join(lines))
+        if args.show_requests:
+            print("\n".join(request_lines(concurrency, ours[concurrency], theirs[concurrency], args.show_requests)))
     print(f"{met} of {total} figures within {GOAL_SHARE:.0%}")
     print(DEFINITIONS)
 
