@@ -107,12 +107,13 @@ async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[
 
             async def prompt_for(index: int) -> str:
                 # A fresh tag in front of every prompt: no request shares a cached block. A
-                # replayed request: synthetic text of its recorded length (warm-up: the run's),
-                # the turns of one conversation cut from one text (filler_text extends a tag's
-                # text), so they share its beginning as the real turns did.
+                # replayed request: its stored prompt, or synthetic text of its recorded length
+                # (warm-up: the run's), the turns of one conversation cut from one text
+                # (filler_text extends a tag's text), so they share its beginning as the real
+                # turns did.
                 if trace is not None and index >= 0:
-                    return filler_text(trace.prompt_tokens[index], f"{run_tag}-{level.position}-{trace.prompt_tag(index)}",
-                                       ratio)
+                    return trace.text(index) or filler_text(
+                        trace.prompt_tokens[index], f"{run_tag}-{level.position}-{trace.prompt_tag(index)}", ratio)
                 return filler_text(tokens, f"{run_tag}-{level.position}-{index}", ratio)
 
         before = await _scrape(client, direct.base_url)
@@ -255,7 +256,8 @@ def _replay_logged(ctx: JobContext, params: dict[str, Any]) -> Trace | None:
     ctx.log(f"replaying {len(trace)} requests logged from {replay['since']} to {replay['until']}"
             + (f" on lane {replay['lane']}" if replay.get("lane") else "")
             + f" at {replay['speed']:g}x their pace ({trace.skipped} rows of the window skipped: failed, or "
-              f"without an arrival time or token counts); each prompt is synthetic text of its recorded "
+              f"without an arrival time or token counts); {trace.stored_count} prompts sent again as stored "
+              f"(keys that store prompts, secrets redacted), the others synthetic text of their recorded "
               f"length, the turns of each of the {trace.conversation_count} conversations sharing one text's "
               "beginning as they shared their first messages; each answer its recorded output tokens")
     return trace

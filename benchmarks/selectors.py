@@ -16,6 +16,9 @@ from core.validators import INT64_MAX
 from gateway.models import RequestLog
 
 MAX_REPLAY_REQUESTS = 100_000
+# The stored prompts a replay holds in memory at most (characters); past it, the rest of the
+# window's requests are synthetic text of their recorded length.
+MAX_REPLAY_TEXT_CHARS = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,16 @@ class Trace:
     # the turns of one conversation share their prompt's beginning, so replayed they share a
     # synthetic prefix too, and the lane's prefix cache meets them as it met the real ones.
     conversations: tuple[str, ...] = ()
+    # Each request's stored prompt (keys that store prompts: secrets redacted; "" for none):
+    # sent again as it was, so shared prefixes are the real ones.
+    texts: tuple[str, ...] = ()
+
+    def text(self, index: int) -> str:
+        return self.texts[index] if index < len(self.texts) else ""
+
+    @property
+    def stored_count(self) -> int:
+        return sum(1 for text in self.texts if text)
 
     def prompt_tag(self, index: int) -> str:
         """What request `index`'s synthetic prompt starts from: its conversation's, or its own."""
@@ -63,18 +76,35 @@ def replay_trace(replay: dict[str, Any]) -> Trace:
     rows = _replay_rows(replay)
     usable = rows.filter(status=200, prompt_tokens__gt=0, completion_tokens__gt=0)
     picked = list(usable.order_by("received_at", "id")
-                  .values_list("received_at", "prompt_tokens", "completion_tokens", "conversation")
+                  .values_list("received_at", "prompt_tokens", "completion_tokens", "conversation", "id")
                   [:MAX_REPLAY_REQUESTS + 1])
     until = datetime.fromisoformat(replay["until"])
     unplaced = RequestLog.objects.filter(created_at__gte=since, created_at__lt=until, received_at__isnull=True)
     if replay.get("lane"):
         unplaced = unplaced.filter(lane=replay["lane"])
     skipped = rows.count() - usable.count() + unplaced.count()
-    kept = [(at, prompt, output, conversation or "") for at, prompt, output, conversation in picked
+    kept = [(at, prompt, output, conversation or "", row_id) for at, prompt, output, conversation, row_id in picked
             if at is not None and prompt and output]
-    return Trace(tuple((at - since).total_seconds() / speed for at, _, _, _ in kept),
-                 tuple(prompt for _, prompt, _, _ in kept), tuple(output for _, _, output, _ in kept), skipped,
-                 tuple(conversation for _, _, _, conversation in kept))
+    stored = _stored_prompts([row_id for *_, row_id in kept])
+    return Trace(tuple((at - since).total_seconds() / speed for at, *_ in kept),
+                 tuple(prompt for _, prompt, *_ in kept), tuple(output for _, _, output, *_ in kept), skipped,
+                 tuple(conversation for _, _, _, conversation, _ in kept),
+                 tuple(stored.get(row_id, "") for *_, row_id in kept))
+
+
+def _stored_prompts(row_ids: list[int]) -> dict[int, str]:
+    """The rows' stored prompts (only keys that store prompts have any), in arrival order up
+    to MAX_REPLAY_TEXT_CHARS in all."""
+    order = {row_id: position for position, row_id in enumerate(row_ids)}
+    texts: dict[int, str] = {}
+    held = 0
+    rows = RequestLog.objects.filter(id__in=row_ids).exclude(prompt_text="").values_list("id", "prompt_text")
+    for row_id, text in sorted(rows.iterator(chunk_size=500), key=lambda row: order[row[0]]):
+        held += len(text)
+        if held > MAX_REPLAY_TEXT_CHARS:
+            break
+        texts[row_id] = text
+    return texts
 
 
 def run_list() -> QuerySet[BenchmarkRun]:

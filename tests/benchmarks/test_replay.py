@@ -137,7 +137,7 @@ def test_a_replay_job_runs_the_window_on_each_target_with_goodput_and_slices(
     assert exported["goodput_share"] == 1.0 and exported["median_ttft_from_schedule_ms"] >= exported["median_ttft_ms"]
     assert exported["request_rate"] == pytest.approx(stats["scheduled_request_rate"]) and exported["max_concurrency"] is None
     log = "\n".join(JobLogLine.objects.filter(job=run.job).values_list("text", flat=True))
-    assert f"replaying {len(ARRIVALS)} requests" in log and "synthetic text of its recorded length" in log
+    assert f"replaying {len(ARRIVALS)} requests" in log and "synthetic text of their recorded length" in log
 
 
 def test_a_replay_of_an_empty_or_bad_window_is_refused_naming_the_field(bench_lane: Lane, admin_user: User,
@@ -186,3 +186,26 @@ def test_a_replayed_conversations_turns_share_a_prefix_as_the_real_ones_did(
     alone = start_and_run(bench_lane, admin_user, dispatched, replay=window)
     (level,) = BenchmarkLevel.objects.filter(run=alone)
     assert (level.metrics["prefix_cache_hit_rate"] or 0.0) < 0.05, level.metrics
+
+
+def test_a_replay_sends_stored_prompts_again_as_they_were(bench_lane: Lane, admin_user: User,
+                                                          dispatched: list[int]) -> None:
+    """Requests of keys that store prompts are sent again with their stored text, so the prefix
+    they share is the real one (here two agents' requests with one long system prompt and no
+    conversation digest in common); the others stay synthetic."""
+    system = "You are the repository's review agent. " * 60
+    for index, (text, prompt) in enumerate(((system + "Review file a.py", 500), (system + "Review file b.py", 500),
+                                            ("", 300))):
+        received = SINCE + timedelta(seconds=0.3 * index)
+        RequestLog.objects.create(request_id=f"stored{index}", endpoint="chat.completions", lane="qwen", status=200,
+                                  prompt_tokens=prompt, completion_tokens=2, latency_ms=5.0, received_at=received,
+                                  created_at=received, prompt_text=text)
+    window = {"since": SINCE.isoformat(), "until": (SINCE + timedelta(seconds=2)).isoformat(), "lane": "qwen",
+              "speed": 1.0}
+    trace = replay_trace(window)
+    assert trace.stored_count == 2 and trace.text(0).endswith("a.py") and trace.text(2) == ""
+    run = start_and_run(bench_lane, admin_user, dispatched, replay=window)
+    (level,) = BenchmarkLevel.objects.filter(run=run)
+    assert (level.metrics["prefix_cache_hit_rate"] or 0.0) > 0.2, level.metrics  # b.py found a.py's blocks
+    log = "\n".join(JobLogLine.objects.filter(job=run.job).values_list("text", flat=True))
+    assert "2 prompts sent again as stored" in log
