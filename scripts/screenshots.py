@@ -7,7 +7,7 @@ drift), adds a team lead, a viewer, an invited user and a team, then photographs
 differ for a team lead or a viewer as them. Each PNG is reduced to a 256-colour palette
 (Pillow), so the tour stays small.
 
-    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--only lane,job]
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--tour docs/tour.md] [--only lane,job]
 
 Environment: CHROMIUM (default /usr/bin/chromium, Debian's package). The demo's simulated
 Sparks use 127.0.0.11-13, as `make run` does: stop a running demo first.
@@ -220,9 +220,38 @@ def tour(page: Page, base: str, out: Path, fill: dict[str, str], names: list[str
     return missing
 
 
+def write_tour(path: Path, shots: Path) -> None:
+    """docs/tour.md: every picture the tour took, in TOUR's order (written from the list, so
+    the page and the pictures never drift apart)."""
+    rel = os.path.relpath(shots, path.parent)
+    lines = ["# A tour of the pages", "",
+             "Every page of the portal, from the demo, on a desktop (1366×900) and a phone (390×844), as the",
+             "admin; the pages that differ for a team lead or a viewer follow as them. Taken by",
+             "`.venv/bin/python scripts/screenshots.py` (it starts the demo in a scratch directory, launches",
+             "qwen, runs two benchmark sweeps, saves a second revision, adds a team lead, a viewer, an",
+             "invited user and a team, then visits each page; this file is written from its list). What",
+             "each role may do: [guide-viewer.md](guide-viewer.md), [guide-team-lead.md](guide-team-lead.md),",
+             "[guide-admin.md](guide-admin.md).", ""]
+    titles = {name: title for name, title, _ in TOUR}
+    sections = [("", "admin")] + [(f"-{role}", role.replace("lead", "team lead")) for role in AS_ROLE]
+    for suffix, who in sections:
+        names = [n for n, _, _ in TOUR if (shots / f"{n}{suffix}-desktop.png").exists()]
+        if not names:
+            continue
+        lines += [f"## As {'the' if who == 'admin' else 'a'} {who}", "", "| page | desktop | phone |", "|---|---|---|"]
+        for name in names:
+            cells = [f"![{titles[name]}{' on a phone' if size == 'phone' else ''}]({rel}/{name}{suffix}-{size}.png)"
+                     for size in SIZES]
+            lines.append(f"| {titles[name]} | {' | '.join(cells)} |")
+        lines.append("")
+    path.write_text("\n".join(lines))
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument("--tour", type=Path, default=ROOT / "docs" / "tour.md", help="the tour page written (not with --only)")
     parser.add_argument("--only", default="", help="comma-separated names from TOUR (default: every page)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -260,6 +289,8 @@ def main() -> int:
             stop_demo(proc)
     if missing:
         print("not found in the demo (no picture): " + ", ".join(missing))
+    if not args.only:
+        write_tour(args.tour, args.out)
     return 0
 
 

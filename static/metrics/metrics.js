@@ -53,7 +53,10 @@ window.SparkMetrics = (function () {
                          degraded: "degraded", recovered: "recovered", alert: "alert", resolved: "resolved" };
   function pixelAt(chart, t) {
     const times = chart.$times || [], x = chart.scales.x;
-    if (!times.length || t < times[0] - 1000) return null;
+    if (!times.length) return null;
+    // The axis has a slot per point: an event of the window before the first point (or after
+    // the last) is drawn at that end, its tooltip giving its own time.
+    if (t <= times[0]) return x.getPixelForValue(0);
     let i = times.length - 1;
     if (t >= times[i]) return times.length === 1 ? x.getPixelForValue(0) : Math.min(x.getPixelForValue(i), chart.chartArea.right);
     let lo = 0;
