@@ -1,13 +1,16 @@
 // The job log's live filter: narrows the lines on screen (the tail the page keeps) to those
 // that match, by text (case-insensitive) or by a JavaScript regex, while the log keeps
 // following: a line that arrives is filtered as it is drawn, and clearing the box shows every
-// line, those that arrived meanwhile included. A regex that could freeze the page is refused
-// before it runs: longer than MAX_PATTERN, or a repeated group that itself repeats or
-// alternates ((a+)+, (a|ab)*: the shapes that backtrack exponentially); and a filter that
-// spends more than BUDGET_MS on one batch of lines switches itself off and says why.
+// line, those that arrived meanwhile included. A regex is refused before it runs when longer
+// than MAX_PATTERN or when it repeats a group that itself repeats or alternates ((a+)+,
+// (a|ab)*: the shapes that backtrack exponentially); the rest runs in a worker
+// (log_filter_worker.js), never on the page's thread: a batch it has not answered within
+// WORKER_BUDGET_MS ends the worker and switches the filter off, saying why — the page never
+// freezes.
 window.LogFilter = (function () {
+  const WORKER_URL = document.currentScript.dataset.worker;
   const MAX_PATTERN = 200;
-  const BUDGET_MS = 250;
+  const WORKER_BUDGET_MS = 3000;  // generous: the page never waits for it, only the filtered lines do
   const MAX_MARKS = 50;  // highlighted matches per line
 
   // The first reason a pattern is refused, or "" (a small scan of the pattern: escapes,
@@ -43,22 +46,8 @@ window.LogFilter = (function () {
     return "";
   }
 
-  // [start, end) of each match in a text (at most MAX_MARKS), or null when none.
-  function matcher(term, isRegex) {
-    if (isRegex) {
-      const re = new RegExp(term, "gi");
-      return function (text) {
-        const spans = [];
-        let matched = false, m;
-        re.lastIndex = 0;
-        while (spans.length < MAX_MARKS && re.lastIndex <= text.length && (m = re.exec(text)) !== null) {
-          matched = true;
-          if (m[0].length === 0) { re.lastIndex++; continue; }  // an empty match (^, x*): the line matches, nothing to mark
-          spans.push([m.index, m.index + m[0].length]);
-        }
-        return matched ? spans : null;
-      };
-    }
+  // [start, end) of each match of a text (at most MAX_MARKS), or null when none.
+  function textMatcher(term) {
     const needle = term.toLowerCase();
     return function (text) {
       const hay = text.toLowerCase(), spans = [];
@@ -82,59 +71,87 @@ window.LogFilter = (function () {
     div.replaceChildren(...parts);
   }
 
-  // view: the log box (one div[data-seq] a line); input, regexBox, status: the controls.
+  // view: the log box (one div[data-seq] a line); input, regexBox, status: the controls;
+  // onChange: called once lines were shown or hidden.
   function create(view, input, regexBox, status, onChange) {
-    let test = null;  // the active matcher, or null: every line shown
+    let mode = null, test = null, source = "";  // mode: null (every line shown), "text" or "regex"
+    let worker = null, batches = new Map(), batchId = 0, generation = 0, notice = "";
     function lines() { return view.querySelectorAll("div[data-seq]"); }
-    function reset(div) { div.classList.remove("filter-hit", "filter-out"); if (div.querySelector("mark")) div.textContent = div.textContent; }
-    function decorate(div) {
-      if (!test) return;
-      const spans = test(div.textContent);
-      if (spans) { div.classList.add("filter-hit"); mark(div, spans); } else div.classList.add("filter-out");
+    function reset(div) {
+      div.classList.remove("filter-hit", "filter-out", "filter-pending");
+      if (div.querySelector("mark")) div.textContent = div.textContent;
+    }
+    function show(div, spans) {
+      div.classList.remove("filter-pending");
+      if (spans) { div.classList.remove("filter-out"); div.classList.add("filter-hit"); mark(div, spans); } else div.classList.add("filter-out");
     }
     function count() {
-      if (!test) { status.textContent = ""; status.classList.remove("text-danger"); view.dataset.filter = ""; return; }
-      const total = view.querySelectorAll("div[data-seq]").length, hits = view.querySelectorAll("div.filter-hit").length;
-      status.classList.remove("text-danger");
+      // Off: the reason it was refused or switched off stays until the box changes.
+      status.classList.toggle("text-danger", !mode && notice !== "");
+      if (!mode) { status.textContent = notice; view.dataset.filter = ""; return; }
+      const total = lines().length, hits = view.querySelectorAll("div.filter-hit").length;
       status.textContent = hits.toLocaleString("en") + " of " + total.toLocaleString("en") + " line" + (total === 1 ? "" : "s") + " match";
       view.dataset.filter = "on";
     }
+    function stopWorker() {
+      batches.forEach(function (b) { clearTimeout(b.timer); });
+      batches.clear();
+      if (worker) { worker.terminate(); worker = null; }
+    }
     function off(message) {
-      test = null;
+      mode = null; test = null; generation++; notice = message || "";
+      stopWorker();
       lines().forEach(reset);
       count();
-      if (message) { status.textContent = message; status.classList.add("text-danger"); }
+      onChange();
     }
-    // Filters new rows (called by the log as it draws them); false when the filter switched off.
+    function answered(e) {
+      const batch = batches.get(e.data.id);
+      if (!batch) return;
+      batches.delete(e.data.id);
+      clearTimeout(batch.timer);
+      if (batch.generation !== generation) return;
+      batch.divs.forEach(function (div, i) { show(div, e.data.results[i]); });
+      count();
+      onChange();
+    }
+    // Regex: the batch is hidden until the worker answers (or the budget ends it).
+    function sendBatch(divs) {
+      if (!worker) { worker = new Worker(WORKER_URL); worker.onmessage = answered; }
+      divs.forEach(function (div) { div.classList.add("filter-out", "filter-pending"); });
+      const id = ++batchId;
+      batches.set(id, { divs: divs, generation: generation, timer: setTimeout(function () {
+        off("The regex took over " + WORKER_BUDGET_MS / 1000 + " s on " + divs.length + " line" + (divs.length === 1 ? "" : "s") +
+            " and was switched off (the page did not wait for it): try a simpler pattern, or plain text.");
+      }, WORKER_BUDGET_MS) });
+      worker.postMessage({ id: id, source: source, texts: divs.map(function (d) { return d.textContent; }), max: MAX_MARKS });
+    }
+    // Filters new rows (called by the log as it draws them).
     function decorateAll(divs) {
-      if (!test) return;
-      const started = performance.now();
-      for (const div of divs) {
-        decorate(div);
-        if (performance.now() - started > BUDGET_MS) {
-          off("The filter took over " + BUDGET_MS + " ms on " + divs.length + " lines and was switched off: try a simpler pattern.");
-          return;
-        }
-      }
+      if (!mode || !divs.length) return;
+      if (mode === "regex") { sendBatch(divs); return; }
+      for (const div of divs) show(div, test(div.textContent));
     }
     function apply() {
       const term = input.value;
+      generation++; notice = "";
+      stopWorker();
       lines().forEach(reset);
-      test = null;
+      mode = null;
+      input.removeAttribute("aria-invalid");
       if (!term) { count(); onChange(); return; }
       if (regexBox.checked) {
         const why = refusal(term);
-        if (why) { off(why); input.setAttribute("aria-invalid", "true"); onChange(); return; }
-      }
-      input.removeAttribute("aria-invalid");
-      test = matcher(term, regexBox.checked);
+        if (why) { off(why); input.setAttribute("aria-invalid", "true"); return; }
+        mode = "regex"; source = term;
+      } else { mode = "text"; test = textMatcher(term); }
       decorateAll(Array.from(lines()));
       count();
       onChange();
     }
     input.addEventListener("input", apply);
     regexBox.addEventListener("change", apply);
-    return { decorateAll: decorateAll, count: count, active: function () { return test !== null; } };
+    return { decorateAll: decorateAll, count: count, active: function () { return mode !== null; } };
   }
   return { create: create, refusal: refusal };
 })();
