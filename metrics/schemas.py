@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ninja import Schema
+from ninja import Field, Schema
 
-# The keys of metrics.selectors.CHART_RANGES (a test checks they agree).
+# The keys of metrics.charts.CHART_RANGES (a test checks they agree).
 ChartRangeKey = Literal["15m", "6h", "7d"]
 
 
@@ -16,9 +16,38 @@ class SeriesPointOut(Schema):
     v: dict[str, Any]  # every series of the target at that instant (the chart's labels: SERIES_LABELS)
 
 
+class ChartEventOut(Schema):
+    """An annotation: what happened at `t` (metrics.annotations)."""
+
+    t: str  # ISO 8601, UTC
+    type: Literal["launch", "stop", "restart", "guardian_restart", "degraded", "recovered", "alert", "resolved"]
+    label: str
+    href: str  # the job's or the alerts' page, or ""
+
+
 class SeriesOut(Schema):
-    range: ChartRangeKey
+    range: ChartRangeKey | Literal["custom"]
+    from_: str = Field(..., alias="from")  # the window, ISO 8601
+    to: str
+    bucket_s: int  # 0: raw samples (one a scrape); 60 or 3600: per-minute or per-hour means
     points: list[SeriesPointOut]
+    events: list[ChartEventOut]
+
+
+class TrafficPointOut(Schema):
+    t: str
+    requests: int
+    errors: int
+    max_latency_ms: float | None
+
+
+class TrafficOut(Schema):
+    range: Literal["1h", "custom"]
+    from_: str = Field(..., alias="from")
+    to: str
+    bucket_s: int  # 60 or 3600
+    points: list[TrafficPointOut]
+    events: list[ChartEventOut]
 
 
 class TotalsOut(Schema):

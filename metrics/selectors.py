@@ -1,5 +1,5 @@
-"""Read side: chart series (the right tier for the range, one indexed query), dashboard
-cards and sparklines, gateway figures, usage per key and lane (per period, and the last
+"""Read side: the charts' series labels, dashboard cards and sparklines (chart data itself:
+metrics.charts), gateway figures, usage per key and lane (per period, and the last
 hours' totals). The request log's filters are the gateway's (gateway.selectors)."""
 
 from __future__ import annotations
@@ -11,22 +11,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Q, QuerySet, Sum
-from django.db.models.functions import TruncDay, TruncMinute, TruncMonth, TruncWeek
+from django.db.models import F, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
 from core.stats import percentile_nearest_rank
 from gateway.models import RequestLog
 from lanes.models import Lane, Node
 from metrics.alerts import alert_payload
+from metrics.charts import gateway_traffic
 from metrics.models import (
     LATENCY_BUCKETS_MS,
     Alert,
     AlertState,
     GatewayDay,
     Sample,
-    SampleHour,
-    SampleMinute,
     ScrapeTarget,
     UsageDay,
     UsageHour,
@@ -40,24 +39,6 @@ from metrics.storage import (
     log_ttft_buckets,
     request_log_aggregates,
 )
-
-
-@dataclass(frozen=True)
-class ChartRange:
-    key: str
-    label: str
-    span: timedelta
-    model: type[Sample | SampleMinute | SampleHour]
-
-
-CHART_RANGES = {
-    r.key: r
-    for r in (
-        ChartRange("15m", "15 min", timedelta(minutes=15), Sample),
-        ChartRange("6h", "6 h", timedelta(hours=6), SampleMinute),
-        ChartRange("7d", "7 days", timedelta(days=7), SampleHour),
-    )
-}
 
 LANE_CHARTS = (
     ("Tokens/s", ("gen_tps", "prompt_tps")),
@@ -83,18 +64,6 @@ SERIES_LABELS = {
 }
 # The one series each dashboard card's sparkline draws.
 SPARKLINE_SERIES = {"lane": "gen_tps", "node": "mem_avail_gib"}
-
-
-def chart_series(kind: str, target: str, range_key: str, *, now: datetime | None = None) -> dict[str, Any]:
-    """Every series of one target over the range: one range scan on the primary key."""
-    chart_range = CHART_RANGES[range_key]
-    now = now or timezone.now()
-    rows = (
-        chart_range.model._default_manager.filter(kind=kind, target=target, ts__gte=now - chart_range.span)
-        .order_by("ts")
-        .values_list("ts", "values")
-    )
-    return {"range": range_key, "points": [{"t": ts.isoformat(), "v": values} for ts, values in rows]}
 
 
 def sparklines(kind: str, *, minutes: int = 5, now: datetime | None = None) -> dict[str, list[list[Any]]]:
@@ -167,21 +136,6 @@ def gateway_live(*, minutes: int = 5, now: datetime | None = None) -> dict[str, 
         # The last two minutes per minute: the gateway page's traffic chart follows each tick.
         "traffic": gateway_traffic(minutes=2, now=now),
     }
-
-
-def gateway_traffic(*, minutes: int = 60, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Requests, errors and the slowest request per minute: one aggregate in the database."""
-    now = now or timezone.now()
-    rows = (
-        RequestLog.objects.filter(created_at__gte=now - timedelta(minutes=minutes))
-        .annotate(minute=TruncMinute("created_at"))
-        .order_by()
-        .values("minute")
-        .annotate(requests=Count("id"), errors=Count("id", filter=Q(status__gte=400)), slowest=Max("latency_ms"))
-        .order_by("minute")
-    )
-    return [{"t": row["minute"].isoformat(), "requests": row["requests"], "errors": row["errors"],
-             "max_latency_ms": row["slowest"]} for row in rows]
 
 
 @dataclass(frozen=True)

@@ -23,19 +23,18 @@ from gateway.models import ApiKey, RequestLog, Team
 from gateway.selectors import request_log_list
 from lanes.models import Lane, Node
 from metrics.alerts import alert_acknowledge, thresholds_from_settings
+from metrics.charts import CHART_RANGES, gateway_chart
 from metrics.exposition import render_metrics
 from metrics.forms import RequestLogFilterForm, UsageForm
 from metrics.models import Alert, AlertState, TargetKind
 from metrics.rules import RULE_LABELS, rule_table
 from metrics.selectors import (
-    CHART_RANGES,
     GATEWAY_RANGES,
     LANE_CHARTS,
     NODE_CHARTS,
     SERIES_LABELS,
     gateway_live,
     gateway_summary,
-    gateway_traffic,
     usage_table,
 )
 
@@ -84,7 +83,7 @@ def gateway_page(request: HttpRequest) -> HttpResponse:
     if range_key not in GATEWAY_RANGES:
         range_key = "24h"
     return render(request, "metrics/gateway.html", {
-        "live": gateway_live(), "summary": gateway_summary(range_key), "traffic": gateway_traffic(),
+        "live": gateway_live(), "summary": gateway_summary(range_key), "traffic": gateway_chart(),
         "ranges": list(GATEWAY_RANGES), "range": range_key,
     })
 

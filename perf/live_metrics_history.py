@@ -24,14 +24,13 @@ from core.roles import Role, ensure_role_groups
 from core.stats import percentile_nearest_rank
 from gateway.models import ApiKey, RequestLog
 from gateway.selectors import LogFilters, request_log_list
+from metrics.charts import chart_series, gateway_traffic
 from metrics.exposition import render_metrics
 from metrics.models import LATENCY_BUCKETS_MS, Sample
 from metrics.partitions import partition_name
 from metrics.selectors import (
-    chart_series,
     gateway_live,
     gateway_summary,
-    gateway_traffic,
     sparklines,
     usage_table,
 )

@@ -1,12 +1,13 @@
-"""Screenshots for docs/guide-viewer.md, taken from the demo: starts the portal as `make run` does
-(web, worker, beat, a private Redis and SQLite in a scratch directory, the simulated
+"""The screenshot tour (docs/tour.md), taken from the demo: starts the portal as `make run`
+does (web, worker, beat, a private Redis and SQLite in a scratch directory, the simulated
 3-Spark cluster), launches qwen, runs two benchmark sweeps on it (direct and through the
 gateway, 1K- and 4K-token prompts), saves a new revision of it (so the lane page shows its
-drift), adds a team lead, a viewer and an invited user, then photographs the dashboard, the
-qwen lane, the launch job, the users page, a benchmark run and the two runs compared at
-1400×900 and 390×844 with Chromium.
+drift), adds a team lead, a viewer, an invited user and a team, then photographs every page
+(the list in TOUR) at 1366×900 and 390×844 with Chromium as the admin, and the pages that
+differ for a team lead or a viewer as them. Each PNG is reduced to a 256-colour palette
+(Pillow), so the tour stays small.
 
-    .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--tour docs/tour.md] [--only lane,job]
 
 Environment: CHROMIUM (default /usr/bin/chromium, Debian's package). The demo's simulated
 Sparks use 127.0.0.11-13, as `make run` does: stop a running demo first.
@@ -15,6 +16,7 @@ Sparks use 127.0.0.11-13, as `make run` does: stop a running demo first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -26,10 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
-SIZES = {"desktop": (1400, 900), "phone": (390, 844)}
+SIZES = {"desktop": (1366, 900), "phone": (390, 844)}
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync",
                  "--no-first-run", "--disable-quic"]
 
@@ -99,6 +103,11 @@ def prepare(page: Page, base: str) -> tuple[str, list[str]]:
         page.fill("#id_password", password)
         page.click("#user-create button[type=submit]")
         page.wait_for_selector(f"#users tr[data-user='{username}']")
+    page.goto(f"{base}/teams/")
+    page.fill("#team-form [name=name]", "agents")
+    page.select_option("#team-form [name=members]", label="lee")
+    with page.expect_navigation():
+        page.click("#team-form button[type=submit]")
     return job_url, runs
 
 
@@ -117,19 +126,136 @@ def start_sweep(page: Page, base: str, label: str, prompt_tokens: str) -> str:
     return url
 
 
-def shoot(page: Page, url: str, path: Path, ready: str) -> None:
-    page.goto(url)
-    page.wait_for_selector(ready, state="attached")
-    page.wait_for_timeout(700)  # let live updates settle (the indicator, the tail of the log)
-    page.screenshot(path=str(path))
+# The tour: (file name, what it shows, the page's path; "{job}", "{run_b}",
+# "{run_a_id}", "{run_b_id}" and "@<list path> <link selector>" (the first such link on that list) filled in at run time),
+# in the order docs/tour.md shows them.
+TOUR: list[tuple[str, str, str]] = [
+    ("login", "Sign in", "/accounts/login/"),
+    ("dashboard", "Dashboard", "/"),
+    ("lanes", "Lanes", "/lanes/"),
+    ("lane", "A lane (qwen: running r1, latest r2)", "/lanes/qwen/"),
+    ("lane-form", "A lane's edit form", "/lanes/qwen/edit/"),
+    ("lane-new", "A new lane", "/lanes/new/"),
+    ("nodes", "Nodes", "/nodes/"),
+    ("node", "A node", "/nodes/spark1/"),
+    ("node-form", "A node's edit form", "/nodes/spark1/edit/"),
+    ("jobs", "Jobs", "/jobs/"),
+    ("job", "The launch job", "{job}"),
+    ("lane-charts", "A lane's charts, with markers", "/monitor/lanes/qwen/"),
+    ("node-charts", "A node's charts", "/monitor/nodes/spark1/"),
+    ("alerts", "Alerts", "/monitor/alerts/"),
+    ("benchmarks", "Benchmarks", "/benchmarks/"),
+    ("benchmark", "A benchmark run (direct and through the gateway)", "{run_b}"),
+    ("compare", "Two runs compared (1K vs 4K prompts)", "/benchmarks/compare/?a={run_a_id}&b={run_b_id}"),
+    ("gateway-keys", "Gateway: API keys", "/gateway/"),
+    ("gateway-figures", "Gateway: figures, with markers", "/monitor/gateway/"),
+    ("usage", "Gateway: usage per key and lane", "/monitor/usage/"),
+    ("requests", "Gateway: the request log", "/monitor/requests/"),
+    ("request", "Gateway: one request", "@/monitor/requests/ #requests a[href^='/monitor/requests/']"),
+    ("mirror", "Gateway: mirror", "/gateway/mirror/"),
+    ("teams", "Teams", "/teams/"),
+    ("team", "A team", "@/teams/ #teams a[href^='/teams/']"),
+    ("routing", "Router: prototypes", "/routing/"),
+    ("prototype", "Router: a prototype", "@/routing/ a[href^='/routing/prototypes/'][href$='/']"),
+    ("eval-prompts", "Router: evaluation prompts", "/routing/eval/"),
+    ("playground", "Router: playground", "/routing/playground/"),
+    ("versions", "Router: versions", "/routing/versions/"),
+    ("version", "Router: a version", "@/routing/versions/ a[href^='/routing/versions/'][href$='/']"),
+    ("shadow", "Router: shadow", "/routing/shadow/"),
+    ("outcomes", "Router: outcomes", "/routing/outcomes/"),
+    ("replay", "Router: replay", "/routing/replay/"),
+    ("users", "Users", "/users/"),
+    ("api-docs", "The API's docs", "/api/docs"),
+]
+# Pages that differ for a team lead or a viewer (no actions, fewer tabs), shot as them too.
+AS_ROLE = {"lead": ("lee", "a-lead-passphrase-42", ["dashboard", "lane", "routing", "teams", "team"]),
+           "viewer": ("vic", "a-viewer-passphrase-42", ["dashboard", "lane", "job", "alerts"])}
+
+
+def settle(page: Page) -> None:
+    """Loaded, and a live page's socket open (its first state shown)."""
+    page.wait_for_load_state("load")
+    with contextlib.suppress(PlaywrightError):  # a page whose socket did not open is still worth its picture
+        page.wait_for_function("() => { const s = document.getElementById('live-status');"
+                               " return !s || !s.dataset.state || s.dataset.state === 'open'; }", timeout=15_000)
+    page.wait_for_timeout(700)  # let live updates settle (the indicator, the tail of the log, charts)
+
+
+def shrink(path: Path) -> None:
+    """A 256-colour palette PNG: a third of the size or less for pages of flat colours and text."""
+    with Image.open(path) as image:
+        small = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    small.save(path, optimize=True)
+
+
+def resolve(page: Page, base: str, path: str, fill: dict[str, str]) -> str | None:
+    if not path.startswith("@"):
+        return base + path.format(**fill)
+    listing, selector = path[1:].split(" ", 1)
+    page.goto(base + listing)
+    link = page.query_selector(selector)
+    return base + str(link.get_attribute("href")) if link else None
+
+
+def tour(page: Page, base: str, out: Path, fill: dict[str, str], names: list[str], suffix: str = "") -> list[str]:
+    """Every page in `names` at both sizes; returns the names it could not find."""
+    missing = []
+    urls = {}
+    for name, _, path in TOUR:
+        if name in names:
+            url = resolve(page, base, path, fill)
+            if url is None:
+                missing.append(name)
+            else:
+                urls[name] = url
+    for size, (width, height) in SIZES.items():
+        page.set_viewport_size({"width": width, "height": height})
+        for name, url in urls.items():
+            page.goto(url)
+            settle(page)
+            target = out / f"{name}{suffix}-{size}.png"
+            page.screenshot(path=str(target))
+            shrink(target)
+            print(f"wrote {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}")
+    return missing
+
+
+def write_tour(path: Path, shots: Path) -> None:
+    """docs/tour.md: every picture the tour took, in TOUR's order (written from the list, so
+    the page and the pictures never drift apart)."""
+    rel = os.path.relpath(shots, path.parent)
+    lines = ["# A tour of the pages", "",
+             "Every page of the portal, from the demo, on a desktop (1366×900) and a phone (390×844), as the",
+             "admin; the pages that differ for a team lead or a viewer follow as them. Taken by",
+             "`.venv/bin/python scripts/screenshots.py` (it starts the demo in a scratch directory, launches",
+             "qwen, runs two benchmark sweeps, saves a second revision, adds a team lead, a viewer, an",
+             "invited user and a team, then visits each page; this file is written from its list). What",
+             "each role may do: [guide-viewer.md](guide-viewer.md), [guide-team-lead.md](guide-team-lead.md),",
+             "[guide-admin.md](guide-admin.md).", ""]
+    titles = {name: title for name, title, _ in TOUR}
+    sections = [("", "admin")] + [(f"-{role}", role.replace("lead", "team lead")) for role in AS_ROLE]
+    for suffix, who in sections:
+        names = [n for n, _, _ in TOUR if (shots / f"{n}{suffix}-desktop.png").exists()]
+        if not names:
+            continue
+        lines += [f"## As {'the' if who == 'admin' else 'a'} {who}", "", "| page | desktop | phone |", "|---|---|---|"]
+        for name in names:
+            cells = [f"![{titles[name]}{' on a phone' if size == 'phone' else ''}]({rel}/{name}{suffix}-{size}.png)"
+                     for size in SIZES]
+            lines.append(f"| {titles[name]} | {' | '.join(cells)} |")
+        lines.append("")
+    path.write_text("\n".join(lines))
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument("--tour", type=Path, default=ROOT / "docs" / "tour.md", help="the tour page written (not with --only)")
+    parser.add_argument("--only", default="", help="comma-separated names from TOUR (default: every page)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    names = [name for name, _, _ in TOUR if not args.only or name in args.only.split(",")]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="portal-screenshots-") as scratch:
@@ -138,25 +264,33 @@ def main() -> int:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"),
                                              args=CHROMIUM_ARGS, headless=True)
-                context: Any = browser.new_context(viewport={"width": 1400, "height": 900})
+                context: Any = browser.new_context(viewport={"width": SIZES["desktop"][0], "height": SIZES["desktop"][1]})
                 page = context.new_page()
                 page.set_default_timeout(30_000)
                 login(page, base, username, password)
                 job_url, (first_run, second_run) = prepare(page, base)
-                first_id, second_id = (url.rstrip("/").rsplit("/", 1)[1] for url in (first_run, second_run))
-                shots = {"dashboard": (f"{base}/", "#live-status[data-state=open]"),
-                         "lane": (f"{base}/lanes/qwen/", "#live-status[data-state=open]"),
-                         "job": (job_url, "#job-state .state-succeeded"),
-                         "users": (f"{base}/users/", "#users"),
-                         "benchmark": (second_run, "#run-state:has-text('succeeded')"),
-                         "compare": (f"{base}/benchmarks/compare/?a={first_id}&b={second_id}", "#compare-table")}
-                for size, (width, height) in SIZES.items():
-                    page.set_viewport_size({"width": width, "height": height})
-                    for name, (url, ready) in shots.items():
-                        shoot(page, url, args.out / f"{name}-{size}.png", ready)
+                fill = {"job": job_url.removeprefix(base), "run_b": second_run.removeprefix(base),
+                        "run_a_id": first_run.rstrip("/").rsplit("/", 1)[1],
+                        "run_b_id": second_run.rstrip("/").rsplit("/", 1)[1]}
+                missing = tour(page, base, args.out, fill, [n for n in names if n != "login"])
+                context.close()
+                for role, (user, secret, pages) in AS_ROLE.items():
+                    context = browser.new_context(viewport={"width": SIZES["desktop"][0], "height": SIZES["desktop"][1]})
+                    page = context.new_page()
+                    page.set_default_timeout(30_000)
+                    login(page, base, user, secret)
+                    missing += tour(page, base, args.out, fill, [n for n in names if n in pages], f"-{role}")
+                    context.close()
+                if "login" in names:
+                    context = browser.new_context()
+                    missing += tour(context.new_page(), base, args.out, fill, ["login"])
                 browser.close()
         finally:
             stop_demo(proc)
+    if missing:
+        print("not found in the demo (no picture): " + ", ".join(missing))
+    if not args.only:
+        write_tour(args.tour, args.out)
     return 0
 
 

@@ -16,6 +16,8 @@
   let jobFirstSeq = 0;       // the job's first line
   let pending = [];
   let scheduled = false;
+  const filter = LogFilter.create(view, document.getElementById("log-filter"), document.getElementById("log-filter-regex"),
+    document.getElementById("log-filter-count"), function () { if (follow.checked) view.scrollTop = view.scrollHeight; });
   window.jobLog = { lastSeq: function () { return lastSeq; }, rendered: function () { return view.childElementCount; } };
 
   function normalize(line) {
@@ -43,6 +45,7 @@
     const frag = document.createDocumentFragment();
     for (const line of pending) frag.appendChild(row(line));
     pending = [];
+    filter.decorateAll(Array.from(frag.children));  // filtered as drawn: the follow never stops
     view.appendChild(frag);
     if (follow.checked) {
       let extra = view.childElementCount - WINDOW;
@@ -51,6 +54,7 @@
     }
     firstSeq = view.firstChild ? Number(view.firstChild.dataset.seq) : firstSeq;
     updateCount();
+    filter.count();
   }
   function append(lines) {
     for (const raw of lines) {
@@ -74,12 +78,14 @@
     const data = await r.json();
     const frag = document.createDocumentFragment();
     for (const raw of data.lines) frag.appendChild(row(normalize(raw)));
+    filter.decorateAll(Array.from(frag.children));
     const before = view.scrollHeight;
     view.insertBefore(frag, view.firstChild);
     view.scrollTop += view.scrollHeight - before;  // keep the reader's place
     follow.checked = false;  // reading history: stop trimming and jumping
     if (data.lines.length) firstSeq = data.lines[0].seq;
     updateCount();
+    filter.count();
   }
   earlierBtn.addEventListener("click", loadEarlier);
   view.addEventListener("scroll", function () {

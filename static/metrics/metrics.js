@@ -34,13 +34,77 @@ window.SparkMetrics = (function () {
                  scales: { x: { display: false }, y: { display: false } } },
     });
   }
-  function push(chart, label, values, maxPoints) {
+  // t: the new point's instant (ms), kept beside the labels for the markers.
+  function push(chart, label, values, maxPoints, t) {
     chart.data.labels.push(label);
     chart.data.datasets.forEach(function (ds, i) { ds.data.push(values[i] === undefined ? null : values[i]); });
+    if (chart.$times && t !== undefined) chart.$times.push(t);
     while (chart.data.labels.length > maxPoints) {
       chart.data.labels.shift();
       chart.data.datasets.forEach(function (ds) { ds.data.shift(); });
+      if (chart.$times) chart.$times.shift();
     }
+    chart.update("none");
+  }
+  // Annotations, as Grafana draws them: a vertical marker at each event's instant (launch,
+  // stop, restart, degraded, recovered, alert, resolved), its label as the tooltip; a click
+  // (or a tap on a phone) writes the label into the page's [data-marker-detail] line.
+  const MARKER_TYPES = { launch: "launch", stop: "stop", restart: "restart", guardian_restart: "guardian restart",
+                         degraded: "degraded", recovered: "recovered", alert: "alert", resolved: "resolved" };
+  function pixelAt(chart, t) {
+    const times = chart.$times || [], x = chart.scales.x;
+    if (!times.length) return null;
+    // The axis has a slot per point: an event of the window before the first point (or after
+    // the last) is drawn at that end, its tooltip giving its own time.
+    if (t <= times[0]) return x.getPixelForValue(0);
+    let i = times.length - 1;
+    if (t >= times[i]) return times.length === 1 ? x.getPixelForValue(0) : Math.min(x.getPixelForValue(i), chart.chartArea.right);
+    let lo = 0;
+    while (lo < i - 1) { const mid = (lo + i) >> 1; if (times[mid] <= t) lo = mid; else i = mid; }
+    const a = x.getPixelForValue(lo), b = x.getPixelForValue(lo + 1);
+    return a + (b - a) * Math.max(0, (t - times[lo]) / (times[lo + 1] - times[lo]));
+  }
+  function drawMarkers(chart) {
+    const layer = chart.$markerLayer;
+    if (!layer || !chart.chartArea) return;
+    const area = chart.chartArea;
+    const placed = (chart.$events || []).map(function (e) { return [e, pixelAt(chart, Date.parse(e.t))]; })
+      .filter(function (p) { return p[1] !== null; });
+    const key = placed.map(function (p) { return p[0].t + p[0].type + Math.round(p[1]); }).join("|") + "@" + area.top + "," + area.bottom;
+    if (key === layer.dataset.key) return;  // unchanged (a tooltip redraw): keep the nodes the pointer is on
+    layer.dataset.key = key;
+    layer.replaceChildren(...placed.map(function (p) {
+      const e = p[0], m = document.createElement("button");
+      m.type = "button";
+      m.className = "chart-marker marker-" + e.type;
+      m.dataset.type = e.type;
+      m.dataset.t = e.t;
+      m.title = e.t.slice(0, 19).replace("T", " ") + " UTC · " + e.label;
+      m.setAttribute("aria-label", (MARKER_TYPES[e.type] || e.type) + ": " + e.label);
+      m.style.left = (p[1] - 4) + "px";
+      m.style.top = area.top + "px";
+      m.style.height = (area.bottom - area.top) + "px";
+      m.addEventListener("click", function () {
+        document.querySelectorAll("[data-marker-detail]").forEach(function (el) {
+          el.replaceChildren(m.title + " ");
+          if (e.href) { const a = document.createElement("a"); a.href = e.href; a.textContent = "open"; el.append(a); }
+        });
+      });
+      return m;
+    }));
+  }
+  const markerPlugin = { id: "portalMarkers", afterRender: drawMarkers };
+  // The chart's point instants (ms, one per label) and its events; markers drawn over it.
+  function setTimeline(chart, times, events) {
+    if (!chart.$markerLayer) {
+      const layer = document.createElement("div");
+      layer.className = "chart-markers";
+      chart.canvas.parentNode.style.position = "relative";
+      chart.canvas.parentNode.appendChild(layer);
+      chart.$markerLayer = layer;
+    }
+    chart.$times = times;
+    if (events !== undefined) chart.$events = events;
     chart.update("none");
   }
   function lineChart(canvas, series, labels) {
@@ -52,6 +116,7 @@ window.SparkMetrics = (function () {
       }) },
       options: { animation: false, maintainAspectRatio: false, interaction: { mode: "index", intersect: false },
                  scales: { x: { ticks: { maxTicksLimit: 8 } } } },
+      plugins: [markerPlugin],
     });
   }
   // Cards: every [data-figure] element inside a card shows one series of that target.
@@ -66,5 +131,6 @@ window.SparkMetrics = (function () {
     const problem = card.querySelector(".scrape-error");
     if (problem) { problem.textContent = entry.scraped && entry.ok === false ? "scrape failed: " + entry.error : ""; }
   }
-  return { format: format, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart, updateCard: updateCard };
+  return { format: format, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart, updateCard: updateCard,
+           setTimeline: setTimeline };
 })();

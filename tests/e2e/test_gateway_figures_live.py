@@ -13,7 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from gateway.models import ApiKey, RequestLog
-from metrics.selectors import gateway_traffic
+from metrics.charts import gateway_traffic
 from metrics.services import scrape_tick
 from tests.conftest import browser_login
 

@@ -1,6 +1,7 @@
 """Browser: every page fits a phone's width. At 390 px no page scrolls sideways: a wide table
 scrolls inside its own box, long names and commands wrap. Visited as admin (who sees every
-page), with rows in every list, the way a phone user would find them."""
+page), with rows in every list and an object behind every detail page, the way a phone user
+would find them; then the sign-in page, signed out."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from gateway.models import RequestLog
-from jobs.models import Job, JobKind, JobLogLine, JobState
+from benchmarks.models import BenchmarkLevel, BenchmarkRun
+from benchmarks.stats import RequestRecord, level_stats
+from gateway.models import RequestLog, Team
+from jobs.models import FabricResult, Job, JobKind, JobLogLine, JobState
 from lanes.models import Lane, LaneNode, Node
 from metrics.models import Alert, AlertState
+from routing.models import Prototype, RouterVersion
 from tests.conftest import browser_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -40,7 +44,28 @@ def rows(db: None) -> dict[str, int]:
     Alert.objects.create(rule="kv_high", kind="lane", target=lane.name, state=AlertState.OPEN,
                          message="lane deepseek-r1-distill: KV cache 97% (above 90%) for 120 s", value=97.0,
                          opened_at=timezone.now())
-    return {"job": job.pk, "request": log.pk}
+    return {"job": job.pk, "request": log.pk, **_more_rows(lane)}
+
+
+def _more_rows(lane: Lane) -> dict[str, int]:
+    """A benchmark run, a team, a router prototype and version, a fabric result: each has a page."""
+    bench = Job.objects.create(kind=JobKind.BENCHMARK, lane=lane, state=JobState.SUCCEEDED, params={"concurrency": [1]})
+    run = BenchmarkRun.objects.create(job=bench, lane=lane, lane_name=lane.name, revision_number=1,
+                                      label="a rather long label for a phone screen", levels_planned=1,
+                                      params={"concurrency": [1], "targets": ["direct"], "cache_mode": "cold",
+                                              "prompt_tokens": 100, "output_tokens": 3})
+    record = RequestRecord(sent_at=0.0, chunk_times=[0.5, 0.6, 0.7], prompt_tokens=100, output_tokens=3)
+    BenchmarkLevel.objects.create(run=run, position=0, target="direct", concurrency=1,
+                                  stats=level_stats([record], started_at=0.0, ended_at=0.7))
+    team = Team.objects.create(name="agents-and-a-long-team-name")
+    prototype = Prototype.objects.create(text="Review every file of the storage package together, " * 4,
+                                         label="codebase_review")
+    RouterVersion.objects.create(number=1, status="draft", default_lane=lane.name)
+    result = FabricResult.objects.create(kind=JobKind.LATENCY_MATRIX, node_set="spark1,spark2", verdict="ok",
+                                         headline=2.1, headline_unit="us",
+                                         summary={"nodes": ["spark1", "spark2"],
+                                                  "cells": {"ib_write_lat": {"spark1>spark2": 2.1, "spark2>spark1": 2.2}}})
+    return {"bench": bench.pk, "team": team.pk, "prototype": prototype.pk, "fabric": result.pk}
 
 
 def pages(rows: dict[str, int]) -> list[str]:
@@ -52,6 +77,9 @@ def pages(rows: dict[str, int]) -> list[str]:
         "/routing/versions/", "/routing/shadow/", "/benchmarks/", "/benchmarks/compare/",
         f"/monitor/lanes/{lane}/", f"/monitor/nodes/{node}/", "/monitor/gateway/", "/monitor/usage/",
         "/monitor/requests/", f"/monitor/requests/{rows['request']}/", "/monitor/alerts/", "/api/docs",
+        f"/benchmarks/{rows['bench']}/", "/teams/", f"/teams/{rows['team']}/", f"/routing/prototypes/{rows['prototype']}/",
+        "/routing/versions/1/", "/routing/versions/1/evaluate", "/routing/versions/1/publish", "/routing/outcomes/",
+        "/routing/replay/", f"/jobs/fabric/results/{rows['fabric']}/",
     ]
 
 
@@ -82,4 +110,8 @@ def test_every_page_fits_a_phone(asgi_server: Any, page: Any, admin_user: Any, r
         page.wait_for_load_state("load")
         if (extra := overflow(page)) > 0:
             wide[path] = (PHONE["width"] + extra, widest(page))
+    page.context.clear_cookies()  # signed out: the sign-in page
+    page.goto(f"{asgi_server.url}/accounts/login/")
+    if (extra := overflow(page)) > 0:
+        wide["/accounts/login/"] = (PHONE["width"] + extra, widest(page))
     assert wide == {}, f"pages wider than {PHONE['width']} px (scroll width, widest element): {wide}"
