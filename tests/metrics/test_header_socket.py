@@ -52,7 +52,7 @@ async def test_a_viewer_gets_the_open_alert_count_then_each_change(viewer_user, 
     evaluate = database_sync_to_async(alerts_evaluate)
     await evaluate(targets=[lane(95)], now=T0)  # open before the page connects
     ws = await header_socket(viewer_user)
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=30)
     assert connected
     assert await receive(ws) == {"event": "alerts.count", "data": {"open": 1}}
 
@@ -69,7 +69,7 @@ async def test_a_viewer_gets_the_open_alert_count_then_each_change(viewer_user, 
 @override_settings(METRICS_ALERT_KV_PCT=90, METRICS_ALERT_KV_FOR_S=0)
 async def test_a_tick_that_changes_many_alerts_sends_the_header_one_count(viewer_user):
     ws = await header_socket(viewer_user)
-    assert (await ws.connect())[0]
+    assert (await ws.connect(timeout=30))[0]
     assert await receive(ws) == {"event": "alerts.count", "data": {"open": 0}}
     evaluate = database_sync_to_async(alerts_evaluate)
     lanes = [TargetView(kind="lane", name=f"lane{i}", figures={"kv_pct": 95}, consecutive_failures=0,
@@ -85,7 +85,7 @@ async def stopped(ws: WebsocketCommunicator) -> bool:
     """The consumer ended by itself: a refused socket reads no channel afterwards (one left
     waiting for a disconnect the client never sends hung the test loop's teardown)."""
     try:
-        await asyncio.wait_for(asyncio.shield(ws.future), timeout=5)
+        await asyncio.wait_for(asyncio.shield(ws.future), timeout=30)
     except TimeoutError:
         return False
     return True
@@ -93,14 +93,14 @@ async def stopped(ws: WebsocketCommunicator) -> bool:
 
 async def test_a_user_without_a_role_is_refused(outsider_user):
     ws = await header_socket(outsider_user)
-    connected, code = await ws.connect()
+    connected, code = await ws.connect(timeout=30)
     assert (connected, code) == (False, CLOSE_FORBIDDEN)
     assert await stopped(ws)
 
 
 async def test_a_signed_out_page_is_refused():
     ws = await header_socket(None)
-    connected, code = await ws.connect()
+    connected, code = await ws.connect(timeout=30)
     assert (connected, code) == (False, CLOSE_UNAUTHENTICATED)
     assert await stopped(ws)
 
