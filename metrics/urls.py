@@ -11,6 +11,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("monitor/usage/", views.usage_page, name="usage"),
     path("monitor/usage.csv", views.usage_page, {"fmt": "csv"}, name="usage-csv"),
     path("monitor/requests/", views.requests_page, name="requests"),
+    path("monitor/requests.csv", views.requests_page, {"fmt": "csv"}, name="requests-csv"),
     path("monitor/requests/<int:pk>/", views.request_detail, name="request-detail"),
     path("gateway/requests/", views.requests_moved, name="requests-moved"),
     path("monitor/alerts/", views.alerts_page, name="alerts"),
