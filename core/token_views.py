@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -48,14 +50,19 @@ def tokens_page(request: HttpRequest) -> HttpResponse:
         status = 200 if created else 400
     return render(request, "portal/tokens.html", {
         "form": form, "form_token": form_token_issue(request, FORM_TOKENS), "created": created,
-        "tokens": PersonalAccessToken.objects.filter(user_id=request.user.pk)}, status=status)
+        "tokens": _own_tokens(request)}, status=status)
+
+
+def _own_tokens(request: HttpRequest) -> QuerySet[PersonalAccessToken]:
+    user = request.user
+    return PersonalAccessToken.objects.filter(user=user) if isinstance(user, User) else PersonalAccessToken.objects.none()
 
 
 @require_POST
 @role_required(Capability.VIEW)
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     """Your own token (another's is 404 here: admins revoke others' through the API)."""
-    token = get_object_or_404(PersonalAccessToken, pk=token_id, user_id=request.user.pk)
+    token = get_object_or_404(_own_tokens(request), pk=token_id)
     access_token_revoke(actor=request.user, token=token)
     messages.success(request, f"Token “{token.name}” revoked: it is refused from now on.")
     return redirect("tokens")
