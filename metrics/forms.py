@@ -72,3 +72,12 @@ class UsageForm(forms.Form):
                 for field, messages in exc.message_dict.items():
                     self.add_error(field if field in self.fields else None, messages)
         return data
+
+
+class CostModelForm(forms.Form):
+    """The cost model's fields; their ranges are the model's (metrics.usage.cost_model_set)."""
+
+    currency = forms.CharField(max_length=3)
+    node_hour_amortization = forms.FloatField(label="Amortization per node-hour")
+    watts_per_node = forms.FloatField(label="Power per node (W)")
+    price_per_kwh = forms.FloatField(label="Price per kWh")

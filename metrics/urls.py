@@ -9,6 +9,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("monitor/nodes/<slug:name>/", views.node_charts, name="node-charts"),
     path("monitor/gateway/", views.gateway_page, name="gateway"),
     path("monitor/usage/", views.usage_page, name="usage"),
+    path("monitor/usage/cost", views.cost_model_page, name="cost-model"),
     path("monitor/usage.csv", views.usage_page, {"fmt": "csv"}, name="usage-csv"),
     path("monitor/requests/", views.requests_page, name="requests"),
     path("monitor/requests.csv", views.requests_page, {"fmt": "csv"}, name="requests-csv"),

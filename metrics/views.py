@@ -9,7 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -26,7 +27,7 @@ from gateway.selectors import request_log_list, teams_visible_to, usage_key_ids
 from lanes.models import Lane, Node
 from metrics.alerts import alert_acknowledge, thresholds_from_settings
 from metrics.exposition import render_metrics
-from metrics.forms import RequestLogFilterForm, UsageForm
+from metrics.forms import CostModelForm, RequestLogFilterForm, UsageForm
 from metrics.models import Alert, AlertState, TargetKind
 from metrics.rules import RULE_LABELS, rule_table
 from metrics.selectors import (
@@ -39,7 +40,16 @@ from metrics.selectors import (
     gateway_summary,
     gateway_traffic,
 )
-from metrics.usage import USAGE_COLUMNS, UsageQuery, usage_series, usage_table, usage_table_rows
+from metrics.usage import (
+    COST_FIELDS,
+    USAGE_COLUMNS,
+    UsageQuery,
+    cost_model,
+    cost_model_set,
+    usage_series,
+    usage_table,
+    usage_table_rows,
+)
 
 PAGE_SIZE = 50
 
@@ -113,8 +123,26 @@ def usage_page(request: HttpRequest, fmt: str = "html") -> HttpResponseBase:
         **context, "rows": usage_table(period=period, group=by, since=since, key_ids=key_ids), "period": period,
         "by": by, "days": data["days"], "series": series, "key_ids": None if key_ids is None else sorted(key_ids),
         "user_can_operate": user_can(request.user, Capability.OPERATE),
+        "cost_form": CostModelForm(initial={name: getattr(cost_model(), name) for name in COST_FIELDS}),
         "query_string": urlencode({"bucket": data["bucket"], "by": data["chart"], "days": data["days"],
                                    **({"team": data["team"]} if data["team"] else {})})})
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def cost_model_page(request: HttpRequest) -> HttpResponse:
+    """The usage page's cost model form (admins): validated by the model's rules, audited."""
+    form = CostModelForm(request.POST)
+    if form.is_valid():
+        try:
+            cost_model_set(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            messages.success(request, "Cost model saved: every cost on the usage page uses it now.")
+            return redirect("metrics:usage")
+    return render(request, "metrics/cost_model.html", {"form": form}, status=400)
 
 
 @role_required(Capability.OPERATE)

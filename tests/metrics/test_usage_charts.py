@@ -145,3 +145,19 @@ def test_admins_set_the_cost_model_validated_and_audited(role_clients: dict[str,
     assert role_clients["viewer"].get("/api/usage/cost-model").json()["price_per_kwh"] == 0.3
     with pytest.raises(Exception, match="price_per_kwh"):
         cost_model_set(actor=admin_user, price_per_kwh=float("nan"))
+
+
+def test_an_admin_sets_the_cost_model_on_the_usage_page(role_clients: dict[str, Client]) -> None:
+    page = role_clients["admin"].get("/monitor/usage/").content.decode()
+    assert 'id="cost-model-form"' in page and 'value="366.7"' in page
+    assert 'id="cost-model-form"' not in role_clients["lead"].get("/monitor/usage/").content.decode()
+    form = {"currency": "EUR", "node_hour_amortization": "0.2", "watts_per_node": "400", "price_per_kwh": "0.5"}
+    assert role_clients["admin"].post("/monitor/usage/cost", form).status_code == 302
+    assert CostModel.objects.get().node_hour == pytest.approx(0.4)
+    assert AuditEvent.objects.filter(action="cost_model.set").count() == 1
+    refused = role_clients["admin"].post("/monitor/usage/cost", {**form, "watts_per_node": "-3", "currency": "eu"})
+    assert refused.status_code == 400
+    assert refused.context["form"].errors["watts_per_node"] and refused.context["form"].errors["currency"]
+    assert CostModel.objects.get().watts_per_node == 400
+    assert role_clients["lead"].post("/monitor/usage/cost", form).status_code == 403
+    assert role_clients["anonymous"].post("/monitor/usage/cost", form).status_code == 302
