@@ -118,6 +118,11 @@ class UsageHour(models.Model):
     latency_ms_max = models.FloatField(null=True, blank=True)
     ttft_ms_min = models.FloatField(null=True, blank=True)
     ttft_ms_max = models.FloatField(null=True, blank=True)
+    # This row's share of its lane's hour: its latency over the latency of every request on
+    # the lane that hour (0 to 1; the rows of a lane's hour add up to 1). What its requests
+    # pay of the lane's nodes' hour (metrics.usage: the cost model). 0 in hours rolled up
+    # before it was kept.
+    lane_share = models.FloatField(default=0)
 
     class Meta:
         indexes = [models.Index(fields=["hour"], name="metrics_usagehour_hour")]

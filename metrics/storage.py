@@ -141,6 +141,12 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
             for g in cast(list[dict[str, Any]], list(grouped))
         ]
         hour += timedelta(hours=1)
+    lane_latency: dict[tuple[datetime, str], float] = defaultdict(float)
+    for row in rows:
+        lane_latency[(row.hour, row.lane)] += row.latency_ms_sum
+    for row in rows:  # the cost model's split of a lane's hour (metrics.usage)
+        total = lane_latency[(row.hour, row.lane)]
+        row.lane_share = row.latency_ms_sum / total if total > 0 else 0.0
     with transaction.atomic():
         UsageHour.objects.filter(hour__gte=start).delete()
         UsageHour.objects.bulk_create(rows)

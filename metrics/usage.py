@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, F, Sum
+from django.db.models import Case, Count, ExpressionWrapper, F, FloatField, OuterRef, Subquery, Sum, Value, When
 from django.db.models.functions import TruncDay, TruncHour, TruncMonth, TruncWeek
 from django.utils import timezone
 
@@ -91,51 +91,31 @@ def lane_node_counts() -> dict[str, int]:
     return {row["lane__name"]: row["n"] for row in rows}
 
 
-Who = tuple[int | None, str, str]  # key_id, key_name, lane: one group of the rollup
-
-
-def _names(by: str) -> Callable[[Who], str]:
-    """A rollup group's series name: its key's team, its key, its lane or its lane's model."""
+def _who(by: str) -> Any:
+    """The series' column, read in the database: a key's team (UsageHour keeps the key's id),
+    its name, or the lane (a model is its lane's, named in Python: metrics.usage._names)."""
     if by == "team":
-        teams = dict(ApiKey.objects.filter(team__isnull=False).values_list("pk", "team__name"))
-        return lambda who: teams.get(who[0], NO_NAME) if who[0] is not None else NO_NAME
-    if by == "key":
-        return lambda who: who[1] or NO_NAME
-    if by == "lane":
-        return lambda who: who[2] or NO_NAME
+        return Subquery(ApiKey.objects.filter(pk=OuterRef("key_id")).values("team__name")[:1])
+    return F("key_name") if by == "key" else F("lane")
+
+
+def _names(by: str) -> Callable[[str | None], str]:
+    if by != "model":
+        return lambda who: who or NO_NAME
     models = {lane.name: lane.public_model_name for lane in Lane.objects.only("name", "served_model_name")}
-    return lambda who: models.get(who[2], who[2] or NO_NAME)
+    return lambda who: models.get(who or "", who or NO_NAME)
 
 
-def _hour_costs(query: UsageQuery, since: datetime, now: datetime) -> tuple[dict[tuple[Any, ...], float], float]:
-    """Cost per (bucket start, key_id, key_name, lane) by the module's rule, and the range's
-    idle cost (lane-hours without a request). One query, grouped by hour, key and lane, over
-    every key (a lane's hour is split over all of its requests, whoever may see them)."""
-    trunc_seconds = BUCKETS[query.bucket][1]
-    node_hour = cost_model().node_hour
+def _node_hours(now: datetime) -> tuple[Any, dict[str, int]]:
+    """Per UsageHour row, the node-hours of its lane it pays (lane_share × the lane's nodes ×
+    the part of the hour gone by: all of it but for the current hour), as an expression."""
     nodes = lane_node_counts()
-    rows = UsageHour.objects.filter(hour__gte=since)
-    if query.lane:
-        rows = rows.filter(lane=query.lane)
-    grouped = list(rows.order_by().values_list("hour", "key_id", "key_name", "lane").annotate(
-        latency=Sum("latency_ms_sum")))
-    totals: dict[tuple[datetime, str], float] = defaultdict(float)
-    for hour, _, _, lane, latency in grouped:
-        totals[(hour, lane)] += latency or 0.0
-    costs: dict[tuple[Any, ...], float] = defaultdict(float)
-    for hour, key_id, key_name, lane, latency in grouped:
-        if query.key_ids is not None and key_id not in query.key_ids:
-            continue
-        total = totals[(hour, lane)]
-        lane_hour = nodes.get(lane, 0) * node_hour * _hour_fraction(hour, now)
-        if total > 0:
-            costs[(floor_to(hour, trunc_seconds), key_id, key_name, lane)] += lane_hour * (latency or 0.0) / total
-    hours = max(0.0, (now - since).total_seconds() / 3600)
-    paid = sum(nodes.get(lane, 0) * node_hour * _hour_fraction(hour, now)
-               for (hour, lane), total in totals.items() if total > 0 and lane in nodes)
-    lanes = [lane for lane in nodes if not query.lane or lane == query.lane]
-    idle = max(0.0, sum(nodes[lane] for lane in lanes) * node_hour * hours - paid)
-    return costs, idle
+    current = floor_to(now, 3600)
+    per_lane = Case(*(When(lane=lane, then=Value(float(n))) for lane, n in nodes.items()),
+                    default=Value(0.0), output_field=FloatField())
+    part = Case(When(hour__gte=current, then=Value(_hour_fraction(current, now))), default=Value(1.0),
+                output_field=FloatField())
+    return ExpressionWrapper(F("lane_share") * per_lane * part, output_field=FloatField()), nodes
 
 
 def _hour_fraction(hour: datetime, now: datetime) -> float:
@@ -143,20 +123,17 @@ def _hour_fraction(hour: datetime, now: datetime) -> float:
 
 
 def _empty_point() -> dict[str, Any]:
-    return {"requests": 0.0, "errors": 0.0, "prompt": 0.0, "completion": 0.0, "latency": 0.0, "cost": 0.0,
+    return {"requests": 0.0, "errors": 0.0, "prompt": 0.0, "completion": 0.0, "cost": 0.0,
             "buckets": [0.0] * len(LATENCY_BUCKETS_MS), "lows": [], "highs": []}
 
 
 def _fold(point: dict[str, Any], group: dict[str, Any]) -> None:
-    for name, source in (("requests", "requests"), ("errors", "errors"), ("prompt", "prompt"),
-                         ("completion", "completion"), ("latency", "latency_ms_sum")):
-        point[name] += float(group.get(source) or 0)
+    for name in ("requests", "errors", "prompt", "completion", "cost"):
+        point[name] += float(group.get(name) or 0)
     for i, count in enumerate(group["buckets"]):
         point["buckets"][i] += float(count or 0)
-    if group.get("latency_ms_min") is not None:
-        point["lows"].append(group["latency_ms_min"])
-    if group.get("latency_ms_max") is not None:
-        point["highs"].append(group["latency_ms_max"])
+    point["lows"] += group["lows"]
+    point["highs"] += group["highs"]
 
 
 def _figures(point: dict[str, Any]) -> dict[str, Any]:
@@ -171,8 +148,9 @@ def _figures(point: dict[str, Any]) -> dict[str, Any]:
 def usage_series(query: UsageQuery, *, now: datetime | None = None) -> dict[str, Any]:
     """Per bucket and per team, key, lane or model: requests, errors, prompt and completion
     tokens, latency p50/p95 (from the rollup's histograms) and cost; and the range's top
-    consumers (the same figures over the whole range, most requests first). Two queries over
-    the hourly rollup, whatever the traffic; the current hour as of its last run (a minute)."""
+    consumers (the same figures over the whole range, most requests first). One query over
+    the hourly rollup, grouped by bucket and series, whatever the traffic; the current hour as
+    of the rollup's last run (each minute)."""
     now = now or timezone.now()
     trunc, seconds, _ = BUCKETS[query.bucket]
     since = floor_to(now - timedelta(days=query.days), seconds) + timedelta(seconds=seconds)
@@ -181,31 +159,33 @@ def usage_series(query: UsageQuery, *, now: datetime | None = None) -> dict[str,
         rows = rows.filter(key_id__in=query.key_ids)
     if query.lane:
         rows = rows.filter(lane=query.lane)
-    groups = latency_histograms(rows.annotate(t=trunc("hour")), "t", "key_id", "key_name", "lane",
-                                errors=Sum("errors"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
-    costs, idle = _hour_costs(query, since, now)
+    node_hours, nodes = _node_hours(now)
+    model = cost_model()
+    groups = latency_histograms(rows.annotate(t=trunc("hour"), who=_who(query.by)), "t", "who",
+                                errors=Sum("errors"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"),
+                                node_hours=Sum(node_hours))
     name_of = _names(query.by)
     points: dict[str, dict[datetime, dict[str, Any]]] = defaultdict(lambda: defaultdict(_empty_point))
     for g in groups:
-        t = floor_to(g["t"], seconds)
-        point = points[name_of((g["key_id"], g["key_name"], g["lane"]))][t]
-        _fold(point, g)
-        point["cost"] += costs.get((t, g["key_id"], g["key_name"], g["lane"]), 0.0)
+        _fold(points[name_of(g["who"])][floor_to(g["t"], seconds)], {
+            **g, "cost": (g["node_hours"] or 0.0) * model.node_hour,
+            "lows": [g["latency_ms_min"]] if g["latency_ms_min"] is not None else [],
+            "highs": [g["latency_ms_max"]] if g["latency_ms_max"] is not None else []})
     times = [since + timedelta(seconds=seconds * i) for i in range(int((now - since).total_seconds() // seconds) + 1)]
     series, top = [], []
     for name, by_time in points.items():
         total = _empty_point()
         for point in by_time.values():
-            _fold(total, {**point, "latency_ms_sum": point["latency"], "latency_ms_min": min(point["lows"], default=None),
-                          "latency_ms_max": max(point["highs"], default=None)})
-            total["cost"] += point["cost"]
+            _fold(total, point)
         top.append({"name": name, **_figures(total)})
         figures = [_figures(by_time[t]) if t in by_time else None for t in times]
         series.append({"name": name, **{measure: [f[measure] if f else (0 if measure in _COUNTS else None)
                                                   for f in figures] for measure in SERIES_MEASURES}})
     top.sort(key=lambda row: (-row["requests"], row["name"]))
-    series.sort(key=lambda s: [row["name"] for row in top].index(s["name"]))
-    model = cost_model()
+    order = {row["name"]: i for i, row in enumerate(top)}
+    series.sort(key=lambda s: order[s["name"]])
+    lanes = [n for lane, n in nodes.items() if not query.lane or lane == query.lane]
+    idle = max(0.0, sum(lanes) * model.node_hour * (now - since).total_seconds() / 3600 - sum(r["cost"] for r in top))
     return {"bucket": query.bucket, "by": query.by, "since": since, "until": now, "currency": model.currency,
             "node_hour": model.node_hour, "idle_cost": idle if query.key_ids is None else None,
             "times": times, "series": series, "top": top}
