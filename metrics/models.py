@@ -118,11 +118,11 @@ class UsageHour(models.Model):
     latency_ms_max = models.FloatField(null=True, blank=True)
     ttft_ms_min = models.FloatField(null=True, blank=True)
     ttft_ms_max = models.FloatField(null=True, blank=True)
-    # This row's share of its lane's hour: its latency over the latency of every request on
-    # the lane that hour (0 to 1; the rows of a lane's hour add up to 1). What its requests
-    # pay of the lane's nodes' hour (metrics.usage: the cost model). 0 in hours rolled up
-    # before it was kept.
-    lane_share = models.FloatField(default=0)
+    # The lane-hours this row's requests pay (the cost model, metrics.usage): its latency over
+    # the latency of every request on the lane that hour, times the part of the hour gone by at
+    # the rollup's run (1 once the hour is over); a lane's rows of an hour add up to that part.
+    # 0 in hours rolled up before it was kept.
+    lane_hours = models.FloatField(default=0)
 
     class Meta:
         indexes = [models.Index(fields=["hour"], name="metrics_usagehour_hour")]
@@ -143,6 +143,13 @@ class UsageDay(models.Model):
     errors = models.BigIntegerField(default=0)
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
+    # As in UsageHour, summed over the day: the usage page's day buckets (latency percentiles
+    # and cost) read a few hundred rows for a month instead of every hour's.
+    latency_ms_sum = models.FloatField(default=0)
+    latency_buckets = models.JSONField(default=list)
+    latency_ms_min = models.FloatField(null=True, blank=True)
+    latency_ms_max = models.FloatField(null=True, blank=True)
+    lane_hours = models.FloatField(default=0)
 
     class Meta:
         indexes = [models.Index(fields=["day"], name="metrics_usageday_day")]

@@ -7,7 +7,8 @@ plus watts / 1000 × price per kWh). Within each hour, a lane's nodes' cost for 
 split over the hour's requests on the lane in proportion to their latency — the lane-seconds
 each used, concurrent requests sharing the lane. Summed over an hour, the requests of a lane
 pay exactly its nodes' hour; an hour without traffic is paid by no one (it is idle cost, shown
-apart). The current hour counts the part of it gone by.
+apart). The current hour counts the part of it gone by. The shares are kept in the hourly
+rollup (UsageHour.lane_share, metrics.storage.usage_rollup), the price is applied when read.
 """
 
 from __future__ import annotations
@@ -15,13 +16,27 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Case, Count, ExpressionWrapper, F, FloatField, OuterRef, Subquery, Sum, Value, When
-from django.db.models.functions import TruncDay, TruncHour, TruncMonth, TruncWeek
+from django.db.models import (
+    Case,
+    Count,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Max,
+    Min,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
 from core.audit import audit_record
@@ -32,7 +47,7 @@ from metrics.models import LATENCY_BUCKETS_MS, CostModel, UsageDay, UsageHour
 from metrics.selectors import _histogram_percentiles
 from metrics.storage import floor_to, latency_histograms
 
-BUCKETS = {"hour": (TruncHour, 3600, 14), "day": (TruncDay, 86400, 400)}  # trunc, seconds, most days
+BUCKETS = {"hour": ("hour", 3600, 14), "day": ("day", 86400, 400)}  # the rollup read, seconds, most days
 USAGE_BY = ("team", "key", "lane", "model")
 NO_NAME = "—"  # requests without a key (or a key without a team, a lane that is gone)
 
@@ -106,20 +121,13 @@ def _names(by: str) -> Callable[[str | None], str]:
     return lambda who: models.get(who or "", who or NO_NAME)
 
 
-def _node_hours(now: datetime) -> tuple[Any, dict[str, int]]:
-    """Per UsageHour row, the node-hours of its lane it pays (lane_share × the lane's nodes ×
-    the part of the hour gone by: all of it but for the current hour), as an expression."""
+def _node_hours() -> tuple[Any, dict[str, int]]:
+    """Per rollup row, the node-hours of its lane it pays (its lane-hours × the lane's nodes),
+    as an expression; and the nodes per lane."""
     nodes = lane_node_counts()
-    current = floor_to(now, 3600)
     per_lane = Case(*(When(lane=lane, then=Value(float(n))) for lane, n in nodes.items()),
                     default=Value(0.0), output_field=FloatField())
-    part = Case(When(hour__gte=current, then=Value(_hour_fraction(current, now))), default=Value(1.0),
-                output_field=FloatField())
-    return ExpressionWrapper(F("lane_share") * per_lane * part, output_field=FloatField()), nodes
-
-
-def _hour_fraction(hour: datetime, now: datetime) -> float:
-    return min(1.0, max(0.0, (now - hour).total_seconds() / 3600))
+    return ExpressionWrapper(F("lane_hours") * per_lane, output_field=FloatField()), nodes
 
 
 def _empty_point() -> dict[str, Any]:
@@ -152,25 +160,27 @@ def usage_series(query: UsageQuery, *, now: datetime | None = None) -> dict[str,
     the hourly rollup, grouped by bucket and series, whatever the traffic; the current hour as
     of the rollup's last run (each minute)."""
     now = now or timezone.now()
-    trunc, seconds, _ = BUCKETS[query.bucket]
+    tier, seconds, _ = BUCKETS[query.bucket]
     since = floor_to(now - timedelta(days=query.days), seconds) + timedelta(seconds=seconds)
-    rows = UsageHour.objects.filter(hour__gte=since)
+    # Hour buckets read the hourly rollup, day buckets the daily one (a month: a few hundred rows).
+    rows: QuerySet[Any] = (UsageHour.objects.filter(hour__gte=since) if tier == "hour"
+                           else UsageDay.objects.filter(day__gte=since.date()))
     if query.key_ids is not None:
         rows = rows.filter(key_id__in=query.key_ids)
     if query.lane:
         rows = rows.filter(lane=query.lane)
-    node_hours, nodes = _node_hours(now)
+    node_hours, nodes = _node_hours()
     model = cost_model()
-    groups = latency_histograms(rows.annotate(t=trunc("hour"), who=_who(query.by)), "t", "who",
+    groups = latency_histograms(rows.annotate(t=F(tier), who=_who(query.by)), "t", "who", with_ttft=False,
                                 errors=Sum("errors"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"),
-                                node_hours=Sum(node_hours))
+                                low=Min("latency_ms_min"), high=Max("latency_ms_max"), node_hours=Sum(node_hours))
     name_of = _names(query.by)
     points: dict[str, dict[datetime, dict[str, Any]]] = defaultdict(lambda: defaultdict(_empty_point))
     for g in groups:
-        _fold(points[name_of(g["who"])][floor_to(g["t"], seconds)], {
+        t = g["t"] if isinstance(g["t"], datetime) else datetime(g["t"].year, g["t"].month, g["t"].day, tzinfo=UTC)
+        _fold(points[name_of(g["who"])][t], {
             **g, "cost": (g["node_hours"] or 0.0) * model.node_hour,
-            "lows": [g["latency_ms_min"]] if g["latency_ms_min"] is not None else [],
-            "highs": [g["latency_ms_max"]] if g["latency_ms_max"] is not None else []})
+            "lows": [g["low"]] if g["low"] is not None else [], "highs": [g["high"]] if g["high"] is not None else []})
     times = [since + timedelta(seconds=seconds * i) for i in range(int((now - since).total_seconds() // seconds) + 1)]
     series, top = [], []
     for name, by_time in points.items():

@@ -82,6 +82,10 @@ def test_day_buckets_per_team_lane_and_model(usage) -> None:
     assert len(by_team["times"]) == 7 and by_team["times"][-1] == datetime(2026, 3, 4, tzinfo=UTC)
     assert {s["name"]: s["requests"][-1] for s in by_team["series"]} == {"agents": 4, "ops": 1}
     assert {r["name"] for r in usage_series(UsageQuery(bucket="day", by="lane", days=7), now=NOW)["top"]} == {"qwen"}
+    by_key = {r["name"]: r for r in usage_series(UsageQuery(bucket="day", by="key", days=7), now=NOW)["top"]}
+    # The daily rollup gives the same cost and percentiles as the hours it sums.
+    assert by_key["coder"]["cost"] == pytest.approx(3.75 * CostModel().node_hour)
+    assert by_key["coder"]["latency_p95_ms"] == pytest.approx(4000) and by_key["cron"]["errors"] == 1
     model = usage_series(UsageQuery(bucket="day", by="model", days=7), now=NOW)["top"]
     assert [(r["name"], r["requests"]) for r in model] == [("qwen3-coder", 5)]
 
