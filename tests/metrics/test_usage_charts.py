@@ -114,7 +114,9 @@ def test_members_see_only_their_teams_usage_admins_all(role_clients: dict[str, C
     assert {row["name"] for row in everyone["top"]} == {"coder", "cron"}
     mine = role_clients["lead"].get("/api/usage/series?bucket=day&days=400&by=key").json()
     assert {row["name"] for row in mine["top"]} == {"coder"} and mine["idle_cost"] is None
-    ops = usage["cron"].team_id
+    ops, agents = usage["cron"].team_id, usage["coder"].team_id
+    assert f"/monitor/usage/?team={agents}&amp;bucket=hour" in role_clients["lead"].get(f"/teams/{agents}/").content.decode()
+    assert role_clients["lead"].get(f"/api/usage/series?team={agents}").status_code == 200
     assert role_clients["lead"].get(f"/api/usage/series?team={ops}").status_code == 403
     assert role_clients["lead"].get(f"/monitor/usage/?team={ops}").status_code == 403
     page = role_clients["lead"].get("/monitor/usage/?bucket=day&days=400").content.decode()
