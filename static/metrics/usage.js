@@ -1,6 +1,6 @@
 // The usage page's charts: drawn from the page's data (metrics.usage.usage_series), then
-// read again from /api/usage/series on every metrics.tick of the dashboard socket (the
-// rollup the charts read moves on each minute), so new traffic shows without a reload.
+// read again from /api/usage/series on the dashboard socket's metrics.tick (the rollup the
+// charts read moves on each minute), so new traffic shows without a reload.
 (function () {
   const box = document.getElementById("usage-charts");
   const COLORS = ["#0d6efd", "#dc3545", "#198754", "#fd7e14", "#6f42c1", "#20c997", "#6c757d", "#d63384"];
@@ -48,10 +48,13 @@
     box.dataset.requests = String(body.top.reduce(function (n, row) { return n + row.requests; }, 0));
   }
   draw(JSON.parse(document.getElementById("usage-data").textContent));
-  let busy = false;
+  // Ticks come every few seconds and the rollup moves each minute: one read per 15 s at most
+  // (the first tick's always), never two at once.
+  const EVERY_MS = 15000;
+  let busy = false, last = 0;
   PortalLive.connect("/ws/dashboard/", function (msg) {
-    if (msg.event !== "metrics.tick" || busy) { return; }
-    busy = true;
+    if (msg.event !== "metrics.tick" || busy || Date.now() - last < EVERY_MS) { return; }
+    busy = true; last = Date.now();
     fetch("/api/usage/series?" + box.dataset.query, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (body) { if (body) { draw(body); box.dataset.ticks = String(Number(box.dataset.ticks || 0) + 1); } })
