@@ -135,5 +135,5 @@ def keys_share(request: HttpRequest, payload: ApiKeyShareIn,
 @router.get("/gateway/requests", response=list[RequestLogOut], auth=can_operate)
 def requests_list(request: HttpRequest, query: Query[RequestLogQuery]) -> list[dict[str, Any]]:
     filters = LogFilters(key_id=query.key, team_id=query.team, lane=query.lane, status=query.status, route=query.route or "",
-                         since=query.since, until=query.until)
+                         since=query.since, until=query.until, request_id=query.request_id.strip(), text=query.text)
     return [log_out(row) for row in request_log_list(filters=filters, limit=query.limit, before_id=query.before)]

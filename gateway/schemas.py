@@ -119,6 +119,10 @@ class RequestLogQuery(Schema):
     route: RouteReason | None = Field(None, description="How the gateway chose the lane.")
     since: datetime | None = Field(None, description="Created at or after (ISO 8601; UTC when it has no offset).")
     until: datetime | None = Field(None, description="Created before; must be after `since`.")
+    request_id: str = Field("", max_length=40, description="Exactly this request id (the answer's `x-request-id`).")
+    text: str = Field("", max_length=200, description="Words that must all occur in the stored prompt "
+                                                       "(case-insensitive); only keys that store prompts "
+                                                       "(`log_prompts`) are searched.")
     before: int | None = Field(None, ge=1, le=INT64_MAX, description="Only rows with a smaller id: the next page.")
     limit: int = Field(100, ge=1, le=1000)
 

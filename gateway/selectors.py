@@ -3,6 +3,7 @@ page and the API), API keys, mirrored samples, the draft router's shadow decisio
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from core.roles import Capability, UserLike, user_can
 from core.stats import percentile_nearest_rank
-from core.validators import whole_number
+from core.validators import has_control_characters, whole_number
 from gateway.models import (
     ApiKey,
     Budget,
@@ -27,6 +28,9 @@ from gateway.models import (
 )
 
 STATUS_FILTER_RULE = "must be ok, error or an HTTP status from 100 to 599"
+REQUEST_ID_RULE = "must be a request id: 1 to 40 letters, digits, '-' or '_'"
+TEXT_SEARCH_RULE = "must be 2 to 200 characters without control characters"
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 
 def status_condition(status: str) -> Q:
@@ -54,6 +58,10 @@ class LogFilters:
     route: str = ""  # "" | a RouteReason
     since: datetime | None = None  # created at or after
     until: datetime | None = None  # created before
+    request_id: str = ""  # exactly this request id (the X-Request-Id the client was answered with)
+    # Words that must all occur in the stored prompt (case-insensitive): only the requests of
+    # keys that opted in to storing prompts (ApiKey.log_prompts) are searched.
+    text: str = ""
 
     def __post_init__(self) -> None:
         for name in ("since", "until"):  # a time without an offset is UTC, the portal's zone
@@ -68,15 +76,38 @@ class LogFilters:
                 errors["status"] = STATUS_FILTER_RULE
         if self.route and self.route not in RouteReason.values:
             errors["route"] = f"must be one of {', '.join(RouteReason.values)}"
+        if self.request_id and not REQUEST_ID_RE.fullmatch(self.request_id):
+            errors["request_id"] = REQUEST_ID_RULE
+        if self.text and (not 2 <= len(self.text.strip()) <= 200 or has_control_characters(self.text)):
+            errors["text"] = TEXT_SEARCH_RULE
         if self.since is not None and self.until is not None and self.since >= self.until:
             errors["until"] = "must be after since (From)"
         if errors:
             raise ValidationError(errors)
 
 
-def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | None = None) -> QuerySet[RequestLog]:
-    """Newest first; `before_id` is keyset paging (no COUNT over tens of millions of rows)."""
-    rows = RequestLog.objects.select_related("key").order_by("-id")
+def request_log_list(*, filters: LogFilters, limit: int | None = 100,
+                     before_id: int | None = None) -> QuerySet[RequestLog]:
+    """Newest first; `before_id` is keyset paging (no COUNT over tens of millions of rows);
+    `limit` None: every matching row (the CSV export iterates them)."""
+    rows = request_log_filtered(filters).select_related("key").order_by("-id")
+    if before_id is not None:
+        rows = rows.filter(id__lt=before_id)
+    return rows if limit is None else rows[:limit]
+
+
+def request_log_filtered(filters: LogFilters) -> QuerySet[RequestLog]:
+    """The one meaning of the request log's filters (page, API, CSV export), unordered."""
+    rows = RequestLog.objects.all()
+    if filters.request_id:
+        rows = rows.filter(request_id=filters.request_id)  # its index: requestlog_request_id
+    if filters.text:
+        # The opted-in keys' ids, read first (a handful): the request log is then read through
+        # its (key, id) index newest first and stops at the page's rows, where a join to the
+        # keys made PostgreSQL gather and sort every match.
+        rows = rows.filter(key_id__in=list(ApiKey.objects.filter(log_prompts=True).values_list("pk", flat=True)))
+        for word in filters.text.split():
+            rows = rows.filter(prompt_text__icontains=word)
     if filters.key_id is not None:
         rows = rows.filter(key_id=filters.key_id)
     if filters.team_id is not None:
@@ -91,9 +122,7 @@ def request_log_list(*, filters: LogFilters, limit: int = 100, before_id: int | 
         rows = rows.filter(created_at__gte=filters.since)
     if filters.until is not None:
         rows = rows.filter(created_at__lt=filters.until)
-    if before_id is not None:
-        rows = rows.filter(id__lt=before_id)
-    return rows[:limit]
+    return rows
 
 
 def api_key_list() -> QuerySet[ApiKey]:
@@ -110,6 +139,17 @@ def teams_visible_to(user: UserLike | None) -> QuerySet[Team]:
     if not user_can(user, Capability.VIEW) or user is None:
         return teams.none()
     return teams.filter(members=user.pk)
+
+
+def usage_key_ids(user: UserLike | None, *, team_id: int | None = None) -> frozenset[int] | None:
+    """The API keys whose usage this user may read (the usage page, its API and exports):
+    None for every key (admins, no team asked), else their teams' keys, or the one team's
+    asked for (team_for: 403 for another team's). A member of no team reads none."""
+    if team_id is not None:
+        return frozenset(ApiKey.objects.filter(team=team_for(user, team_id)).values_list("pk", flat=True))
+    if user_can(user, Capability.OPERATE):
+        return None
+    return frozenset(ApiKey.objects.filter(team__in=teams_visible_to(user)).values_list("pk", flat=True))
 
 
 def team_budgets(team: Team) -> QuerySet[Budget]:

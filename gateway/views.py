@@ -4,7 +4,6 @@ filter) and the usage totals beside the keys (metrics_tags' usage_totals: its ro
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from core.form_tokens import form_token_issue, form_token_spend
 from core.roles import Capability, require, role_required, user_can
 from gateway.fair_view import fair_queues_now, fair_waits
 from gateway.forms import ApiKeyForm, BudgetForm, TeamForm
@@ -38,33 +38,14 @@ from routing.published import shadow_count
 from routing.selectors import published_version, shadow_version, version_changes, version_list, version_or_404
 from routing.services import previous_active_version, router_version_set_shadow
 
-FORM_TOKENS_SESSION_KEY = "gateway_key_form_tokens"
-
-
-def _issue_form_token(request: HttpRequest) -> str:
-    """One token per rendered New key form, spent by the key it creates: a reload of the
-    page that showed the secret re-posts a spent token and creates nothing (the secret itself
-    is never kept, not even in the session)."""
-    token = secrets.token_urlsafe(16)
-    tokens = [*request.session.get(FORM_TOKENS_SESSION_KEY, [])[-9:], token]
-    request.session[FORM_TOKENS_SESSION_KEY] = tokens
-    return token
-
-
-def _spend_form_token(request: HttpRequest, token: str) -> bool:
-    tokens = list(request.session.get(FORM_TOKENS_SESSION_KEY, []))
-    if token not in tokens:
-        return False
-    tokens.remove(token)
-    request.session[FORM_TOKENS_SESSION_KEY] = tokens
-    return True
+FORM_TOKENS_SESSION_KEY = "gateway_key_form_tokens"  # core.form_tokens: a new key's form
 
 
 @role_required(Capability.OPERATE)
 def gateway_home(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST or None)
     created = None
-    if request.method == "POST" and not _spend_form_token(request, request.POST.get("form_token", "")):
+    if request.method == "POST" and not form_token_spend(request, FORM_TOKENS_SESSION_KEY, request.POST.get("form_token", "")):
         messages.warning(request, "That form was already sent (a reload?): no second key was created. "
                                   "The secret was shown once, when the key was created.")
         return redirect("gateway:gateway")
@@ -77,7 +58,7 @@ def gateway_home(request: HttpRequest) -> HttpResponse:
             form = ApiKeyForm()
     lane = request.GET.get("lane", "")[:63]
     return render(request, "gateway/gateway.html", {
-        "form": form, "form_token": _issue_form_token(request), "created": created, "keys": api_key_list(),
+        "form": form, "form_token": form_token_issue(request, FORM_TOKENS_SESSION_KEY), "created": created, "keys": api_key_list(),
         "fair_lane": lane, "fair_queues": fair_queues_now(lane), "fair_waits": fair_waits(lane=lane),
         "fair_window_s": settings.METRICS_PERCENTILE_WINDOW_S,
     })

@@ -1,6 +1,7 @@
 """Metrics' JSON, on the one /api/ NinjaAPI (core.api: session and role checks, the shared
-error shape): a chart's points (viewers and up) and the gateway's usage totals (admins),
-which keep their /api/gateway/ path. The Prometheus exposition (/metrics: text, a bearer
+error shape): a chart's points (viewers and up), the gateway's usage totals (admins),
+which keep their /api/gateway/ path, usage over time with its cost (/api/usage/: members their
+teams', admins all) and the cost model (admins change it). The Prometheus exposition (/metrics: text, a bearer
 token) is a plain view, metrics.views.prometheus_metrics."""
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from django.http import HttpRequest
 from ninja import Path, Query, Router, Status
 from ninja.errors import HttpError
 
-from core.api import ErrorOut, can_operate
+from core.api import ErrorOut, can_operate, can_view
+from core.validators import INT64_MAX
 from gateway.api import router as gateway_router
+from gateway.selectors import usage_key_ids
 from metrics.charts import GATEWAY_MAX_SPAN, MAX_SPAN, WindowError, chart_series, gateway_chart, parse_window
-from metrics.models import TargetKind
-from metrics.schemas import ChartRangeKey, SeriesOut, TotalsOut, TrafficOut
+from metrics.models import CostModel, TargetKind
+from metrics.schemas import ChartRangeKey, CostModelIn, CostModelOut, SeriesOut, TotalsOut, TrafficOut, UsageOut
 from metrics.selectors import usage_totals
+from metrics.usage import COST_FIELDS, UsageQuery, cost_model, cost_model_set, usage_series
 
 router = Router(tags=["metrics"])
 
@@ -76,3 +80,33 @@ def totals(request: HttpRequest, by: str, hours: int = Query(24, ge=1, le=24 * 9
     if by not in ("key", "lane"):
         raise HttpError(404, "Totals are by `key` or by `lane`.")
     return usage_totals(by=by, hours=hours)
+
+
+@router.get("/usage/series", response=UsageOut, auth=can_view, tags=["usage"])
+def usage(request: HttpRequest, bucket: str = "hour", by: str = "key",
+          days: int = Query(1, ge=1, le=400), lane: str = Query("", max_length=63),
+          team: int | None = Query(None, ge=1, le=INT64_MAX)) -> dict[str, Any]:
+    """Requests, tokens (prompt and completion apart), errors, latency p50/p95 and cost per
+    hour or day (`bucket`) and per `by` (team, key, lane or model) over the last `days` (hour
+    buckets: at most 14), with the range's top consumers. Admins read every key's usage; others
+    their teams' keys only (`team`: one team's; another team's is 403). 422 names a bad field."""
+    key_ids = usage_key_ids(request.auth, team_id=team)  # type: ignore[attr-defined]
+    return usage_series(UsageQuery(bucket=bucket, by=by, days=days, lane=lane, key_ids=key_ids))
+
+
+def cost_model_out(model: CostModel) -> dict[str, Any]:
+    return {**{name: getattr(model, name) for name in COST_FIELDS}, "node_hour": model.node_hour,
+            "updated_at": model.updated_at}
+
+
+@router.get("/usage/cost-model", response=CostModelOut, auth=can_view, tags=["usage"])
+def cost_model_get(request: HttpRequest) -> dict[str, Any]:
+    """What a node-hour costs (metrics.usage: how a request's cost is computed from it)."""
+    return cost_model_out(cost_model())
+
+
+@router.patch("/usage/cost-model", response=CostModelOut, auth=can_operate, tags=["usage"])
+def cost_model_patch(request: HttpRequest, payload: CostModelIn) -> dict[str, Any]:
+    """Admins: change the fields sent (audited); a value out of its range is 422 naming it."""
+    values = {name: value for name, value in payload.dict().items() if value is not None}
+    return cost_model_out(cost_model_set(actor=request.auth, **values))  # type: ignore[attr-defined]

@@ -10,8 +10,11 @@ partitions; on SQLite they are plain tables and retention deletes rows.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
+
+from core.validators import FiniteNumber
 
 
 class TargetKind(models.TextChoices):
@@ -115,6 +118,11 @@ class UsageHour(models.Model):
     latency_ms_max = models.FloatField(null=True, blank=True)
     ttft_ms_min = models.FloatField(null=True, blank=True)
     ttft_ms_max = models.FloatField(null=True, blank=True)
+    # The lane-hours this row's requests pay (the cost model, metrics.usage): its latency over
+    # the latency of every request on the lane that hour, times the part of the hour gone by at
+    # the rollup's run (1 once the hour is over); a lane's rows of an hour add up to that part.
+    # 0 in hours rolled up before it was kept.
+    lane_hours = models.FloatField(default=0)
 
     class Meta:
         indexes = [models.Index(fields=["hour"], name="metrics_usagehour_hour")]
@@ -135,6 +143,13 @@ class UsageDay(models.Model):
     errors = models.BigIntegerField(default=0)
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
+    # As in UsageHour, summed over the day: the usage page's day buckets (latency percentiles
+    # and cost) read a few hundred rows for a month instead of every hour's.
+    latency_ms_sum = models.FloatField(default=0)
+    latency_buckets = models.JSONField(default=list)
+    latency_ms_min = models.FloatField(null=True, blank=True)
+    latency_ms_max = models.FloatField(null=True, blank=True)
+    lane_hours = models.FloatField(default=0)
 
     class Meta:
         indexes = [models.Index(fields=["day"], name="metrics_usageday_day")]
@@ -269,3 +284,28 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} alert #{self.alert_id} {self.state}"
+
+
+class CostModel(models.Model):
+    """One row (pk 1): what a node-hour costs, so the usage page can put a price on a request
+    (metrics.usage: a lane's nodes' cost over an hour, split over that hour's requests on the
+    lane in proportion to their latency, i.e. the lane-seconds each used). Admins set it
+    (metrics.usage.cost_model_set: validated, audited). The defaults are seed 000's figures:
+    1,100 W for 3 Sparks and about €0.001 a request at 14,500 requests a day."""
+
+    currency = models.CharField(max_length=3, default="EUR", validators=[RegexValidator(
+        r"^[A-Z]{3}\Z", "Enter a currency code of three capital letters (ISO 4217, e.g. EUR).")])
+    # The node's purchase price over its life, per hour.
+    node_hour_amortization = models.FloatField(default=0.11, validators=[FiniteNumber(0, 1000)])
+    watts_per_node = models.FloatField(default=366.7, validators=[FiniteNumber(0, 10000)])  # 1,100 W / 3 Sparks
+    price_per_kwh = models.FloatField(default=0.25, validators=[FiniteNumber(0, 100)])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return (f"{self.node_hour_amortization} {self.currency}/node-hour + {self.watts_per_node} W × "
+                f"{self.price_per_kwh} {self.currency}/kWh")
+
+    @property
+    def node_hour(self) -> float:
+        """What one node costs an hour: amortization plus its power (W / 1000 × price per kWh)."""
+        return self.node_hour_amortization + self.watts_per_node / 1000 * self.price_per_kwh

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Field, Schema
+
+from core.api import InSchema
 
 # The keys of metrics.charts.CHART_RANGES (a test checks they agree).
 ChartRangeKey = Literal["15m", "6h", "7d"]
@@ -58,3 +61,57 @@ class TotalsOut(Schema):
     completion_tokens: int | None
     avg_latency_ms: float | None
     avg_ttft_ms: float | None
+
+
+class UsageSeriesOut(Schema):
+    """metrics.usage.usage_series: one list per measure, aligned with `times`."""
+
+    name: str
+    requests: list[int]
+    errors: list[int]
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    latency_p50_ms: list[float | None]
+    latency_p95_ms: list[float | None]
+    cost: list[float]
+
+
+class UsageTopOut(Schema):
+    name: str
+    requests: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    cost: float
+    cost_per_request: float | None
+
+
+class UsageOut(Schema):
+    bucket: str
+    by: str
+    since: datetime
+    until: datetime
+    currency: str
+    node_hour: float = Field(description="What one node costs an hour: amortization + watts / 1000 × price per kWh.")
+    idle_cost: float | None = Field(description="The nodes' cost in hours without a request (admins' view only).")
+    times: list[datetime]
+    series: list[UsageSeriesOut]
+    top: list[UsageTopOut]
+
+
+class CostModelOut(Schema):
+    currency: str
+    node_hour_amortization: float
+    watts_per_node: float
+    price_per_kwh: float
+    node_hour: float
+    updated_at: datetime
+
+
+class CostModelIn(InSchema):
+    currency: str | None = Field(None, max_length=3, description="ISO 4217, three capital letters.")
+    node_hour_amortization: float | None = Field(None, description="Per node and hour, 0 to 1,000.")
+    watts_per_node: float | None = Field(None, description="Mean draw of one node in W, 0 to 10,000.")
+    price_per_kwh: float | None = Field(None, description="0 to 100.")

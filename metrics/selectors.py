@@ -1,6 +1,6 @@
 """Read side: the charts' series labels, dashboard cards and sparklines (chart data itself:
-metrics.charts), gateway figures, usage per key and lane (per period, and the last
-hours' totals). The request log's filters are the gateway's (gateway.selectors)."""
+metrics.charts), gateway figures, usage per key and lane over the last hours (per period
+and over time: metrics.usage). The request log's filters are the gateway's (gateway.selectors)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db.models import F, QuerySet, Sum
-from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
 from core.stats import percentile_nearest_rank
@@ -27,7 +26,6 @@ from metrics.models import (
     GatewayDay,
     Sample,
     ScrapeTarget,
-    UsageDay,
     UsageHour,
 )
 from metrics.parsing import histogram_estimate
@@ -281,29 +279,6 @@ def _histogram_percentiles(
         p50.value * 1000 if p50 is not None else None, p95.value * 1000 if p95 is not None else None,
         n=round(count), exact=False, p95_range=(p95.lower * 1000, p95.upper * 1000) if p95 is not None else None,
     )
-
-
-USAGE_PERIODS = {"day": TruncDay, "week": TruncWeek, "month": TruncMonth}
-USAGE_GROUPS = {"key": "key_name", "lane": "lane"}
-
-
-def usage_table(*, period: str, group: str, since: datetime) -> list[dict[str, Any]]:
-    """Requests and tokens per period and per key (or lane), newest period first."""
-    trunc = USAGE_PERIODS[period]
-    column = USAGE_GROUPS[group]
-    rows = (
-        UsageDay.objects.filter(day__gte=since.date())
-        .annotate(period=trunc("day"), who=F(column))
-        .values("period", "who")
-        .annotate(requests=Sum("requests"), errors=Sum("errors"), prompt_tokens=Sum("prompt_tokens"),
-                  completion_tokens=Sum("completion_tokens"))
-        .order_by("-period", "who")
-    )
-    return [
-        {"period": row["period"].isoformat(), group: row["who"] or "-", "requests": row["requests"],
-         "errors": row["errors"], "prompt_tokens": row["prompt_tokens"], "completion_tokens": row["completion_tokens"]}
-        for row in rows
-    ]
 
 
 # Per API key or per lane: the hourly rollup's column and the request log's.

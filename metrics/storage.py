@@ -141,6 +141,13 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
             for g in cast(list[dict[str, Any]], list(grouped))
         ]
         hour += timedelta(hours=1)
+    lane_latency: dict[tuple[datetime, str], float] = defaultdict(float)
+    for row in rows:
+        lane_latency[(row.hour, row.lane)] += row.latency_ms_sum
+    for row in rows:  # the cost model's split of a lane's hour (metrics.usage)
+        total = lane_latency[(row.hour, row.lane)]
+        part = min(1.0, max(0.0, (now - row.hour).total_seconds() / 3600))
+        row.lane_hours = row.latency_ms_sum / total * part if total > 0 else 0.0
     with transaction.atomic():
         UsageHour.objects.filter(hour__gte=start).delete()
         UsageHour.objects.bulk_create(rows)
@@ -151,18 +158,16 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
 def usage_day_rollup(*, first: date, last: date) -> int:
     """Recompute the days first..last from the hourly rollup (idempotent): usage per key and
     lane, and the gateway per lane and status with its latency and TTFT histograms."""
-    grouped = (
-        UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last)
-        .annotate(day=TruncDate("hour"))
-        .order_by()
-        .values("day", "key_id", "key_name", "lane")
-        .annotate(n=Sum("requests"), errors=Sum("errors"), prompt=Sum("prompt_tokens"),
-                  completion=Sum("completion_tokens"))
-    )
     rows = [
-        UsageDay(day=g["day"], key_id=g["key_id"], key_name=g["key_name"], lane=g["lane"], requests=g["n"],
-                 errors=g["errors"], prompt_tokens=g["prompt"], completion_tokens=g["completion"])
-        for g in grouped
+        UsageDay(day=g["day"], key_id=g["key_id"], key_name=g["key_name"], lane=g["lane"], requests=g["requests"],
+                 errors=g["errors"], prompt_tokens=g["prompt"], completion_tokens=g["completion"],
+                 latency_ms_sum=g["latency_ms_sum"], latency_buckets=[round(count) for count in g["buckets"]],
+                 latency_ms_min=g["low"], latency_ms_max=g["high"], lane_hours=g["lane_hours"] or 0.0)
+        for g in latency_histograms(
+            UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last).annotate(day=TruncDate("hour")),
+            "day", "key_id", "key_name", "lane", with_ttft=False, errors=Sum("errors"), prompt=Sum("prompt_tokens"),
+            completion=Sum("completion_tokens"), low=Min("latency_ms_min"), high=Max("latency_ms_max"),
+            lane_hours=Sum("lane_hours"))
     ]
     gateway = [
         GatewayDay(day=g["day"], lane=g["lane"], status=g["status"], requests=g["requests"],

@@ -4,28 +4,31 @@
 from __future__ import annotations
 
 import hmac
+import itertools
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from core.responses import csv_response
+from core.responses import csv_stream_response
 from core.roles import Capability, role_required, user_can
 from gateway.models import ApiKey, RequestLog, Team
-from gateway.selectors import request_log_list
+from gateway.selectors import request_log_list, teams_visible_to, usage_key_ids
 from lanes.models import Lane, Node
 from metrics.alerts import alert_acknowledge, thresholds_from_settings
 from metrics.charts import CHART_RANGES, gateway_chart
 from metrics.exposition import render_metrics
-from metrics.forms import RequestLogFilterForm, UsageForm
+from metrics.forms import CostModelForm, RequestLogFilterForm, UsageForm
 from metrics.models import Alert, AlertState, TargetKind
 from metrics.rules import RULE_LABELS, rule_table
 from metrics.selectors import (
@@ -35,7 +38,16 @@ from metrics.selectors import (
     SERIES_LABELS,
     gateway_live,
     gateway_summary,
+)
+from metrics.usage import (
+    COST_FIELDS,
+    USAGE_COLUMNS,
+    UsageQuery,
+    cost_model,
+    cost_model_set,
+    usage_series,
     usage_table,
+    usage_table_rows,
 )
 
 PAGE_SIZE = 50
@@ -88,32 +100,65 @@ def gateway_page(request: HttpRequest) -> HttpResponse:
     })
 
 
-@role_required(Capability.OPERATE)
-def usage_page(request: HttpRequest, fmt: str = "html") -> HttpResponse:
-    form = UsageForm(request.GET or None)
-    if request.GET and not form.is_valid():
-        return render(request, "metrics/usage.html", {"form": form, "rows": []}, status=400)
-    data = form.cleaned_data if request.GET else {}
-    period, by, days = data.get("period") or "day", data.get("by") or "key", data.get("days") or 30
-    rows = usage_table(period=period, group=by, since=timezone.now() - timedelta(days=days))
+@role_required(Capability.VIEW)
+def usage_page(request: HttpRequest, fmt: str = "html") -> HttpResponseBase:
+    """Usage over time (charts per team, key, lane or model, hour or day buckets, with cost)
+    and per period (the table). Admins see every key's; others their teams' keys only."""
+    form = UsageForm(request.GET)
+    context: dict[str, Any] = {"form": form, "rows": [], "teams": teams_visible_to(request.user)}
+    if not form.is_valid():
+        return render(request, "metrics/usage.html", context, status=400)
+    data = form.cleaned_data
+    key_ids = usage_key_ids(request.user, team_id=data["team"])
+    since = timezone.now() - timedelta(days=data["days"])
+    period, by = data["period"], data["by"]
     if fmt == "csv":
-        columns = ["period", by, "requests", "errors", "prompt_tokens", "completion_tokens"]
-        return csv_response([columns, *([row[c] for c in columns] for row in rows)],
-                            filename=f"usage-by-{by}-per-{period}.csv")
-    return render(request, "metrics/usage.html", {"form": form, "rows": rows, "period": period, "by": by,
-                                                  "days": days})
+        columns = ["period", by, *USAGE_COLUMNS]
+        rows = usage_table_rows(period=period, group=by, since=since, key_ids=key_ids)
+        return csv_stream_response(itertools.chain([columns], ([row[c] for c in columns] for row in rows)),
+                                   filename=f"usage-by-{by}-per-{period}.csv")
+    series = usage_series(UsageQuery(bucket=data["bucket"], by=data["chart"], days=data["days"], key_ids=key_ids))
+    return render(request, "metrics/usage.html", {
+        **context, "rows": usage_table(period=period, group=by, since=since, key_ids=key_ids), "period": period,
+        "by": by, "days": data["days"], "series": series, "key_ids": None if key_ids is None else sorted(key_ids),
+        "user_can_operate": user_can(request.user, Capability.OPERATE),
+        "cost_form": CostModelForm(initial={name: getattr(cost_model(), name) for name in COST_FIELDS}),
+        "query_string": urlencode({"bucket": data["bucket"], "by": data["chart"], "days": data["days"],
+                                   **({"team": data["team"]} if data["team"] else {})})})
+
+
+@require_POST
+@role_required(Capability.OPERATE)
+def cost_model_page(request: HttpRequest) -> HttpResponse:
+    """The usage page's cost model form (admins): validated by the model's rules, audited."""
+    form = CostModelForm(request.POST)
+    if form.is_valid():
+        try:
+            cost_model_set(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            messages.success(request, "Cost model saved: every cost on the usage page uses it now.")
+            return redirect("metrics:usage")
+    return render(request, "metrics/cost_model.html", {"form": form}, status=400)
 
 
 @role_required(Capability.OPERATE)
-def requests_page(request: HttpRequest) -> HttpResponse:
-    """The request log: the gateway's filters (key, lane, status, route, time range), newest
-    first, PAGE_SIZE a page by keyset (no COUNT over a table of tens of millions of rows)."""
+def requests_page(request: HttpRequest, fmt: str = "html") -> HttpResponseBase:
+    """The request log: the gateway's filters (request id, key, team, lane, status, route,
+    time range, words of stored prompts), newest first, PAGE_SIZE a page by keyset (no COUNT
+    over a table of tens of millions of rows); as CSV every matching row, streamed."""
     form = RequestLogFilterForm(request.GET or None)
     context: dict[str, Any] = {"form": form, "keys": ApiKey.objects.order_by("name"),
                                "teams": Team.objects.order_by("name"), "rows": [], "next_before": None}
     if request.GET and not form.is_valid():
         return render(request, "metrics/requests.html", context, status=400)
     before = form.cleaned_data.get("before") if request.GET else None
+    if fmt == "csv":
+        matching = request_log_list(filters=form.filters, limit=None, before_id=before).iterator(chunk_size=2000)
+        return csv_stream_response(itertools.chain([REQUEST_CSV_COLUMNS], (request_csv_row(row) for row in matching)),
+                                   filename="requests.csv")
     rows = list(request_log_list(filters=form.filters, limit=PAGE_SIZE + 1, before_id=before))
     context["rows"] = rows[:PAGE_SIZE]
     if len(rows) > PAGE_SIZE:
@@ -121,6 +166,17 @@ def requests_page(request: HttpRequest) -> HttpResponse:
         query["before"] = str(rows[PAGE_SIZE - 1].id)
         context["next_before"] = query.urlencode()
     return render(request, "metrics/requests.html", context)
+
+
+REQUEST_CSV_COLUMNS = ["created_at", "request_id", "key", "endpoint", "requested_model", "lane", "replica",
+                       "route_reason", "status", "error_code", "stream", "prompt_tokens", "completion_tokens",
+                       "usage_source", "ttft_ms", "latency_ms", "upstream_ms", "queue_ms", "prompt_text"]
+
+
+def request_csv_row(row: RequestLog) -> list[object]:
+    values = {name: getattr(row, name) for name in REQUEST_CSV_COLUMNS if name not in ("created_at", "key")}
+    return [row.created_at.isoformat(), row.request_id, row.key.name if row.key else "",
+            *(values[name] for name in REQUEST_CSV_COLUMNS[3:])]
 
 
 @role_required(Capability.OPERATE)

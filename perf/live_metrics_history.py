@@ -32,9 +32,9 @@ from metrics.selectors import (
     gateway_live,
     gateway_summary,
     sparklines,
-    usage_table,
 )
 from metrics.storage import floor_to, storage_maintain, usage_fold
+from metrics.usage import usage_table
 
 LANES, NODES = 50, 20
 PEAK_REQUESTS_PER_MINUTE = 1800  # seed 000's production peak

@@ -76,7 +76,7 @@ def pages(rows: dict[str, int]) -> list[str]:
         "/users/", "/gateway/", "/gateway/mirror/", "/routing/", "/routing/eval/", "/routing/playground/",
         "/routing/versions/", "/routing/shadow/", "/benchmarks/", "/benchmarks/compare/",
         f"/monitor/lanes/{lane}/", f"/monitor/nodes/{node}/", "/monitor/gateway/", "/monitor/usage/",
-        "/monitor/requests/", f"/monitor/requests/{rows['request']}/", "/monitor/alerts/", "/api/docs",
+        "/monitor/requests/", f"/monitor/requests/{rows['request']}/", "/monitor/alerts/", "/api/docs", "/account/tokens/",
         f"/benchmarks/{rows['bench']}/", "/teams/", f"/teams/{rows['team']}/", f"/routing/prototypes/{rows['prototype']}/",
         "/routing/versions/1/", "/routing/versions/1/evaluate", "/routing/versions/1/publish", "/routing/outcomes/",
         "/routing/replay/", f"/jobs/fabric/results/{rows['fabric']}/",

@@ -79,9 +79,10 @@ def test_viewers_read_charts_and_alerts_outsiders_are_refused(role_clients, lane
     assert role_clients["anonymous"].get(path).status_code == 302
 
 
-@pytest.mark.parametrize("path", ["/monitor/gateway/", "/monitor/usage/", "/monitor/usage.csv", "/monitor/requests/"])
+@pytest.mark.parametrize("path", ["/monitor/gateway/", "/monitor/requests/", "/monitor/requests.csv"])
 def test_gateway_figures_are_for_admins(role_clients, traffic, path):
-    """As the README's roles table says (the operate row): not a team lead's, not a viewer's."""
+    """As the README's roles table says (the operate row): not a team lead's, not a viewer's.
+    (The usage page is every member's, of their teams' keys: tests/metrics/test_usage_charts.py.)"""
     assert role_clients["admin"].get(path).status_code == 200
     assert role_clients["lead"].get(path).status_code == 403
     assert role_clients["viewer"].get(path).status_code == 403
@@ -135,11 +136,12 @@ def test_the_dashboard_shows_lane_and_node_cards(role_clients, lane_and_node):
 
 def test_usage_csv_export(role_clients, traffic):
     response = role_clients["admin"].get("/monitor/usage.csv?by=lane&period=day&days=7")
-    lines = response.content.decode().strip().splitlines()
+    assert response.streaming
+    lines = b"".join(response.streaming_content).decode().strip().splitlines()
     assert lines[0] == "period,lane,requests,errors,prompt_tokens,completion_tokens"
     assert lines[1].endswith(",qwen,3,1,30,60")
     assert response["Content-Disposition"] == 'attachment; filename="usage-by-lane-per-day.csv"'
-    by_key = role_clients["admin"].get("/monitor/usage.csv?by=key").content.decode()
+    by_key = b"".join(role_clients["admin"].get("/monitor/usage.csv?by=key").streaming_content).decode()
     assert ",agents,3,1,30,60" in by_key
     assert UsageHour.objects.count() == 2  # 200 and 502
 
