@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -83,6 +84,21 @@ class LevelOutcome:
     prime: dict[str, Any]
 
 
+def _fresh_prompts(tokens: int, ratio_prompt: str, tag: str, trace: Trace | None) -> Callable[[int], Awaitable[str]]:
+    """A level's prompts: a fresh tag in front of every one, so no request shares a cached
+    block. A replayed request: its stored prompt, or synthetic text of its recorded length
+    (warm-up: the run's), the turns of one conversation cut from one text (filler_text
+    extends a tag's text), so they share its beginning as the real turns did."""
+    ratio = len(ratio_prompt) / max(tokens, 1)
+
+    async def prompt_for(index: int) -> str:
+        if trace is not None and index >= 0:
+            return trace.text(index) or filler_text(trace.prompt_tokens[index], f"{tag}-{trace.prompt_tag(index)}", ratio)
+        return filler_text(tokens, f"{tag}-{index}", ratio)
+
+    return prompt_for
+
+
 async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[str, Target], level: Level,
                          total_levels: int, ratio_prompt: str, run_tag: str, trace: Trace | None) -> LevelOutcome:
     direct = targets["direct"]
@@ -103,18 +119,7 @@ async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[
             prime = {"ttft_ms": record.ttft * 1000 if record.ok else None,
                      "decode_tok_s": record.decode_tok_s if record.ok else None, "error": record.error}
         else:
-            ratio = len(ratio_prompt) / max(tokens, 1)
-
-            async def prompt_for(index: int) -> str:
-                # A fresh tag in front of every prompt: no request shares a cached block. A
-                # replayed request: its stored prompt, or synthetic text of its recorded length
-                # (warm-up: the run's), the turns of one conversation cut from one text
-                # (filler_text extends a tag's text), so they share its beginning as the real
-                # turns did.
-                if trace is not None and index >= 0:
-                    return trace.text(index) or filler_text(
-                        trace.prompt_tokens[index], f"{run_tag}-{level.position}-{trace.prompt_tag(index)}", ratio)
-                return filler_text(tokens, f"{run_tag}-{level.position}-{index}", ratio)
+            prompt_for = _fresh_prompts(tokens, ratio_prompt, f"{run_tag}-{level.position}", trace)
 
         before = await _scrape(client, direct.base_url)
         loop = asyncio.get_running_loop()
