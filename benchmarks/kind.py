@@ -108,12 +108,14 @@ async def _run_one_level(ctx_job_id: int, params: dict[str, Any], targets: dict[
         prime: dict[str, Any] = {}
         tokens = int(params["prompt_tokens"])
         output = int(params["output_tokens"])
+        prompt_for: Callable[[int], Awaitable[str]]
         if params["cache_mode"] == "cache_hit":
             shared = ratio_prompt
 
-            async def prompt_for(index: int) -> str:  # noqa: ARG001 (every prompt is the shared one)
+            async def shared_prompt(index: int) -> str:  # noqa: ARG001 (every prompt is the shared one)
                 return shared
 
+            prompt_for = shared_prompt
             # Prime then repeat: the first request fills the prefix cache, the level reuses it.
             record, _ = await stream_one(client, target, shared, output, params["timeout_s"], ClientLoad())
             prime = {"ttft_ms": record.ttft * 1000 if record.ok else None,
