@@ -275,3 +275,35 @@ class KeyedRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {'done' if self.done else 'in flight'}"
+
+
+class JudgedComparison(models.Model):
+    """One judged comparison of a shadow draft (gateway.judge): after the client had the
+    published version's answer, the draft's lane answered the same request and the judge
+    lane graded the two answers blind (in a random order). Tokens are ours, not the key's."""
+
+    class Verdict(models.TextChoices):
+        DRAFT = "draft", "the draft's answer is better"
+        PUBLISHED = "published", "the published version's answer is better"
+        TIE = "tie"
+        UNPARSED = "unparsed", "the judge's verdict could not be read"
+        ERROR = "error", "a lane failed"
+        BUDGET = "budget", "skipped: the day's token budget is spent"
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    request_id = models.CharField(max_length=40, db_index=True)
+    router_version = models.PositiveIntegerField(db_index=True)  # the shadow draft
+    published_lane = models.CharField(max_length=63)
+    draft_lane = models.CharField(max_length=63)
+    judge_lane = models.CharField(max_length=63)
+    draft_first = models.BooleanField(default=False)  # the draft's answer was shown as "A"
+    verdict = models.CharField(max_length=10, choices=Verdict.choices)
+    answer_tokens = models.PositiveIntegerField(default=0)  # the draft lane's answer (prompt + completion)
+    judge_tokens = models.PositiveIntegerField(default=0)
+    reason = models.CharField(max_length=300, blank=True)  # the judge's words, or the error
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} v{self.router_version} {self.verdict}"
