@@ -27,6 +27,7 @@ from core.db import db_call
 from gateway import limits
 from gateway.admission import admit_within_budgets, refuse, release, trace_left
 from gateway.budgets import budget_charge
+from gateway.capture import stored_prompt
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.fair import PRIORITY_HEADER, request_class
@@ -334,11 +335,11 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "ttft_ms": outcome.ttft_ms,
         "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms, "received_at": received_at,
         "queue_ms": outcome.queue_ms, "priority": outcome.priority,
-        "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
+        "prompt_text": stored_prompt(prompt_text(request)) if request and key and key.log_prompts else "",
         "conversation": (conversation_digest(request.body) or "") if request else "",
         **outcome.router_columns(),
     })
-    if key is not None and key.capture_prompts and request is not None and request.large is None and outcome.status == 200:
+    if key is not None and key.log_prompts and request is not None and request.large is None and outcome.status == 200:
         rt.spawn(db_call(captured_prompt_store, key_id=key.id, request_id=outcome.request_id,
                          text=last_user_text(request.body), lane=outcome.lane, route_label=outcome.label,
                          router_version=outcome.auto.version if outcome.auto else None))

@@ -169,7 +169,7 @@ async def judged_comparison(*, client: httpx.AsyncClient, redis: Any, lanes: dic
 def to_judge(auto: AutoRoute | None, key: KeyInfo, request: ParsedRequest, endpoint: str) -> bool:
     """Whether this request's draft answer is to be judged: the router sampled it for the
     judged comparison, the key opted in to prompt storage, a chat request of a usual size."""
-    return (auto is not None and auto.judge is not None and key.capture_prompts and request.large is None
+    return (auto is not None and auto.judge is not None and key.log_prompts and request.large is None
             and endpoint == "chat.completions")
 
 

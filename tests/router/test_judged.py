@@ -66,7 +66,7 @@ def test_a_judged_comparison_grades_the_drafts_answer_blind_off_the_clients_path
     settings.ROUTER_SHADOW_SHARE = 1.0
     settings.ROUTER_VERSION_CHECK_S = 0
     draft = judged_shadow(key_owner)
-    secret, key_id = create_key(key_owner, name="storing", capture_prompts=True)
+    secret, key_id = create_key(key_owner, name="storing", log_prompts=True)
     qwen = auto_gateway.engines["qwen"]  # type: ignore[attr-defined]
     answer = ask(auto_gateway, user(DEEP), secret=secret)
     assert answer.status_code == 200 and answer.headers["x-spark-lane"] == "deepseek"  # the client's answer
@@ -100,7 +100,7 @@ def test_a_key_that_stores_no_prompt_is_never_judged(auto_gateway, key_owner, se
     settings.ROUTER_SHADOW_SHARE = 1.0
     judged_shadow(key_owner)
     before = len(engine_received(auto_gateway.engines["qwen"]))  # type: ignore[attr-defined]
-    answer = ask(auto_gateway, user(DEEP))  # the fixture's key: capture_prompts off
+    answer = ask(auto_gateway, user(DEEP))  # the fixture's key stores no prompt
     assert answer.status_code == 200 and answer.headers["x-spark-lane"] == "deepseek"
     wait_for(lambda: RequestLog.objects.filter(request_id=answer.headers["x-request-id"]).exists(), what="the log row")
     assert RequestLog.objects.get(request_id=answer.headers["x-request-id"]).shadow_lane == "qwen"  # it was sampled
@@ -114,7 +114,7 @@ def test_the_judge_never_runs_past_its_daily_budget(auto_gateway, key_owner, set
     judge's (a longer prompt) does not — so the judge lane is never asked."""
     settings.ROUTER_SHADOW_SHARE = 1.0
     judged_shadow(key_owner, tokens=tokens)
-    secret, _ = create_key(key_owner, name="storing", capture_prompts=True)
+    secret, _ = create_key(key_owner, name="storing", log_prompts=True)
     qwen = auto_gateway.engines["qwen"]  # type: ignore[attr-defined]
     before = len(engine_received(qwen))
     answer = ask(auto_gateway, user(DEEP), secret=secret)
