@@ -156,3 +156,19 @@ def test_only_a_team_lead_may_revert(v2_active, role_clients, role):
     assert RouterVersion.objects.get(status=VersionStatus.PUBLISHED).number == 2
 
 
+
+
+def test_the_shadow_form_refuses_a_bad_rule_naming_it_and_changes_nothing(starter, admin_user, lead_client, role_clients):
+    draft = router_version_create_draft(actor=admin_user, source=RouterVersion.objects.get(number=1))
+    answer = lead_client.post("/routing/shadow/", {"version": draft.number, "judge_share": "lots", "judge_lane": "qwen"},
+                              follow=True)
+    assert answer.status_code == 200 and "The judged share is a share from 0 (off) to 1." in answer.content.decode()
+    assert not RouterVersion.objects.get(pk=draft.pk).shadow
+    assert role_clients["viewer"].post("/routing/shadow/", {"version": draft.number}).status_code == 403
+    lead_client.post("/routing/shadow/", {"version": draft.number, "judge_share": "0.25", "judge_lane": "qwen",
+                                          "stop_metric": "win_rate", "stop_threshold": "0.6"})
+    saved = RouterVersion.objects.get(pk=draft.pk)
+    assert (saved.shadow, saved.judge_share, saved.judge_lane, saved.stop_metric, saved.stop_threshold) == (
+        True, 0.25, "qwen", "win_rate", 0.6)
+    event = AuditEvent.objects.filter(action="router.shadow").latest("id")
+    assert event.diff["judge_share"] == [None, 0.25] and event.diff["stop_metric"] == [None, "win_rate"]
