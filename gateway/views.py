@@ -221,7 +221,7 @@ def outcomes_page(request: HttpRequest) -> HttpResponse:
 
 @role_required(Capability.VIEW)
 def replay_page(request: HttpRequest) -> HttpResponse:
-    """A version replayed offline on the captured prompts (keys that opt in to capture)."""
+    """A version replayed offline on the captured prompts (keys that opt in to storing prompts: ApiKey.log_prompts)."""
     drafts = version_list().filter(status=VersionStatus.DRAFT)
     number = request.GET.get("version", "")
     report, unavailable = None, None
