@@ -24,6 +24,7 @@ import orjson
 from django.conf import settings
 
 from core.db import db_call
+from gateway.capture import redact_secrets
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.models import JudgedComparison
 from gateway.request import ParsedRequest
@@ -153,7 +154,7 @@ async def judged_comparison(*, client: httpx.AsyncClient, redis: Any, lanes: dic
             client, redis, judge, judge_body(judge.public_model_name, last_user_text(body), first, second),
             rule.daily_tokens)
         winner = parse_verdict(reply)
-        row["reason"] = reply[:300]
+        row["reason"] = redact_secrets(reply)[:300]  # the judge may quote the prompt: stored like a prompt
         row["verdict"] = (Verdict.UNPARSED if winner is None else Verdict.TIE if winner == "tie"
                           else Verdict.DRAFT if (winner == "A") == row["draft_first"] else Verdict.PUBLISHED)
     except _Spent:

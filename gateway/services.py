@@ -20,7 +20,7 @@ from core.roles import UserLike
 from core.validators import has_control_characters
 from gateway.capture import CAPTURE_PER_KEY, captured_text
 from gateway.keys import hash_secret, key_names, key_namespace
-from gateway.models import ApiKey, CapturedPrompt, RequestLog, RequestOutcome, Team
+from gateway.models import ApiKey, CapturedPrompt, JudgedComparison, RequestLog, RequestOutcome, Team
 from lanes.models import Lane
 from lanes.replica_health import invalidation_channel
 
@@ -231,11 +231,12 @@ def request_log_purge(
 
 
 def request_outcome_purge(*, now: datetime | None = None) -> int:
-    """Outcomes and captured prompts are kept as long as the request log
+    """Outcomes, captured prompts and judged comparisons are kept as long as the request log
     (PORTAL_GATEWAY_LOG_RETENTION_DAYS)."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS)
     return (RequestOutcome.objects.filter(created_at__lt=cutoff).delete()[0]
-            + CapturedPrompt.objects.filter(created_at__lt=cutoff).delete()[0])
+            + CapturedPrompt.objects.filter(created_at__lt=cutoff).delete()[0]
+            + JudgedComparison.objects.filter(created_at__lt=cutoff).delete()[0])
 
 
 def captured_prompt_store(*, key_id: int, request_id: str, text: str, lane: str = "", route_label: str = "",

@@ -138,3 +138,19 @@ def test_shadow_rules_are_checked_and_name_the_field(auto_gateway, key_owner):
         assert field in caught.value.message_dict, rules
     assert not RouterVersion.objects.get(pk=draft.pk).shadow  # nothing saved
 
+
+
+def test_judged_comparisons_are_kept_as_long_as_the_request_log(db, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from gateway.services import request_outcome_purge
+
+    now = timezone.now()
+    row = {"request_id": "r", "router_version": 2, "published_lane": "deepseek", "draft_lane": "qwen",
+           "judge_lane": "qwen", "verdict": "tie"}
+    JudgedComparison.objects.create(**row, created_at=now - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS, hours=1))
+    kept = JudgedComparison.objects.create(**row, created_at=now - timedelta(days=1))
+    assert request_outcome_purge(now=now) == 1
+    assert list(JudgedComparison.objects.values_list("pk", flat=True)) == [kept.pk]
