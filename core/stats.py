@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from statistics import NormalDist
 
 
 def _ordered(values: Iterable[float], q: float) -> list[float]:
@@ -44,3 +45,18 @@ def percentile_linear(values: Iterable[float], q: float) -> float | None:
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """The Wilson score interval of a share (successes of trials) at `confidence` (0.95:
+    a 95% interval); None without a trial. Used for the router's shadow agreement and its
+    judged win rate, and for the rule that stops a shadow run."""
+    if trials <= 0:
+        return None
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be a share between 0 and 1 (0.95), got {confidence!r}")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)

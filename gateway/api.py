@@ -38,7 +38,7 @@ def key_out(key: ApiKey) -> dict[str, Any]:
         "id": key.pk, "name": key.name, "team": key.team_id, "prefix": key.prefix,
         "allowed_lanes": sorted(lane.name for lane in key.allowed_lanes.all()), "default_route": key.default_route,
         "rpm_limit": key.rpm_limit, "tpm_limit": key.tpm_limit, "max_parallel": key.max_parallel,
-        "log_prompts": key.log_prompts, "capture_prompts": key.capture_prompts, "fair_weight": key.fair_weight,
+        "log_prompts": key.log_prompts, "fair_weight": key.fair_weight,
         "priority": key.priority, "expires_at": key.expires_at, "revoked_at": key.revoked_at,
         "created_at": key.created_at, "active": key.is_active,
     }

@@ -1,5 +1,9 @@
-"""Prompt capture for keys that opt in (ApiKey.capture_prompts): what is kept, and the
-secrets removed from it before it is ever stored. Pure functions, no I/O."""
+"""Prompt storage for keys that opt in (ApiKey.log_prompts, the one opt-in): the secrets
+removed from a prompt before it is ever stored, wherever it is stored — the request log's
+prompt text, the router's replay set (CapturedPrompt: the text the router embeds, cut to
+CAPTURE_MAX_CHARS, the key's last CAPTURE_PER_KEY), and so what judged comparisons
+(gateway.judge) may read. One retention for all of it: the request log's
+(GATEWAY_LOG_RETENTION_DAYS). Pure functions, no I/O."""
 
 from __future__ import annotations
 
@@ -38,11 +42,17 @@ def redact_secrets(text: str) -> str:
     return text
 
 
-def captured_text(text: str) -> str:
-    """What is stored: cut to CAPTURE_MAX_CHARS (head and tail, as the router reads a long
-    text), then redacted — the cut first, so a secret split by it is still caught whole on
-    each side or cut away."""
-    if len(text) > CAPTURE_MAX_CHARS:
-        half = CAPTURE_MAX_CHARS // 2
+def stored_prompt(text: str, max_chars: int | None = None) -> str:
+    """What is stored: cut to max_chars when given (head and tail, as the router reads a
+    long text), then redacted — the cut first, so a secret split by it is still caught
+    whole on each side or cut away. The request log keeps the whole prompt, redacted."""
+    if max_chars is not None and len(text) > max_chars:
+        half = max_chars // 2
         text = text[:half] + " … " + text[-half:]
     return redact_secrets(text)
+
+
+def captured_text(text: str) -> str:
+    """The replay set's text (CapturedPrompt): the prompt the router embeds, cut and redacted."""
+    return stored_prompt(text, CAPTURE_MAX_CHARS)
+

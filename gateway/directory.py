@@ -37,8 +37,7 @@ class KeyInfo:
     rpm: int
     tpm: int
     max_parallel: int
-    log_prompts: bool
-    capture_prompts: bool
+    log_prompts: bool  # the one prompt-storage opt-in (gateway.capture)
     expires_at: float | None
     revoked: bool
     team_id: int | None = None
@@ -113,7 +112,6 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
         tpm=key.tpm_limit or 0,
         max_parallel=key.max_parallel or 0,
         log_prompts=key.log_prompts,
-        capture_prompts=key.capture_prompts,
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
         weight=key.fair_weight or 1,

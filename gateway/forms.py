@@ -23,8 +23,9 @@ class ApiKeyForm(forms.Form):
                                  required=False,
                                  help_text="On a full lane, interactive goes first; batch uses the slack.")
     expires_at = forms.DateTimeField(required=False, help_text="YYYY-MM-DD HH:MM (UTC); empty = never.")
-    log_prompts = forms.BooleanField(required=False, label="Store prompt text in the request log")
-    capture_prompts = forms.BooleanField(required=False, label="Capture the last prompts (secrets redacted) for router replay")
+    log_prompts = forms.BooleanField(
+        required=False, label="Store prompts (secrets redacted)",
+        help_text="In the request log (searchable), for router replay and for judged comparisons of a shadow draft.")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

@@ -20,7 +20,6 @@ import time
 from datetime import timedelta
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.utils import timezone
 
@@ -28,6 +27,7 @@ from core.db import db_call
 from gateway import limits
 from gateway.admission import admit_within_budgets, refuse, release, trace_left
 from gateway.budgets import budget_charge
+from gateway.capture import stored_prompt
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
 from gateway.fair import PRIORITY_HEADER, request_class
@@ -43,10 +43,11 @@ from gateway.http import (
     read_body,
     send_error,
 )
+from gateway.judge import judge_after_answer, to_judge
 from gateway.keys import key_names, key_namespace
 from gateway.large import request_of
 from gateway.large_pool import HELD, POOL, Holding
-from gateway.mirror import LARGE_MIRRORS, mirror_enabled, mirror_replay, text_of_stream
+from gateway.mirror import LARGE_MIRRORS, answer_text, mirror_enabled, mirror_replay
 from gateway.models import RouteReason
 from gateway.outcome import Outcome, new_request_id
 from gateway.relay import (
@@ -65,7 +66,7 @@ from gateway.runtime import GatewayRuntime, runtime
 from gateway.services import captured_prompt_store
 from gateway.shared_files import SharedBody, busy_error, read_shared_body
 from gateway.upstream import provably_not_received, upstream_send
-from gateway.wire import GatewayError, completion_text
+from gateway.wire import GatewayError
 
 log = logging.getLogger(__name__)
 UPSTREAM_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -213,7 +214,8 @@ async def admit_and_send(
     # bound on large bodies held for replays (gateway.mirror.LARGE_MIRRORS).
     outcome.mirror = (mirror_enabled() and random.random() < settings.GATEWAY_MIRROR_SHARE
                       and (request.large is None or LARGE_MIRRORS.take()))
-    outcome.keep_answer = explicit or outcome.mirror
+    outcome.judged = to_judge(outcome.auto, key, request, endpoint)
+    outcome.keep_answer = explicit or outcome.mirror or outcome.judged
     # A client that left is not waited for: closing the upstream connection makes vLLM abort
     # the request, and the in-flight slot is freed now, not when the lane would have
     # answered. Except when the client said it will retry (an Idempotency-Key, or an SDK
@@ -333,24 +335,22 @@ def finish(rt: GatewayRuntime, key: KeyInfo | None, request: ParsedRequest | Non
         "ttft_ms": outcome.ttft_ms,
         "latency_ms": latency_ms, "upstream_ms": outcome.upstream_ms, "received_at": received_at,
         "queue_ms": outcome.queue_ms, "priority": outcome.priority,
-        "prompt_text": prompt_text(request) if request and key and key.log_prompts else "",
+        "prompt_text": stored_prompt(prompt_text(request)) if request and key and key.log_prompts else "",
         "conversation": (conversation_digest(request.body) or "") if request else "",
         **outcome.router_columns(),
     })
-    if key is not None and key.capture_prompts and request is not None and request.large is None and outcome.status == 200:
+    if key is not None and key.log_prompts and request is not None and request.large is None and outcome.status == 200:
         rt.spawn(db_call(captured_prompt_store, key_id=key.id, request_id=outcome.request_id,
                          text=last_user_text(request.body), lane=outcome.lane, route_label=outcome.label,
                          router_version=outcome.auto.version if outcome.auto else None))
     large_slot = outcome.mirror and request is not None and request.large is not None
+    answered = key is not None and request is not None and outcome.status == 200 and outcome.record is not None
+    if answered and outcome.judged and outcome.auto is not None and outcome.auto.judge is not None:
+        assert request is not None and outcome.record is not None
+        rt.spawn(judge_after_answer(rt, outcome.auto, request.body, answer_text(outcome.record, request.stream),
+                                    outcome.request_id, outcome.lane))
     if key is not None and request is not None and outcome.mirror and outcome.status == 200 and outcome.record is not None:
-        raw = outcome.record.partition(b"|")[2].partition(b"|")[2]
-        if request.stream:
-            text = text_of_stream(raw)
-        else:
-            try:
-                text = completion_text(orjson.loads(raw))
-            except orjson.JSONDecodeError:
-                text = ""
+        text = answer_text(outcome.record, request.stream)
         body = request.large.mirror(settings.GATEWAY_MIRROR_MODEL) if request.large is not None else request.body
         rt.spawn(mirror_replay(
             client=rt.client, endpoint=endpoint, body=body, request_id=outcome.request_id, key_id=key.id,

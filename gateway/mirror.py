@@ -106,6 +106,17 @@ def text_of_stream(sse: bytes) -> str:
     return "".join(parts)
 
 
+def answer_text(record: bytes, stream: bool) -> str:
+    """The answer's text in an idempotency record (gateway.outcome.make_record)."""
+    raw = record.partition(b"|")[2].partition(b"|")[2]
+    if stream:
+        return text_of_stream(raw)
+    try:
+        return completion_text(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        return ""
+
+
 def _save(row: dict[str, Any]) -> None:
     MirrorSample.objects.create(**row)
 

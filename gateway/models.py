@@ -54,9 +54,11 @@ class ApiKey(models.Model):
     rpm_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Requests per minute; empty = no limit.")
     tpm_limit = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Tokens per minute; empty = no limit.")
     max_parallel = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT, help_text="Requests in flight; empty = no limit.")
-    log_prompts = models.BooleanField(default=False, help_text="Store prompt text in the request log.")
-    # Opt-in: keep this key's last prompts (redacted, capped) as CapturedPrompt, to replay drafts on.
-    capture_prompts = models.BooleanField(default=False, help_text="Keep the last prompts (secrets redacted) for router replay.")
+    # The one opt-in for prompt text (gateway.capture): stored with secrets redacted, in the
+    # request log (searchable there), as the router's replay set (CapturedPrompt), and sent to
+    # judged comparisons of a shadow draft; kept as long as the request log. Off: none of it.
+    log_prompts = models.BooleanField(default=False, help_text=(
+        "Store this key's prompts (secrets redacted): in the request log, for router replay and judged comparison."))
     # Fair share of a saturated lane (gateway.fair): this key's weight among the keys waiting
     # for a lane's slots, and its class (a request may lower it, never raise it).
     fair_weight = models.PositiveSmallIntegerField(default=1, db_default=1, validators=POSITIVE_INT,
@@ -193,7 +195,7 @@ class RequestLog(models.Model):
 
 
 class CapturedPrompt(models.Model):
-    """One prompt of a key that opted in (ApiKey.capture_prompts): the text the router embeds
+    """One prompt of a key that opted in (ApiKey.log_prompts): the text the router embeds
     (the last user message), secrets redacted before it is stored (gateway.capture), cut
     to CAPTURE_MAX_CHARS, the key's last CAPTURE_PER_KEY kept, and no longer than the
     request log. Router replay (and later the teams' and benchmarks' work) reads these."""
@@ -275,3 +277,35 @@ class KeyedRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {'done' if self.done else 'in flight'}"
+
+
+class JudgedComparison(models.Model):
+    """One judged comparison of a shadow draft (gateway.judge): after the client had the
+    published version's answer, the draft's lane answered the same request and the judge
+    lane graded the two answers blind (in a random order). Tokens are ours, not the key's."""
+
+    class Verdict(models.TextChoices):
+        DRAFT = "draft", "the draft's answer is better"
+        PUBLISHED = "published", "the published version's answer is better"
+        TIE = "tie"
+        UNPARSED = "unparsed", "the judge's verdict could not be read"
+        ERROR = "error", "a lane failed"
+        BUDGET = "budget", "skipped: the day's token budget is spent"
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    request_id = models.CharField(max_length=40, db_index=True)
+    router_version = models.PositiveIntegerField(db_index=True)  # the shadow draft
+    published_lane = models.CharField(max_length=63)
+    draft_lane = models.CharField(max_length=63)
+    judge_lane = models.CharField(max_length=63)
+    draft_first = models.BooleanField(default=False)  # the draft's answer was shown as "A"
+    verdict = models.CharField(max_length=10, choices=Verdict.choices)
+    answer_tokens = models.PositiveIntegerField(default=0)  # the draft lane's answer (prompt + completion)
+    judge_tokens = models.PositiveIntegerField(default=0)
+    reason = models.CharField(max_length=300, blank=True)  # the judge's words, or the error
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} v{self.router_version} {self.verdict}"

@@ -37,6 +37,7 @@ class Outcome:
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client disconnected
     answered: bool = False  # the last byte of the answer is being sent
     mirror: bool = False  # sampled for mirrored traffic
+    judged: bool = False  # the shadow draft's lane answers too, and a judge grades both (gateway.judge)
     record: bytes | None = None  # the answer, as an idempotency record
     auto: AutoRoute | None = None  # model="auto": the router's decision
 

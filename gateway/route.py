@@ -22,7 +22,8 @@ from gateway.wire import GatewayError
 from routing.batcher import EmbeddingBatcher
 from routing.decision import Decision, decide
 from routing.encoder import Encoder
-from routing.published import PublishedRouter, RouterState, shadow_count_key
+from routing.published import JudgeRule, PublishedRouter, RouterSnapshot, RouterState
+from routing.shadow import bound_stop_reason, shadow_agree_key, shadow_count_key, shadow_stop_key
 
 REASON_CONTEXT = "context"
 
@@ -40,6 +41,7 @@ class AutoRoute:
     shadow_lane: str = ""
     shadow_label: str = ""
     shadow_score: float | None = None
+    judge: JudgeRule | None = None  # this request's draft answer is to be judged (gateway.judge)
 
 
 class RouterRuntime:
@@ -52,10 +54,22 @@ class RouterRuntime:
         self._writes: set[asyncio.Task[Any]] = set()
         self.shadow_done: set[int] = set()  # shadow drafts whose sample limit is reached
 
-    def count_shadow(self, number: int, limit: int) -> None:
-        """Count a shadow decision in Redis (every process shares the count), off the client's time."""
+    def count_shadow(self, shadow: RouterSnapshot, agreed: bool) -> None:
+        """Count a shadow decision in Redis (every process shares the counts), off the client's
+        time; this process stops sampling when the run's limit or its confidence bound is
+        reached, or another process saw its bound first (routing.shadow)."""
+        number, rule = shadow.number, shadow.stop
+
         async def incr() -> None:
-            if await self.redis.incr(shadow_count_key(number)) >= limit > 0:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.incr(shadow_count_key(number))
+            pipe.incrby(shadow_agree_key(number), int(agreed))
+            pipe.get(shadow_stop_key(number))
+            count, agree, stopped = await pipe.execute()
+            reason = bound_stop_reason(rule, "agreement", agree, count)
+            if reason:
+                await self.redis.set(shadow_stop_key(number), reason, nx=True)
+            if stopped or reason or count >= rule.sample_limit > 0:
                 self.shadow_done.add(number)
         task = asyncio.create_task(incr())
         self._writes.add(task)
@@ -186,11 +200,13 @@ def _with_shadow(rt: RouterRuntime, state: RouterState, vector: Any, decision: D
                       prototype=decision.prototype[:200], version=state.published.number)
     if state.shadow is None or state.shadow.number in rt.shadow_done or random.random() >= settings.ROUTER_SHADOW_SHARE:
         return route
-    rt.count_shadow(state.shadow.number, state.shadow.sample_limit)
     # The draft decides on the same vector, as if every lane could take it: what it would do.
     shadow = decide(vector, state.shadow.prototypes, state.shadow.config, usable=lambda _lane: True)
+    rt.count_shadow(state.shadow, shadow.lane == route.lane)
+    judge = state.shadow.judge
+    judged = bool(judge and shadow.lane and shadow.lane != route.lane and random.random() < judge.share)
     return replace(route, shadow_version=state.shadow.number, shadow_lane=shadow.lane or "",
-                   shadow_label=shadow.label, shadow_score=shadow.score)
+                   shadow_label=shadow.label, shadow_score=shadow.score, judge=judge if judged else None)
 
 
 def _fit_context(route: AutoRoute, lanes: Mapping[str, LaneInfo], usable: Any, tokens: int) -> AutoRoute:

@@ -19,8 +19,7 @@ class ApiKeyIn(InSchema):
     tpm_limit: int | None = None
     max_parallel: int | None = None
     expires_at: datetime | None = None
-    log_prompts: bool = False
-    capture_prompts: bool = False
+    log_prompts: bool = Field(False, description="Store this key's prompts, secrets redacted: the request log, router replay, judged comparison.")
     team: int | None = Field(None, ge=1, le=INT64_MAX, description="The team's id; its lanes bound the key's.")
     fair_weight: int | None = Field(None, description="Share of a full lane against other keys (default 1).")
     priority: str | None = Field(None, description="`interactive` (default) or `batch`.")
@@ -44,7 +43,6 @@ class ApiKeyOut(Schema):
     tpm_limit: int | None
     max_parallel: int | None
     log_prompts: bool
-    capture_prompts: bool
     fair_weight: int
     priority: str
     expires_at: datetime | None

@@ -9,17 +9,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
+from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet, Sum
 from django.http import Http404
 from django.utils import timezone
 
 from core.roles import Capability, UserLike, user_can
-from core.stats import percentile_nearest_rank
+from core.stats import percentile_nearest_rank, wilson_interval
 from core.validators import has_control_characters, whole_number
 from gateway.models import (
     ApiKey,
     Budget,
     CapturedPrompt,
+    JudgedComparison,
     MirrorSample,
     RequestLog,
     RequestOutcome,
@@ -197,6 +198,32 @@ def shadow_comparison(version_number: int, *, examples: int = 20) -> tuple[int, 
     table = [ShadowRow(a, b, n) for (a, b), n in sorted(counts.items())]
     disagreements = list(rows.exclude(shadow_lane="").exclude(lane=F("shadow_lane")).order_by("-id")[:examples])
     return sum(counts.values()), table, disagreements
+
+
+@dataclass(frozen=True)
+class JudgedSummary:
+    """A shadow draft's judged comparisons: the draft's wins, ties and losses against the
+    published version, its win rate (ties left out) with a Wilson interval, and their tokens."""
+
+    counts: dict[str, int]
+    wins: int
+    ties: int
+    losses: int
+    win_rate: float | None
+    interval: tuple[float, float] | None
+    answer_tokens: int
+    judge_tokens: int
+    recent: list[JudgedComparison]
+
+
+def judged_summary(version_number: int, *, confidence: float = 0.95) -> JudgedSummary:
+    rows = JudgedComparison.objects.filter(router_version=version_number)
+    counts = dict(rows.order_by().values("verdict").annotate(n=Count("id")).values_list("verdict", "n"))
+    tokens = rows.aggregate(answer=Sum("answer_tokens"), judge=Sum("judge_tokens"))
+    wins, ties, losses = (counts.get(v, 0) for v in ("draft", "tie", "published"))
+    return JudgedSummary(counts, wins, ties, losses, wins / (wins + losses) if wins + losses else None,
+                         wilson_interval(wins, wins + losses, confidence), tokens["answer"] or 0, tokens["judge"] or 0,
+                         list(rows.order_by("-id")[:10]))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from core.roles import UserLike
 from core.validators import has_control_characters
 from gateway.capture import CAPTURE_PER_KEY, captured_text
 from gateway.keys import hash_secret, key_names, key_namespace
-from gateway.models import ApiKey, CapturedPrompt, RequestLog, RequestOutcome, Team
+from gateway.models import ApiKey, CapturedPrompt, JudgedComparison, RequestLog, RequestOutcome, Team
 from lanes.models import Lane
 from lanes.replica_health import invalidation_channel
 
@@ -54,7 +54,7 @@ def _key_snapshot(key: ApiKey) -> dict[str, object]:
     return {
         "name": key.name, "team": key.team.name if key.team else None, "prefix": key.prefix, "allowed_lanes": sorted(key.allowed_lanes.values_list("name", flat=True)),
         "default_route": key.default_route, "rpm_limit": key.rpm_limit, "tpm_limit": key.tpm_limit,
-        "max_parallel": key.max_parallel, "log_prompts": key.log_prompts, "capture_prompts": key.capture_prompts,
+        "max_parallel": key.max_parallel, "log_prompts": key.log_prompts,
         "fair_weight": key.fair_weight, "priority": key.priority,
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
@@ -104,7 +104,6 @@ def api_key_create(
     max_parallel: int | None = None,
     expires_at: datetime | None = None,
     log_prompts: bool = False,
-    capture_prompts: bool = False,
     team: Team | int | None = None,
     fair_weight: int | None = None,
     priority: str | None = None,
@@ -134,7 +133,7 @@ def api_key_create(
         name=name, owner=owner, team=team,
         prefix=secret[:VISIBLE_PREFIX_LEN], secret_hash=hash_secret(secret), default_lane=default_lane,
         rpm_limit=rpm_limit, tpm_limit=tpm_limit, max_parallel=max_parallel, expires_at=expires_at,
-        log_prompts=log_prompts, capture_prompts=capture_prompts, fair_weight=fair_weight or 1,
+        log_prompts=log_prompts, fair_weight=fair_weight or 1,
         priority=priority or "interactive",
     )
     try:  # each field's declared rules (core.validators): the same for the form, the API and the shell
@@ -232,11 +231,12 @@ def request_log_purge(
 
 
 def request_outcome_purge(*, now: datetime | None = None) -> int:
-    """Outcomes and captured prompts are kept as long as the request log
+    """Outcomes, captured prompts and judged comparisons are kept as long as the request log
     (PORTAL_GATEWAY_LOG_RETENTION_DAYS)."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.GATEWAY_LOG_RETENTION_DAYS)
     return (RequestOutcome.objects.filter(created_at__lt=cutoff).delete()[0]
-            + CapturedPrompt.objects.filter(created_at__lt=cutoff).delete()[0])
+            + CapturedPrompt.objects.filter(created_at__lt=cutoff).delete()[0]
+            + JudgedComparison.objects.filter(created_at__lt=cutoff).delete()[0])
 
 
 def captured_prompt_store(*, key_id: int, request_id: str, text: str, lane: str = "", route_label: str = "",

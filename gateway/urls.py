@@ -18,6 +18,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("routing/shadow/", views.draft_shadow_page, name="draft-shadow"),
     # The agents' outcomes (POST /v1/feedback) joined to the request log.
     path("routing/outcomes/", views.outcomes_page, name="outcomes"),
-    # A version replayed on the captured prompts (ApiKey.capture_prompts).
+    # A version replayed on the captured prompts (ApiKey.log_prompts).
     path("routing/replay/", views.replay_page, name="replay"),
 ]

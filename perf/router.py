@@ -357,7 +357,8 @@ def main() -> None:
         serve_upstream(args.serve_upstream)
         return
     rounds = 60 if args.quick else 200
-    report: dict[str, Any] = {"cpu_threads": os.cpu_count()}
+    # The machine is shared: its load average says how far the figures are from a quiet one's.
+    report: dict[str, Any] = {"cpu_threads": os.cpu_count(), "load_average_start": [round(x, 2) for x in os.getloadavg()]}
     if args.gateway_only:
         print(json.dumps(bench_gateway(args.quick), indent=1))
         return
@@ -386,6 +387,7 @@ def main() -> None:
     if not args.no_gateway:
         report["gateway"] = bench_gateway(args.quick)
         print(json.dumps(report["gateway"], indent=1), flush=True)
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))
     print("median of medians:", statistics.median([v["p50_ms"] for v in report["forward"][encoder.id].values()]))

@@ -120,6 +120,10 @@ ROUTER_AFFINITY_TTL_S = 3600
 # Shadow evaluation: the share of routed requests on which the shadow draft also decides (from the
 # same embedding: the pick costs 0.14 ms in perf/router.py).
 ROUTER_SHADOW_SHARE = 0.1
+# Judged comparison (gateway.judge): the most tokens the draft's lane may answer with (the
+# client's own max_tokens when lower), and how long each of its two calls may take (s).
+ROUTER_JUDGE_ANSWER_MAX_TOKENS = 1024
+ROUTER_JUDGE_TIMEOUT_S = 120.0
 
 # --- metrics ---
 # Each target's time budget (s) and the targets scraped at once (HTTP connections, SSH channels;

@@ -62,6 +62,12 @@ class VersionStatus(models.TextChoices):
     RETIRED = "retired"  # was published; rollback can publish it again
 
 
+class StopMetric(models.TextChoices):
+    NONE = "", "none (after N samples only)"
+    AGREEMENT = "agreement", "agreement with the published version"
+    WIN_RATE = "win_rate", "judged win rate of the draft"
+
+
 class RouterVersion(models.Model):
     """The router's settings. A draft reads the enabled prototypes live; publishing freezes
     them into `prototypes` so the gateway's behaviour changes only by a publish."""
@@ -83,6 +89,16 @@ class RouterVersion(models.Model):
     train_error = models.CharField(max_length=300, blank=True)
     shadow = models.BooleanField(default=False, help_text="Decide beside the published version on sampled live traffic.")
     shadow_limit = models.PositiveIntegerField(default=1000, help_text="Stop sampling in shadow after this many decisions.")
+    # Stop on a confidence bound too: when the Wilson interval of the metric excludes the threshold.
+    stop_metric = models.CharField(max_length=12, choices=StopMetric.choices, default=StopMetric.NONE, blank=True)
+    stop_threshold = models.FloatField(default=0.9)
+    stop_confidence = models.FloatField(default=0.95)
+    # Judged comparison (opt-in): on this share of sampled disagreements the draft's lane also
+    # answers, off the request path, and the judge lane grades both answers blind, within a
+    # daily token budget (gateway.judge).
+    judge_share = models.FloatField(default=0.0)
+    judge_lane = models.CharField(max_length=63, blank=True)
+    judge_daily_tokens = models.PositiveIntegerField(default=50_000)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     published_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

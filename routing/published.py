@@ -23,6 +23,7 @@ from routing.engine import router_encoder, stored_embeddings
 from routing.learned import LearnedHead, prototypes_sha
 from routing.models import RouterVersion, VersionStatus
 from routing.selectors import version_prototypes
+from routing.shadow import StopRule
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +45,15 @@ def announce_published() -> None:
     _client().incr(published_key())
 
 
-def shadow_count_key(number: int) -> str:
-    """Shadow decisions taken for a draft, counted by every gateway process (INCR)."""
-    return f"{settings.REDIS_PREFIX}:router:shadow-count:{number}"
+@dataclass(frozen=True)
+class JudgeRule:
+    """A shadow draft's judged comparison: the share of sampled disagreements judged, the
+    judge lane, and the day's token budget of the draft's answers and the judge's."""
 
-
-def shadow_count(number: int) -> int:
-    raw = _client().get(shadow_count_key(number))
-    return int(raw) if raw else 0
-
-
-def shadow_count_reset(number: int) -> None:
-    _client().delete(shadow_count_key(number))
+    share: float
+    lane: str
+    daily_tokens: int
+    stop: StopRule = StopRule()  # the run's stop rules (a judged win rate may end it)
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,8 @@ class RouterSnapshot:
     number: int
     config: RouterConfig
     prototypes: PrototypeSet
-    sample_limit: int = 0  # in shadow: stop after this many decisions (0: no limit)
+    stop: StopRule = StopRule()  # in shadow: when sampling stops (routing.shadow)
+    judge: JudgeRule | None = None  # in shadow: the judged comparison, when opted in (gateway.judge)
 
 
 @dataclass(frozen=True)
@@ -102,10 +101,12 @@ def version_snapshot(version: RouterVersion, encoder: Encoder) -> RouterSnapshot
     if version.aggregation == "learned" and current_head(version, encoder.id, texts, labels) is None and version.learned:
         log.warning("router: v%s's learned decision is stale (prototypes or encoder changed): the similarity rule decides",
                     version.number)
+    stop = StopRule(version.shadow_limit, version.stop_metric, version.stop_threshold, version.stop_confidence)
     return RouterSnapshot(version.number, version_config(version),
                           PrototypeSet(texts, labels, stored_embeddings(encoder, texts),
                                        head=current_head(version, encoder.id, texts, labels)),
-                          sample_limit=version.shadow_limit)
+                          stop=stop, judge=JudgeRule(version.judge_share, version.judge_lane, version.judge_daily_tokens, stop)
+                          if version.judge_share > 0 and version.judge_lane else None)
 
 
 # Published versions are frozen: their matrices are built once per process and encoder.

@@ -4,6 +4,7 @@ through one Redis key (routing.published)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,10 @@ from routing.encoder import EncoderUnavailable
 from routing.engine import router_encoder, stored_embeddings
 from routing.imports import LABEL_RE, MAX_TEXT_CHARS, ImportProblem, LabelledText, parse_labelled
 from routing.learned import prototypes_sha
-from routing.models import Aggregation, EvalPrompt, Prototype, RouterVersion, TrainState, VersionStatus
-from routing.published import announce_published, current_head, shadow_count_reset, version_config
+from routing.models import Aggregation, EvalPrompt, Prototype, RouterVersion, StopMetric, TrainState, VersionStatus
+from routing.published import announce_published, current_head, version_config
 from routing.selectors import live_prototypes, version_prototypes
+from routing.shadow import shadow_count_reset
 from routing.training import TrainingRefused, train_head
 
 TRAIN_TASK = "routing.tasks.train_router_version"
@@ -303,20 +305,60 @@ def router_version_train(*, version_id: int) -> bool:
     return True
 
 
-def router_version_set_shadow(*, actor: UserLike | None, version: RouterVersion | None) -> None:
-    """Let one draft decide beside the published version on sampled live traffic (None: stop)."""
+SHADOW_RULE_FIELDS = ("shadow_limit", "stop_metric", "stop_threshold", "stop_confidence",
+                      "judge_share", "judge_lane", "judge_daily_tokens")
+
+
+def _shadow_rules(version: RouterVersion, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The shadow run's rules from a form or the API, each checked (errors name the field)."""
+    rules = {name: data.get(name, getattr(version, name)) for name in SHADOW_RULE_FIELDS}
+    errors: dict[str, list[str]] = {}
+
+    def number(name: str, low: float, high: float, rule: str, whole: bool = False) -> None:
+        try:
+            value = int(rules[name]) if whole else float(rules[name])
+        except (TypeError, ValueError):
+            value = None
+        if value is None or not math.isfinite(value) or not low <= value <= high:
+            errors[name] = [rule]
+        else:
+            rules[name] = value
+
+    number("shadow_limit", 1, 10_000_000, "The sample limit is a whole number from 1 to 10,000,000.", whole=True)
+    number("stop_threshold", 0, 1, "The stop threshold is a share from 0 to 1.")
+    number("stop_confidence", 0.5, 0.999, "The confidence is a share from 0.5 to 0.999 (0.95 for 95%).")
+    number("judge_share", 0, 1, "The judged share is a share from 0 (off) to 1.")
+    number("judge_daily_tokens", 1, 1_000_000_000, "The judge's daily tokens are a whole number from 1 to 10^9.", whole=True)
+    if rules["stop_metric"] not in StopMetric.values:
+        errors["stop_metric"] = [f"The stop metric is one of: {', '.join(v or 'none' for v in StopMetric.values)}."]
+    rules["judge_lane"] = str(rules["judge_lane"] or "").strip()
+    if rules["judge_lane"] and rules["judge_lane"] not in {lane.name for lane in lane_list()}:
+        errors["judge_lane"] = [f"No lane is named {rules['judge_lane']!r}."]
+    elif not rules["judge_lane"] and isinstance(rules["judge_share"], float) and rules["judge_share"] > 0:
+        errors["judge_lane"] = ["A judged comparison needs a judge lane."]
+    if errors:
+        raise ValidationError(errors)
+    return rules
+
+
+def router_version_set_shadow(*, actor: UserLike | None, version: RouterVersion | None,
+                              rules: Mapping[str, Any] | None = None) -> None:
+    """Let one draft decide beside the published version on sampled live traffic (None: stop),
+    with its stop rules and its judged comparison (`rules`: the SHADOW_RULE_FIELDS given)."""
     with transaction.atomic():
         previous = RouterVersion.objects.filter(shadow=True).first()
         RouterVersion.objects.filter(shadow=True).update(shadow=False)
+        after: dict[str, Any] = {"shadow": version.number if version else None}
         if version is not None:
             if version.status != VersionStatus.DRAFT:
                 raise ValidationError({"shadow": ["Only a draft can run in shadow."]})
-            RouterVersion.objects.filter(pk=version.pk).update(shadow=True)
+            checked = _shadow_rules(RouterVersion.objects.get(pk=version.pk), rules or {})  # unset: as stored
+            RouterVersion.objects.filter(pk=version.pk).update(shadow=True, **checked)
+            after.update(checked)
             number = version.number
             transaction.on_commit(lambda: shadow_count_reset(number))  # a new shadow run samples afresh
         audit_record(actor=actor, action="router.shadow", obj=version or previous or RouterVersion(number=0),
-                     before={"shadow": previous.number if previous else None},
-                     after={"shadow": version.number if version else None})
+                     before={"shadow": previous.number if previous else None}, after=after)
         transaction.on_commit(announce_published)
 
 

@@ -1,11 +1,13 @@
 """Turn an OpenAI request body into prompt token ids and per-choice plans (pure logic)."""
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from sparksim.engine.openai_format import ChoicePlan
 from sparksim.textgen import (
     chosen_tool,
+    example_object,
     natural_length,
     seed_for,
     text_tokens,
@@ -67,6 +69,11 @@ def plan_chat(
             tokens = arguments[:max_tokens]
             reason = "tool_calls" if len(tokens) == len(arguments) else "length"
             plans.append(ChoicePlan(index, tokens, reason, tool_name=str(tool.get("name"))))
+        elif (schema := _json_schema(body)) is not None:
+            # Structured output (vLLM's guided decoding): an example object of the schema.
+            answer = split_tokens(json.dumps(example_object(schema))) or ["{}"]
+            tokens = answer[:max_tokens]
+            plans.append(ChoicePlan(index, tokens, "stop" if len(tokens) == len(answer) else "length"))
         else:
             plan = _text_plan(index, seed, body, max_tokens)
             if reasoning and _thinking_enabled(body):
@@ -75,6 +82,16 @@ def plan_chat(
             plans.append(plan)
     return GenerationRequest(model, prompt_ids, plans, bool(body.get("stream")),
                              _include_usage(body))
+
+
+def _json_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """response_format {"type": "json_schema", "json_schema": {"schema": {...}}}'s schema."""
+    response_format = body.get("response_format")
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None
 
 
 def _thinking_enabled(body: dict[str, Any]) -> bool:

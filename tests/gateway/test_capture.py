@@ -47,7 +47,7 @@ def test_a_long_prompt_is_capped_keeping_its_head_and_tail():
 def test_redaction_happens_before_storage_and_only_the_last_prompts_are_kept(db, admin_user, monkeypatch):
     from gateway.services import api_key_create
 
-    key = api_key_create(actor=admin_user, name="agent", capture_prompts=True).key
+    key = api_key_create(actor=admin_user, name="agent", log_prompts=True).key
     row = captured_prompt_store(key_id=key.pk, request_id="req-1", text="deploy with password=s3cr3t-value please")
     assert row is not None
     stored = CapturedPrompt.objects.get(pk=row.pk).text  # what the database holds
@@ -66,7 +66,7 @@ def ask(gateway: Gateway, secret: str, text: str) -> str:
 
 
 def test_the_gateway_captures_only_for_keys_that_opt_in(gateway, key_owner):
-    capturing, _ = create_key(key_owner, name="capturing", capture_prompts=True)
+    capturing, _ = create_key(key_owner, name="capturing", log_prompts=True)
     captured = ask(gateway, capturing, "Review this: AWS key AKIAIOSFODNN7EXAMPLE is in settings.py")
     plain = ask(gateway, gateway.secret, "What is DNS?")
     row = wait_for(lambda: CapturedPrompt.objects.filter(request_id=captured).first(), what="the captured prompt")

@@ -347,7 +347,7 @@ def test_affinity_picks_the_replica_and_its_queue_holds_the_conversation(
 
 def key(priority: str = INTERACTIVE) -> KeyInfo:
     return KeyInfo(id=1, name="k", secret_hash="h", allowed_lanes=None, default_lane=None, rpm=0, tpm=0,
-                   max_parallel=0, log_prompts=False, capture_prompts=False, expires_at=None, revoked=False,
+                   max_parallel=0, log_prompts=False, expires_at=None, revoked=False,
                    priority=priority)
 
 

@@ -16,10 +16,12 @@ from tests.gateway.conftest import clean_gateway_redis, key_owner, make_lane  # 
 
 @pytest.fixture(autouse=True)
 def clean_router_redis() -> Iterator[None]:
-    """Conversation affinity is keyed by API key id, which a fresh test database reuses."""
+    """Conversation affinity is keyed by API key id, shadow counters by version number: a fresh
+    test database reuses both."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    for key in client.scan_iter(f"{settings.REDIS_PREFIX}:router:aff:*"):
-        client.delete(key)
+    for pattern in ("aff", "shadow-*", "judge-tokens"):  # shadow counters and the judge's spend too
+        for key in client.scan_iter(f"{settings.REDIS_PREFIX}:router:{pattern}:*"):
+            client.delete(key)
     yield
 
 

@@ -22,7 +22,7 @@ def test_outcome_weighted_accuracy_keeps_good_lanes_and_leaves_bad_ones():
 
 @pytest.fixture
 def captured(starter, admin_user) -> None:
-    key = api_key_create(actor=admin_user, name="agent", capture_prompts=True).key
+    key = api_key_create(actor=admin_user, name="agent", log_prompts=True).key
     for i, (text, lane, score) in enumerate([(DEEP, "deepseek", 0.0), (SHORT, "qwen", 1.0), (DEEP + " Twice.", "deepseek", None)]):
         CapturedPrompt.objects.create(key=key, request_id=f"req-{i}", text=text, lane=lane)
         if score is not None:

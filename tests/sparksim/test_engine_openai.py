@@ -54,6 +54,17 @@ def test_chat_completion_returns_text_and_usage(engine: EngineHandle) -> None:
     assert result.usage.total_tokens == result.usage.prompt_tokens + 8
 
 
+def test_structured_output_answers_an_object_of_the_json_schema(engine: EngineHandle) -> None:
+    schema = {"type": "object", "properties": {"winner": {"type": "string", "enum": ["A", "B", "tie"]},
+                                               "reason": {"type": "string"}}, "required": ["winner", "reason"]}
+    result = client(engine).chat.completions.create(
+        model="deepseek", messages=[{"role": "user", "content": "Grade these"}], max_tokens=50,
+        response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}},
+    )
+    assert json.loads(result.choices[0].message.content or "") == {"winner": "A", "reason": "spark1"}
+    assert result.choices[0].finish_reason == "stop"
+
+
 def test_prompt_tokens_match_tokenize(engine: EngineHandle) -> None:
     messages = [{"role": "user", "content": "How many tokens is this prompt, exactly?"}]
     counted = httpx.post(f"{engine.url}/tokenize", json={"model": "deepseek",
