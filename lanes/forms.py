@@ -123,9 +123,10 @@ class LaneForm(forms.Form):
     gpu_memory_utilization = forms.FloatField(required=False, help_text="Ignored by vLLM when the KV size is fixed.")
     max_num_seqs = forms.IntegerField(required=False)
     max_num_batched_tokens = forms.IntegerField(required=False)
-    scheduling_policy = forms.ChoiceField(choices=SchedulingPolicy.choices, initial=SchedulingPolicy.FCFS,
-                                          help_text="vLLM's --scheduling-policy. priority: the gateway ranks each "
-                                                    "request by its key's class and fair share.")
+    scheduling_policy = forms.TypedChoiceField(choices=SchedulingPolicy.choices, initial=SchedulingPolicy.FCFS,
+                                               required=False, empty_value=SchedulingPolicy.FCFS,
+                                               help_text="vLLM's --scheduling-policy. priority: the gateway ranks "
+                                                         "each request by its key's class and fair share.")
     kv_cache_dtype = forms.CharField(max_length=32, required=False)
     enable_prefix_caching = forms.TypedChoiceField(choices=TRI_STATE, required=False, coerce=lambda v: v == "true",
                                                    empty_value=None)
