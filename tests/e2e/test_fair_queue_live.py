@@ -1,5 +1,6 @@
-"""Browser: the lane page's Fair queue card follows each metrics.tick without a reload — a
-request queued, then one shed by the fair queue's own script, change its figures."""
+"""Browser: the lane page's Fair queue card, and the gateway page's queues, follow each
+metrics.tick without a reload — a request queued, then one shed by the fair queue's own
+script, change their figures."""
 
 from __future__ import annotations
 
@@ -67,4 +68,22 @@ def test_the_fair_queue_card_follows_a_queued_and_a_shed_request_live(asgi_serve
     tick()
     page.wait_for_selector("#lane-fair-queue[data-ticks='2']")
     assert page.inner_text(f"{row} .fair-shed strong.text-danger") == "1"
+    assert page.evaluate("window.__notReloaded") is True
+
+
+def test_the_gateway_pages_queues_follow_the_tick_live(asgi_server: Any, page: Any, admin_user: Any) -> None:
+    lane = make_lane("qwen", 8000)
+    Lane.objects.filter(pk=lane.pk).update(max_num_seqs=1)
+    redis.Redis.from_url(settings.REDIS_URL).delete(*fair_keys("qwen", 0))
+    browser_login(page, asgi_server.url, admin_user.username)
+    page.goto(f"{asgi_server.url}/gateway/?lane=qwen")
+    page.wait_for_selector("#live-status[data-state='open']")
+    page.evaluate("window.__notReloaded = true")
+    row = "#fair-queues tr[data-lane='qwen'][data-replica='0']"
+    assert page.inner_text(f"{row} .fair-waiting") == "0 / 0"
+    assert take("r1") == 1 and take("r2") == 0 and take("r3") == 2
+    tick()
+    page.wait_for_selector("#fair-queues[data-ticks='1']")
+    assert page.inner_text(f"{row} .fair-held") == "1 / 1" and page.inner_text(f"{row} .fair-waiting") == "1 / 0"
+    assert page.inner_text(f"{row} .fair-shed") == "1"
     assert page.evaluate("window.__notReloaded") is True
