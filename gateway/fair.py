@@ -147,10 +147,12 @@ class FairQueue:
     async def take(self, lane: LaneInfo, replica: ReplicaInfo, key: KeyInfo, outcome: Outcome) -> Slot | None:
         """A slot of this replica for the request, waiting for it in turn; None when the lane
         has no known slots. Raises 503 server_busy when shed, 499 when the client left."""
+        request_id, klass, gone = outcome.request_id, outcome.priority or key.priority, outcome.gone
+        if lane.ranked:
+            outcome.engine_priority = engine_priority(klass)  # its class; its share below, when asked
         slots = lane_slots(lane)
         if slots is None:
             return None
-        request_id, klass, gone = outcome.request_id, outcome.priority or key.priority, outcome.gone
         name = field_name(lane.name, replica.index)
         slot = Slot(name, fair_keys(lane.name, replica.index), request_id, slots)
         flow, weight, inner, inner_weight = flow_of(key)
@@ -158,8 +160,6 @@ class FairQueue:
                 settings.GATEWAY_FAIR_MAX_QUEUE, self.channel, int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000),
                 int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000), *headroom(), 1 if lane.ranked else 0,
                 inner, inner_weight]
-        if lane.ranked:
-            outcome.engine_priority = engine_priority(klass)
         if self.under_half(name, lane.name, replica.index, slots):
             # Far from full as this worker last saw every worker's load (GATEWAY_HEALTH_SYNC_S old
             # at most): no Redis call on the hot path. A request that outlives a tick is counted
