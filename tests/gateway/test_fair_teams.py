@@ -67,3 +67,33 @@ def test_admins_set_a_teams_weight_validated_and_audited(admin_client: Client, a
     assert viewer.patch(f"/api/gateway/teams/{team_id}", {"fair_weight": 9},
                         content_type="application/json").status_code == 403
     assert Team.objects.get(pk=team_id).fair_weight == 5
+
+
+def test_inside_a_team_its_keys_take_the_teams_turns_by_their_own_weights() -> None:
+    """The fair queue's own scripts on one slot: a team's keys of weights 2 and 1, six queued
+    each, get the team's turns 2:1 (in Redis alone: the order is exact)."""
+    import redis
+    from django.conf import settings
+
+    from gateway.fair_lua import GIVE_LUA, TAKE_LUA
+    from lanes.replica_health import fair_keys
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = fair_keys("teamlane", 0)
+    client.delete(*keys, *client.keys(f"{keys[0]}:tq:*"))
+
+    def take(rid: str, key: str, weight: int) -> int:
+        reply = client.eval(TAKE_LUA, len(keys), *keys, rid, "t1", 1, "i", 1, 60_000, 100, "nobody", 60_000,
+                            30_000, 0, 10_000, 0, key, weight)
+        return int(reply[0])
+
+    assert take("first", "k0", 1) == 1  # the slot, held
+    for n in range(6):
+        assert take(f"a{n}", "k1", 2) == 0 and take(f"b{n}", "k2", 1) == 0
+    order, holder = [], "first"
+    for _ in range(6):
+        client.eval(GIVE_LUA, len(keys), *keys, holder, 1, 60_000, 30_000, 10, 0, 10_000)
+        holder = client.zrange(keys[0], 0, -1)[0].decode()
+        order.append(holder[0])
+    assert order.count("a") == 4 and order.count("b") == 2, order  # 2:1
+    client.delete(*keys, *client.keys(f"{keys[0]}:tq:*"))
