@@ -46,7 +46,7 @@ def key_out(key: ApiKey) -> dict[str, Any]:
 
 def team_out(team: Team) -> dict[str, Any]:
     return {"id": team.pk, "name": team.name, "allowed_lanes": sorted(lane.name for lane in team.allowed_lanes.all()),
-            "members": sorted(user.username for user in team.members.all()),
+            "members": sorted(user.username for user in team.members.all()), "fair_weight": team.fair_weight,
             "keys": [key_out(key) for key in team.keys.all()],
             "budgets": [budget_out(budget_use(budget)) for budget in team_budgets(team)], "created_at": team.created_at}
 

@@ -42,8 +42,9 @@ class KeyInfo:
     revoked: bool
     team_id: int | None = None
     budgets: tuple[BudgetInfo, ...] = ()  # its own and its team's (gateway.budgets)
-    weight: int = 1  # its share of a full lane (gateway.fair)
+    weight: int = 1  # its share of a full lane (gateway.fair; within its team's, when it has one)
     priority: str = "interactive"
+    team_weight: int = 1  # its team's share of a full lane (gateway.fair.flow_of)
 
     def may_use(self, lane: str) -> bool:
         return self.allowed_lanes is None or lane in self.allowed_lanes
@@ -72,6 +73,7 @@ class LaneInfo:
     fallback: str | None
     replicas: tuple[ReplicaInfo, ...] = ()  # those with a head node, by index
     slots: int | None = None  # requests one replica takes at once (gateway.fair); None = unknown
+    ranked: bool = False  # the engine runs --scheduling-policy priority: the gateway sets `priority`
 
     @property
     def base_url(self) -> str | None:
@@ -95,7 +97,7 @@ def effective_lanes(key_lanes: frozenset[str], team_lanes: frozenset[str] | None
 
 
 def _load_key(secret_hash: str) -> KeyInfo | None:
-    key = ApiKey.objects.filter(secret_hash=secret_hash).select_related("default_lane").first()
+    key = ApiKey.objects.filter(secret_hash=secret_hash).select_related("default_lane", "team").first()
     # The lookup is by hash; compare again in constant time so the check never leaks timing.
     if key is None or not hmac.compare_digest(key.secret_hash, secret_hash):
         return None
@@ -117,6 +119,7 @@ def _load_key(secret_hash: str) -> KeyInfo | None:
         weight=key.fair_weight or 1,
         priority=key.priority or "interactive",
         team_id=key.team_id,
+        team_weight=key.team.fair_weight if key.team else 1,
         budgets=_budgets_of(key),
     )
 
@@ -147,6 +150,7 @@ def load_lanes() -> dict[str, LaneInfo]:
             fallback=lane.fallback.name if lane.fallback else None,
             replicas=replicas,
             slots=lane.gateway_slots or lane.max_num_seqs or None,
+            ranked=lane.scheduling_policy == "priority",
         )
     return lanes
 

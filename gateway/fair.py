@@ -38,6 +38,7 @@ from typing import Any
 from django.conf import settings
 
 from gateway.directory import KeyInfo, LaneInfo, ReplicaInfo
+from gateway.fair_lua import GIVE_LUA, TAKE_LUA, TICK_LUA, WITHDRAW_LUA
 from gateway.loops import stop_loop
 from gateway.outcome import Outcome
 from gateway.replicas import SharedHealth
@@ -53,116 +54,10 @@ PRIORITY_HEADER = "x-spark-priority"
 
 GRANTED, QUEUED, SHED = 1, 0, 2
 
-# KEYS: 1 slots zset (rid → lease end ms), 2 interactive queue, 3 batch queue (rid → start tag),
-#       4 enqueue times (rid → ms), 5 heartbeats (rid → ms), 6 tags hash ('_v' and flow → last finish),
-#       7 waiters' wake channels (rid → channel), 8 stats hash (svc: mean slot time ms, shed)
-COMMON_LUA = """
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function forget(rid)
-  redis.call('ZREM', KEYS[2], rid)
-  redis.call('ZREM', KEYS[3], rid)
-  redis.call('ZREM', KEYS[4], rid)
-  redis.call('ZREM', KEYS[5], rid)
-  redis.call('HDEL', KEYS[7], rid)
-end
-local function sweep(now)
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  for _, rid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 64)) do forget(rid) end
-end
-local function grant(rid, start, now, lease)
-  redis.call('ZADD', KEYS[1], now + lease, rid)
-  if start > tonumber(redis.call('HGET', KEYS[6], '_v') or '0') then redis.call('HSET', KEYS[6], '_v', start) end
-end
-local function dispatch(now, cap, lease, aging)
-  local given = 0
-  while redis.call('ZCARD', KEYS[1]) < cap do
-    local pick = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    local aged = pick[1] and now - tonumber(redis.call('ZSCORE', KEYS[4], pick[1]) or now) >= aging
-    if not aged then
-      local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-      if head[1] then pick = head end
-    end
-    if not pick[1] then break end
-    local channel = redis.call('HGET', KEYS[7], pick[1])
-    forget(pick[1])
-    grant(pick[1], tonumber(pick[2]), now, lease)
-    if channel then redis.call('PUBLISH', channel, pick[1]) end
-    given = given + 1
-  end
-  return given
-end
-local function waiting() return redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) end
-local function svc() return tonumber(redis.call('HGET', KEYS[8], 'svc') or '0') end
-"""
-
-# ARGV: 1 rid, 2 flow, 3 weight, 4 class (i|b), 5 slots, 6 lease ms, 7 max queue, 8 wake channel,
-#       9 heartbeat ms, 10 aging ms. Reply: {GRANTED|QUEUED|SHED, waiting, mean slot ms}
-TAKE_LUA = COMMON_LUA + """
-local now, cap, lease = now_ms(), tonumber(ARGV[5]), tonumber(ARGV[6])
-sweep(now)
-dispatch(now, cap, lease, tonumber(ARGV[10]))
-local start = math.max(tonumber(redis.call('HGET', KEYS[6], '_v') or '0'),
-                       tonumber(redis.call('HGET', KEYS[6], ARGV[2]) or '0'))
-local queued = waiting()
-if queued == 0 and redis.call('ZCARD', KEYS[1]) < cap then
-  redis.call('HSET', KEYS[6], ARGV[2], start + 1 / tonumber(ARGV[3]))
-  grant(ARGV[1], start, now, lease)
-  return {1, 0, svc()}
-end
-if queued >= tonumber(ARGV[7]) then
-  redis.call('HINCRBY', KEYS[8], 'shed', 1)
-  return {2, queued, svc()}
-end
-redis.call('HSET', KEYS[6], ARGV[2], start + 1 / tonumber(ARGV[3]))
-redis.call('ZADD', ARGV[4] == 'b' and KEYS[3] or KEYS[2], start, ARGV[1])
-redis.call('ZADD', KEYS[4], now, ARGV[1])
-redis.call('ZADD', KEYS[5], now + tonumber(ARGV[9]), ARGV[1])
-redis.call('HSET', KEYS[7], ARGV[1], ARGV[8])
-redis.call('PEXPIRE', KEYS[6], 3600000)
-return {0, queued + 1, svc()}
-"""
-
-# A slot given back (or a place in the queue): ARGV 1 rid, 2 slots, 3 lease ms, 4 aging ms,
-# 5 how long the slot was held (ms; 0: never used). Reply: how many waiters got a slot.
-GIVE_LUA = COMMON_LUA + """
-local now = now_ms()
-local held = tonumber(ARGV[5])
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 and held > 0 then
-  local mean = svc()
-  redis.call('HSET', KEYS[8], 'svc', mean > 0 and math.floor(mean * 0.9 + held * 0.1) or held)
-end
-forget(ARGV[1])
-sweep(now)
-return dispatch(now, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
-"""
-
-# A waiter whose wait bound passed: ARGV 1 rid. Reply {GRANTED} when a slot came meanwhile
-# (kept), else {SHED, waiting, mean slot ms} and its place is given up.
-WITHDRAW_LUA = COMMON_LUA + """
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {1, 0, 0} end
-forget(ARGV[1])
-redis.call('HINCRBY', KEYS[8], 'shed', 1)
-return {2, waiting(), svc()}
-"""
-
-# One worker's tick for one replica: ARGV 1 slots, 2 lease ms, 3 aging ms, 4 heartbeat ms,
-# 5 how many waiters follow, then the waiters' rids, then the held slots' rids (their leases
-# renewed; a slot taken without asking, FairQueue.under_half, is counted from its first tick).
-# Reply: per waiter, 1 when it holds a slot now.
-TICK_LUA = COMMON_LUA + """
-local now, lease = now_ms(), tonumber(ARGV[2])
-local waiters = tonumber(ARGV[5])
-for i = 6 + waiters, #ARGV do redis.call('ZADD', KEYS[1], now + lease, ARGV[i]) end
-for i = 6, 5 + waiters do redis.call('ZADD', KEYS[5], 'XX', now + tonumber(ARGV[4]), ARGV[i]) end
-sweep(now)
-dispatch(now, tonumber(ARGV[1]), lease, tonumber(ARGV[3]))
-local out = {}
-for i = 6, 5 + waiters do out[#out + 1] = redis.call('ZSCORE', KEYS[1], ARGV[i]) and 1 or 0 end
-return out
-"""
+def headroom() -> tuple[int, int]:
+    """The scripts' RESERVE and ACTIVE_MS (COMMON_LUA): slots kept for a flow holding none,
+    and how recent a flow's latest request must be for it to count as active."""
+    return settings.GATEWAY_FAIR_RESERVE_SLOTS, int(settings.GATEWAY_FAIR_ACTIVE_S * 1000)
 
 
 def lane_slots(lane: LaneInfo) -> int | None:
@@ -172,10 +67,13 @@ def lane_slots(lane: LaneInfo) -> int | None:
     return lane.slots
 
 
-def flow_of(key: KeyInfo) -> tuple[str, float]:
-    """The flow a request shares the lane as, and its weight. The hook for teams: a key of a
-    team would share as the team (`t<id>`, the team's weight), its keys inside it."""
-    return f"k{key.id}", float(max(key.weight, 1))
+def flow_of(key: KeyInfo) -> tuple[str, float, str, float]:
+    """The flow a request shares the lane as and its weight, and the key inside it: a key of
+    a team shares as the team (`t<id>`, the team's weight), its keys inside it by their own
+    weights; a key of no team is its own flow."""
+    if key.team_id is not None:
+        return f"t{key.team_id}", float(max(key.team_weight, 1)), f"k{key.id}", float(max(key.weight, 1))
+    return f"k{key.id}", float(max(key.weight, 1)), "", 0.0
 
 
 def request_class(key: KeyInfo, asked: bytes | None) -> str:
@@ -187,6 +85,14 @@ def request_class(key: KeyInfo, asked: bytes | None) -> str:
         raise GatewayError(400, f"The header `{PRIORITY_HEADER}` must be `interactive` or `batch`, not "
                            f"`{wanted[:40]}`.", code="invalid_priority", param=PRIORITY_HEADER)
     return BATCH if BATCH in (wanted, key.priority) else INTERACTIVE
+
+
+def engine_priority(klass: str, held: int = 0, active: int = 1, slots: int = 1) -> int:
+    """vLLM's `priority` (lower first) for a lane in priority mode: interactive 0, batch 2, and
+    one more for a flow holding over its equal share of the replica's slots (a flooder): the
+    engine then orders its own queue, and picks whom to preempt under KV pressure, the same way."""
+    over = active > 1 and held > math.ceil(slots / active)
+    return (0 if klass == INTERACTIVE else 2) + (1 if over else 0)
 
 
 def retry_after_s(waiting: int, slots: int, mean_slot_ms: float) -> int:
@@ -241,16 +147,19 @@ class FairQueue:
     async def take(self, lane: LaneInfo, replica: ReplicaInfo, key: KeyInfo, outcome: Outcome) -> Slot | None:
         """A slot of this replica for the request, waiting for it in turn; None when the lane
         has no known slots. Raises 503 server_busy when shed, 499 when the client left."""
+        request_id, klass, gone = outcome.request_id, outcome.priority or key.priority, outcome.gone
+        if lane.ranked:
+            outcome.engine_priority = engine_priority(klass)  # its class; its share below, when asked
         slots = lane_slots(lane)
         if slots is None:
             return None
-        request_id, klass, gone = outcome.request_id, outcome.priority or key.priority, outcome.gone
         name = field_name(lane.name, replica.index)
         slot = Slot(name, fair_keys(lane.name, replica.index), request_id, slots)
-        flow, weight = flow_of(key)
+        flow, weight, inner, inner_weight = flow_of(key)
         args = [request_id, flow, weight, "b" if klass == BATCH else "i", slots, self.lease_ms(),
                 settings.GATEWAY_FAIR_MAX_QUEUE, self.channel, int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000),
-                int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000)]
+                int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000), *headroom(), 1 if lane.ranked else 0,
+                inner, inner_weight]
         if self.under_half(name, lane.name, replica.index, slots):
             # Far from full as this worker last saw every worker's load (GATEWAY_HEALTH_SYNC_S old
             # at most): no Redis call on the hot path. A request that outlives a tick is counted
@@ -263,12 +172,14 @@ class FairQueue:
         self.waiters[request_id] = (future, slot)  # before the call: a wake may come first
         try:
             try:
-                code, waiting, mean = await self.take_script(keys=slot.keys, args=args)
+                code, waiting, mean, *share = await self.take_script(keys=slot.keys, args=args)
             except (ConnectionError, TimeoutError, OSError) as exc:
                 log.warning("gateway: request %s refused, the fair queue's Redis is unreachable: %s", request_id, exc)
                 raise GatewayError(503, "The gateway cannot reach its Redis to take a slot of the lane; the request "
                                    "was not sent. Retry shortly.", code="service_unavailable", type_="server_error",
                                    retry_after_s=2, retryable=True) from None
+            if lane.ranked and share:
+                outcome.engine_priority = engine_priority(klass, int(share[0]), int(share[1]), slots)
             if code != GRANTED:
                 self.full_until[name] = time.monotonic() + settings.GATEWAY_FAIR_TICK_S * 4
             if code == SHED:
@@ -327,7 +238,7 @@ class FairQueue:
         try:
             await self.give_script(keys=slot.keys, args=[
                 slot.request_id, slot.slots, self.lease_ms(), int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000),
-                int(held_ms)])
+                int(held_ms), *headroom()])
         except Exception as exc:  # its lease (a heartbeat's length) frees it
             log.warning("gateway: a lane slot was not given back (%s); its lease frees it", exc)
 
@@ -361,7 +272,7 @@ class FairQueue:
         for slot, waiting, held in by_field.values():
             granted = await self.tick_script(keys=slot.keys, args=[
                 slot.slots, self.lease_ms(), int(settings.GATEWAY_FAIR_BATCH_AGING_S * 1000),
-                int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000), len(waiting), *waiting, *held])
+                int(settings.GATEWAY_FAIR_HEARTBEAT_S * 1000), *headroom(), len(waiting), *waiting, *held])
             for request_id, got in zip(waiting, granted, strict=False):
                 if int(got):
                     self.wake(request_id)

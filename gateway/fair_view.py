@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Q
@@ -51,6 +52,15 @@ def fair_queues_now(lane: str = "") -> list[QueueNow]:
                 state = None
             out.append(QueueNow(row.name, index, row.gateway_slots or row.max_num_seqs or 0, state))
     return out
+
+
+def fair_queues_live() -> dict[str, list[dict[str, Any]]]:
+    """Each lane's replicas' queues now, as the lane page's Fair queue card shows them: what
+    every metrics.tick carries (its cells follow it live; `state` None: Redis does not answer)."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for queue in fair_queues_now():
+        out[queue.lane].append({"replica": queue.replica, "slots": queue.slots, "state": queue.state})
+    return dict(out)
 
 
 def fair_waits(*, lane: str = "", by_key: bool = True, now: datetime | None = None) -> list[WaitRow]:

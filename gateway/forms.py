@@ -41,6 +41,9 @@ class TeamForm(forms.Form):
     name = forms.CharField(max_length=100)
     allowed_lanes = forms.MultipleChoiceField(required=False, help_text="None selected = every lane.")
     members = forms.MultipleChoiceField(required=False)
+    fair_weight = forms.IntegerField(required=False, min_value=1, label="Share of a full lane",
+                                     help_text="Weight against other teams waiting for a full lane (empty: unchanged, "
+                                               "1 for a new team); its keys share it by their own weights.")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

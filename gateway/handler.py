@@ -288,6 +288,8 @@ async def send_once(
                 unavailable.append(f"{where}'s circuit is open")
                 continue
             slot = await rt.fair.take(lane, replica, key, outcome)  # its turn on a full lane, or 503 server_busy
+            if lane.ranked:  # its `priority` from its class and share at its turn
+                body = upstream_body(request, upstream_model=lane.public_model_name, priority=outcome.engine_priority)
             rt.health.acquire(lane.name, replica.index)
             try:
                 sent_at = time.perf_counter()

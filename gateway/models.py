@@ -25,6 +25,11 @@ class Team(models.Model):
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
     # Empty = every lane.
     allowed_lanes = models.ManyToManyField(Lane, blank=True, related_name="teams")
+    # Its share of a saturated lane (gateway.fair) against other teams and keys of no team; its
+    # keys share it among themselves by their own weights.
+    fair_weight = models.PositiveSmallIntegerField(default=1, db_default=1, validators=POSITIVE_INT,
+                                                   help_text="Share of a full lane against other teams (2 = twice "
+                                                             "a team of 1); its keys share it by their weights.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -33,6 +33,7 @@ class Outcome:
     upstream_ms: float | None = None
     queue_ms: float | None = None  # waited for a slot of the lane (gateway.fair)
     priority: str = ""  # its class on a full lane (gateway.fair)
+    engine_priority: int | None = None  # vLLM's `priority` sent to a lane in priority mode (gateway.fair)
     keep_answer: bool = False  # an Idempotency-Key or a mirrored sample needs the answer afterwards
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client disconnected
     answered: bool = False  # the last byte of the answer is being sent

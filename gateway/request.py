@@ -83,16 +83,22 @@ def parse_request(raw: bytes, *, endpoint: str, max_n: int) -> ParsedRequest:
                          max_tokens=max_tokens, validated=validated, size=len(raw))
 
 
-def upstream_body(request: ParsedRequest, *, upstream_model: str) -> bytes | StreamedBody:
-    """The client's body with three changes: the lane's served model name; the client's
+def upstream_body(request: ParsedRequest, *, upstream_model: str, priority: int | None = None) -> bytes | StreamedBody:
+    """The client's body with four changes: the lane's served model name; the client's
     `max_completion_tokens` also sent as `max_tokens` (engines that only know the older
-    name would otherwise ignore the cap); and (streaming) usage always requested so tokens
-    are counted even when the client did not ask. A large body gets the same changes made
-    in its raw bytes, sent in slices (gateway.large.LargeBody.forward)."""
+    name would otherwise ignore the cap); (streaming) usage always requested so tokens
+    are counted even when the client did not ask; and vLLM's `priority` the gateway's own
+    (gateway.fair.engine_priority, `priority`: a lane in priority mode; a client's own may only
+    lower it, a larger number), else none (a fcfs engine refuses one). A large body gets the
+    first three changes made in its raw bytes, sent in slices (gateway.large.LargeBody.forward)."""
     if request.large is not None:
         return request.large.forward(upstream_model)
     body = dict(request.body)
     body["model"] = upstream_model
+    asked = body.pop("priority", None)
+    if priority is not None:
+        lower = isinstance(asked, int) and not isinstance(asked, bool) and asked > priority
+        body["priority"] = asked if lower else priority
     if body.get("max_completion_tokens") is not None:
         body["max_tokens"] = body["max_completion_tokens"]
     if request.stream:

@@ -59,6 +59,8 @@ class TeamIn(InSchema):
     name: str = Field(..., max_length=100)
     allowed_lanes: list[str] = Field([], description="Lanes its keys may use; empty = every lane.")
     members: list[str] = Field([], description="Usernames.")
+    fair_weight: int | None = Field(None, description="Share of a full lane against other teams (default 1); its "
+                                                      "keys share it by their own weights.")
 
 
 class TeamPatchIn(InSchema):
@@ -67,6 +69,7 @@ class TeamPatchIn(InSchema):
     name: str | None = Field(None, max_length=100)
     allowed_lanes: list[str] | None = None
     members: list[str] | None = None
+    fair_weight: int | None = None
 
 
 class TokenBudgetIn(InSchema):
@@ -101,6 +104,7 @@ class TeamOut(Schema):
     name: str
     allowed_lanes: list[str]
     members: list[str]
+    fair_weight: int
     keys: list[ApiKeyOut]
     budgets: list[TokenBudgetOut]  # the team's and its keys'
     created_at: datetime

@@ -22,13 +22,15 @@ from lanes.models import Lane
 
 def _team_snapshot(team: Team) -> dict[str, object]:
     return {"name": team.name, "allowed_lanes": sorted(team.allowed_lanes.values_list("name", flat=True)),
-            "members": sorted(team.members.values_list("username", flat=True))}
+            "members": sorted(team.members.values_list("username", flat=True)), "fair_weight": team.fair_weight}
 
 
 def _team_changes(*, team: Team, name: str | None, allowed_lanes: list[str] | None,
-                  members: list[str] | None) -> tuple[list[Lane] | None, list[User] | None]:
+                  members: list[str] | None, fair_weight: int | None = None) -> tuple[list[Lane] | None, list[User] | None]:
     """Check a team's new fields (None = unchanged): ValidationError naming each bad field."""
     errors: dict[str, list[str]] = {}
+    if fair_weight is not None:
+        team.fair_weight = fair_weight
     if name is not None:
         team.name = name.strip()
         if not team.name:
@@ -58,9 +60,10 @@ def _team_changes(*, team: Team, name: str | None, allowed_lanes: list[str] | No
 
 
 def team_create(*, actor: UserLike, name: str, allowed_lanes: list[str] | None = None,
-                members: list[str] | None = None) -> Team:
+                members: list[str] | None = None, fair_weight: int | None = None) -> Team:
     team = Team()
-    lanes, users = _team_changes(team=team, name=name or "", allowed_lanes=allowed_lanes or [], members=members or [])
+    lanes, users = _team_changes(team=team, name=name or "", allowed_lanes=allowed_lanes or [], members=members or [],
+                                 fair_weight=fair_weight)
     with transaction.atomic():
         team.save()
         team.allowed_lanes.set(lanes or [])
@@ -70,11 +73,12 @@ def team_create(*, actor: UserLike, name: str, allowed_lanes: list[str] | None =
 
 
 def team_update(*, actor: UserLike, team: Team, name: str | None = None, allowed_lanes: list[str] | None = None,
-                members: list[str] | None = None) -> Team:
-    """Change a team's name, lanes or members (None = unchanged). New lanes bound its keys at
-    once: every gateway process drops its cached keys."""
+                members: list[str] | None = None, fair_weight: int | None = None) -> Team:
+    """Change a team's name, lanes, members or share of a full lane (None = unchanged). New
+    lanes or a new weight reach its keys at once: every gateway process drops its cached keys."""
     before = _team_snapshot(team)
-    lanes, users = _team_changes(team=team, name=name, allowed_lanes=allowed_lanes, members=members)
+    lanes, users = _team_changes(team=team, name=name, allowed_lanes=allowed_lanes, members=members,
+                                 fair_weight=fair_weight)
     with transaction.atomic():
         team.save()
         if lanes is not None:
@@ -84,7 +88,7 @@ def team_update(*, actor: UserLike, team: Team, name: str | None = None, allowed
         after = _team_snapshot(team)
         if after != before:
             audit_record(actor=actor, action="team.update", obj=team, before=before, after=after)
-    if before["allowed_lanes"] != after["allowed_lanes"]:
+    if before["allowed_lanes"] != after["allowed_lanes"] or before["fair_weight"] != after["fair_weight"]:
         transaction.on_commit(lambda: gateway_invalidate("all"))
     return team
 

@@ -117,7 +117,8 @@ def team_page(request: HttpRequest, team_id: int) -> HttpResponse:
 
 def _team_form(team: Team, data: Any = None) -> TeamForm:
     return TeamForm(data, initial={"name": team.name, "members": [user.username for user in team.members.all()],
-                                   "allowed_lanes": [lane.name for lane in team.allowed_lanes.all()]})
+                                   "allowed_lanes": [lane.name for lane in team.allowed_lanes.all()],
+                                   "fair_weight": team.fair_weight})
 
 
 def _team_render(request: HttpRequest, team: Team, *, form: TeamForm | None = None,

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from core.forms import style_widgets as core_style_widgets
 from core.validators import whole_number
 from lanes.memory import parse_memory_bytes
-from lanes.models import Executor, Lane, NodeState, Transport
+from lanes.models import Executor, Lane, NodeState, SchedulingPolicy, Transport
 from lanes.plan_shell import human_bytes
 from lanes.selectors import lane_config
 
@@ -27,7 +27,7 @@ LABELS = {
     "ssh_host_key": "SSH host key", "sim_dir": "sparksim directory", "memory_gib": "Memory (GiB)",
     "os_reserve_gib": "OS reserve (GiB)", "model_id": "Model id", "tensor_parallel_size": "Tensor-parallel size",
     "api_port": "API port", "max_model_len": "max_model_len", "kv_cache_memory_bytes": "kv_cache_memory_bytes",
-    "gpu_memory_utilization": "gpu_memory_utilization", "max_num_seqs": "max_num_seqs",
+    "gpu_memory_utilization": "gpu_memory_utilization", "max_num_seqs": "max_num_seqs", "scheduling_policy": "scheduling_policy",
     "max_num_batched_tokens": "max_num_batched_tokens", "kv_cache_dtype": "kv_cache_dtype",
     "enable_prefix_caching": "enable_prefix_caching", "enable_chunked_prefill": "enable_chunked_prefill",
     "speculative_config": "speculative_config", "max_cudagraph_capture_size": "max_cudagraph_capture_size",
@@ -123,6 +123,10 @@ class LaneForm(forms.Form):
     gpu_memory_utilization = forms.FloatField(required=False, help_text="Ignored by vLLM when the KV size is fixed.")
     max_num_seqs = forms.IntegerField(required=False)
     max_num_batched_tokens = forms.IntegerField(required=False)
+    scheduling_policy = forms.TypedChoiceField(choices=SchedulingPolicy.choices, initial=SchedulingPolicy.FCFS,
+                                               required=False, empty_value=SchedulingPolicy.FCFS,
+                                               help_text="vLLM's --scheduling-policy. priority: the gateway ranks "
+                                                         "each request by its key's class and fair share.")
     kv_cache_dtype = forms.CharField(max_length=32, required=False)
     enable_prefix_caching = forms.TypedChoiceField(choices=TRI_STATE, required=False, coerce=lambda v: v == "true",
                                                    empty_value=None)
@@ -159,7 +163,7 @@ class LaneForm(forms.Form):
                                   "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
                                   "max_cudagraph_capture_size", "speculative_config", "extra_args",
                                   "container_env", "secret_env", "degraded_context_limit",
-                                  "gateway_slots")),
+                                  "gateway_slots", "scheduling_policy")),
     )
 
     def __init__(self, *args: Any, secrets_set: list[str] | None = None, **kwargs: Any) -> None:

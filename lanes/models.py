@@ -108,6 +108,12 @@ class RestartPolicy(models.TextChoices):
     ON_FAILURE = "on-failure"
 
 
+class SchedulingPolicy(models.TextChoices):
+    # vLLM's --scheduling-policy: arrival order, or each request's `priority` (lower first).
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+
+
 class DesiredState(models.TextChoices):
     STOPPED = "stopped"
     SERVING = "serving"
@@ -134,6 +140,10 @@ class Lane(models.Model):
                                                 help_text="Requests the gateway sends one replica at once; "
                                                           "more wait in its fair queue. Empty = max_num_seqs.")
     max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True, validators=POSITIVE_INT)
+    # --scheduling-policy; with priority the gateway sets each request's `priority` (gateway.fair).
+    scheduling_policy = models.CharField(max_length=16, choices=SchedulingPolicy.choices, default=SchedulingPolicy.FCFS,
+                                         help_text="vLLM's --scheduling-policy. priority: the gateway ranks each "
+                                                   "request by its key's class and fair share.")
     kv_cache_dtype = models.CharField(max_length=32, blank=True, default="", validators=TEXT)
     enable_prefix_caching = models.BooleanField(null=True, blank=True)
     enable_chunked_prefill = models.BooleanField(null=True, blank=True)

@@ -243,6 +243,8 @@ class LaneView:
                 args += [f"--{key.replace('_', '-')}", str(c[key])]
         if c.get("kv_cache_dtype"):
             args += ["--kv-cache-dtype", str(c["kv_cache_dtype"])]
+        if c.get("scheduling_policy") == "priority":  # fcfs is vLLM's default
+            args += ["--scheduling-policy", "priority"]
         for key in ("enable_prefix_caching", "enable_chunked_prefill"):
             if c.get(key) is not None:
                 flag = key.replace("_", "-")

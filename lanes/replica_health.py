@@ -52,7 +52,7 @@ def invalidation_channel() -> str:
 
 # A replica's fair queue (gateway.fair): its held slots, its two queues (interactive, batch),
 # when each waiter came, their heartbeats, the flows' tags, the waiters' wake channels, stats.
-FAIR_PARTS = ("slots", "qi", "qb", "since", "beat", "tags", "wake", "stats")
+FAIR_PARTS = ("slots", "qi", "qb", "since", "beat", "tags", "wake", "stats", "flows", "active")
 
 
 def fair_keys(lane: str, index: int) -> list[str]:

@@ -27,6 +27,7 @@ FIELD_FLAGS = {
     "--max-num-batched-tokens": "max_num_batched_tokens", "--kv-cache-dtype": "kv_cache_dtype",
     "--speculative-config": "speculative_config", "--max-cudagraph-capture-size": "max_cudagraph_capture_size",
     "--served-model-name": "served_model_name", "--host": "", "--revision": "model_revision",
+    "--scheduling-policy": "scheduling_policy",
 }
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 

@@ -109,6 +109,7 @@ class LaneIn(InSchema):
     fallback: str | None = None
     degraded_context_limit: int | None = None
     gateway_slots: int | None = None  # requests the gateway sends one replica at once (None: max_num_seqs)
+    scheduling_policy: str = "fcfs"  # vLLM's --scheduling-policy: fcfs or priority
 
 
 class LanePatch(InSchema):
@@ -143,6 +144,7 @@ class LanePatch(InSchema):
     fallback: str | None = None
     degraded_context_limit: int | None = None
     gateway_slots: int | None = None  # requests the gateway sends one replica at once (None: max_num_seqs)
+    scheduling_policy: str | None = None  # fcfs or priority
 
 
 class RuleOut(Schema):
@@ -201,6 +203,7 @@ class LaneOut(Schema):
     fallback: str | None
     degraded_context_limit: int | None
     gateway_slots: int | None
+    scheduling_policy: str
     current_context_limit: int
     desired_state: str
     observed_state: str

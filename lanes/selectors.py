@@ -37,7 +37,7 @@ CONFIG_FIELDS = (
     "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype",
     "enable_prefix_caching", "enable_chunked_prefill", "speculative_config", "max_cudagraph_capture_size",
     "extra_args", "container_env", "weights_gib", "kv_bytes_per_token", "runtime_overhead_gib",
-    "degraded_context_limit", "gateway_slots",
+    "degraded_context_limit", "gateway_slots", "scheduling_policy",
 )
 
 

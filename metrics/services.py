@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from core.broadcast import DASHBOARD_GROUP, broadcast
 from core.http import async_http_client
-from gateway.fair_view import lanes_shedding
+from gateway.fair_view import fair_queues_live, lanes_shedding
 from gateway.models import Budget
 from gateway.team_services import budget_use
 from jobs.models import LaneWatchdog
@@ -160,10 +160,11 @@ def _card(state: ScrapeTarget | None, live: bool) -> dict[str, Any]:
 
 def tick_payload(*, now: datetime, lanes: list[Lane], nodes: list[Node],
                  known: dict[tuple[str, str], ScrapeTarget], scraped: set[tuple[str, str]]) -> dict[str, Any]:
+    queues = fair_queues_live()
     return {
         "at": now.isoformat(),
         "gateway": gateway_live(now=now),
-        "lanes": {lane.name: {"state": lane.observed_state,
+        "lanes": {lane.name: {"state": lane.observed_state, "fair": queues.get(lane.name, []),
                               **_card(known.get(("lane", lane.name)), ("lane", lane.name) in scraped)}
                   for lane in lanes},
         "nodes": {node.name: {"state": node.state,

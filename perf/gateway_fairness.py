@@ -10,7 +10,11 @@ slots: its max_num_seqs). Key A is an interactive agent: one short streamed requ
 Arms, one after the other on the same engine:
   - alone: A only (through the fair gateway; its queue stays empty);
   - flood, fairness off: A and B through the gateway without the fair queue;
-  - flood, fairness on: the same through the fair gateway.
+  - flood, fairness on, no headroom: the fair queue with PORTAL_GATEWAY_FAIR_RESERVE_SLOTS=0 (B may
+    hold all 4 slots: A's next request waits for one of B's streams to end);
+  - flood, fairness on: the fair queue with its headroom (while A is active B holds at most 3).
+The engine runs --scheduling-policy priority and the lane says so (the gateway sets each
+request's `priority`).
 Printed per arm: A's TTFT p50/p95 (first streamed bytes, seen by its client) and how many
 of A's requests waited more than 2 s; B's throughput (answered streams/s and tokens/s
 while A ran). Then the gateway's added latency at one client, fair queue off vs on: a
@@ -53,7 +57,8 @@ def prepare(engine_port: int, fast_port: int, slots: int) -> tuple[str, str]:
     for name, port, served, seqs in (("fbench", engine_port, SERVED, 4), ("bench", fast_port, "bench", slots)):
         lane = Lane.objects.create(name=name, model_id=f"sparksim/{name}", served_model_name=served,
                                    image="bench@sha256:" + "0" * 64, api_port=port, max_model_len=32768,
-                                   max_num_seqs=seqs, observed_state="serving", desired_state="serving")
+                                   max_num_seqs=seqs, observed_state="serving", desired_state="serving",
+                                   scheduling_policy="priority" if name == "fbench" else "fcfs")
         node = Node.objects.create(name=f"fbench-{name}", address="127.0.0.1", transport="local")
         LaneNode.objects.create(lane=lane, node=node, rank=0)
     return (api_key_create(actor=AnonymousUser(), name="fair-bench-agent").secret,
@@ -155,18 +160,21 @@ def main() -> None:
         [sys.executable, str(ROOT / "perf" / "gateway_overhead.py"), "--serve-upstream", str(fast_port)], env=env)]
     with tempfile.TemporaryDirectory() as tmp:
         engine = start_engine(MODEL, Path(tmp) / "engine.log", "--served-model-name", SERVED, "--max-num-seqs", "4",
-                              time_scale=args.time_scale)
+                              "--scheduling-policy", "priority", time_scale=args.time_scale)
         try:
             wait_port(fast_port)
             agent, flooder = prepare(engine.port, fast_port, args.slots)
-            ports = {"off": free_port(), "on": free_port()}
+            ports = {"off": free_port(), "on": free_port(), "bare": free_port()}
             for name, port in ports.items():
-                processes.append(start_gateway(port, 2, {**env, "PORTAL_GATEWAY_FAIR_QUEUE": "1" if name == "on" else "0"}))
+                processes.append(start_gateway(port, 2, {
+                    **env, "PORTAL_GATEWAY_FAIR_QUEUE": "0" if name == "off" else "1",
+                    "PORTAL_GATEWAY_FAIR_RESERVE_SLOTS": "0" if name == "bare" else "1"}))
             urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             rows = [{"arm": "A alone", **asyncio.run(arm(urls["on"], agent, None, args))},
                     {"arm": "flood, fairness off", **asyncio.run(arm(urls["off"], agent, flooder, args))},
+                    {"arm": "flood, fairness on, no headroom", **asyncio.run(arm(urls["bare"], agent, flooder, args))},
                     {"arm": "flood, fairness on", **asyncio.run(arm(urls["on"], agent, flooder, args))}]
-            latencies = asyncio.run(one_client({name: f"{url}/v1/chat/completions" for name, url in urls.items()},
+            latencies = asyncio.run(one_client({name: f"{urls[name]}/v1/chat/completions" for name in ("off", "on")},
                                                flooder, args.rounds, 300))
         finally:
             stop(processes)
@@ -174,10 +182,11 @@ def main() -> None:
     print(f"Noisy neighbour: sparksim {MODEL} --max-num-seqs 4 (time scale {args.time_scale}); A: {args.requests} "
           f"short streams every {args.interval} s; B: {args.flood} concurrent {args.flood_tokens}-token streams")
     print_table(rows)
-    alone, off, on = rows
+    alone, off, bare, on = rows
     print(f"A's TTFT p95 under flood / alone: off {off['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
-          f"on {on['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x; B's tok/s on / off: "
-          f"{on['B_tok_s'] / off['B_tok_s']:.3f}")
+          f"on without headroom {bare['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
+          f"on {on['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x; B's tok/s / off: without headroom "
+          f"{bare['B_tok_s'] / off['B_tok_s']:.3f}, on {on['B_tok_s'] / off['B_tok_s']:.3f}")
     p50 = {name: Result.ms(values, 0.5) for name, values in latencies.items()}
     print(f"One client, plain requests ({len(latencies['on'])} each, alternating batches): p50 off "
           f"{p50['off']:.3f} ms, on {p50['on']:.3f} ms, difference {p50['on'] - p50['off']:+.3f} ms")

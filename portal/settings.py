@@ -284,6 +284,11 @@ GATEWAY_FAIR_MAX_QUEUE = env_int("PORTAL_GATEWAY_FAIR_MAX_QUEUE", 512, minimum=1
 GATEWAY_FAIR_MAX_WAIT_S = env_float("PORTAL_GATEWAY_FAIR_MAX_WAIT_S", 60.0, minimum=0.1, maximum=3600)
 # A batch request that has waited this long (s) goes next, before interactive ones: never starved.
 GATEWAY_FAIR_BATCH_AGING_S = env_float("PORTAL_GATEWAY_FAIR_BATCH_AGING_S", 30.0, minimum=0, maximum=3600)
+# Headroom: while another key (flow) is active — its latest request under GATEWAY_FAIR_ACTIVE_S
+# ago — the last GATEWAY_FAIR_RESERVE_SLOTS slots of a replica go only to a flow holding none, so
+# its next request starts at once (an engine never evicts a running request for it). 0: none.
+GATEWAY_FAIR_RESERVE_SLOTS = env_int("PORTAL_GATEWAY_FAIR_RESERVE_SLOTS", 1, minimum=0, maximum=64)
+GATEWAY_FAIR_ACTIVE_S = env_float("PORTAL_GATEWAY_FAIR_ACTIVE_S", 10.0, minimum=0.1, maximum=3600)
 # Request log retention (days).
 GATEWAY_LOG_RETENTION_DAYS = env_int("PORTAL_GATEWAY_LOG_RETENTION_DAYS", 30, minimum=1)
 # Token budgets' days and months are calendar ones in this zone (an IANA name).

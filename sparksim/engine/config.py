@@ -78,6 +78,8 @@ class EngineConfig:
     # timed-out cold requests were (docs/sparksim.md, "Client disconnects"). "immediate":
     # the moment the connection closes, as a stock vLLM behind uvicorn should.
     abort_on_disconnect: str = "write"
+    # vLLM's --scheduling-policy: "fcfs" (arrival order) or "priority" (sparksim.engine.priority).
+    scheduling_policy: str = "fcfs"
 
     def scaled(self, simulated_seconds: float) -> float:
         return simulated_seconds * self.time_scale
@@ -144,6 +146,7 @@ def build_engine_config(args: argparse.Namespace) -> EngineConfig:
         node_dir=Path(args.sim_node_dir) if args.sim_node_dir else None,
         state_dir=Path(args.sim_state_dir) if args.sim_state_dir else None,
         faults=_faults(args),
+        scheduling_policy=args.scheduling_policy,
         fail_start=args.sim_fail_start,
         reasoning_parser=args.reasoning_parser,
         abort_on_disconnect=args.sim_abort_on_disconnect,

@@ -4,8 +4,8 @@ KV as vLLM's v1 scheduler holds it: a request takes the blocks of its prompt whe
 admitted (full prompt blocks shared with another running request are held once, as vLLM's
 prefix-cached blocks are) and one more token of KV per token it generates; nothing is
 reserved for the output. When generation outgrows the pool, the newest running request is
-preempted (vLLM's default, recompute): its KV is freed, it goes back to the front of the
-waiting queue (vllm:num_preemptions counts it), and when it is admitted again it recomputes
+preempted (vLLM's default, recompute; the priority policy: sparksim.engine.priority): its
+KV is freed, it goes back to the front of the waiting queue (vllm:num_preemptions counts it), and when it is admitted again it recomputes
 its prompt and the tokens it had generated, from the prefix cache where the blocks survived,
 then resumes its stream where it stopped.
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from sparksim.engine.config import EngineConfig
 from sparksim.engine.metrics import EngineMetrics
 from sparksim.engine.prefix_cache import PrefixCache
+from sparksim.engine.priority import enqueue, victim
 from sparksim.timing import Step, Stepper, prefill_seconds
 
 ENGINE_DIED = -1  # event position telling a handler the engine died under it
@@ -49,8 +50,9 @@ class ScheduledRequest:
     finished_sequences: int = 0
     aborted: bool = False
     hashes: list[int] = field(default_factory=list)
-    admission: int = 0  # admission order: the newest running request is preempted first
+    admission: int = 0  # admission order: the newest running request is preempted first (fcfs)
     preemptions: int = 0
+    priority: int = 0  # the request's `priority` (the priority policy: lower first)
 
     @property
     def generated_in_kv(self) -> int:
@@ -111,12 +113,13 @@ class EngineCore:
 
     # --- requests -------------------------------------------------------------------------
 
-    def submit(self, prompt_ids: list[int], targets: list[int]) -> ScheduledRequest:
+    def submit(self, prompt_ids: list[int], targets: list[int], priority: int = 0) -> ScheduledRequest:
         loop = asyncio.get_running_loop()
-        request = ScheduledRequest(prompt_ids=prompt_ids, targets=targets, arrived_at=loop.time())
+        request = ScheduledRequest(prompt_ids=prompt_ids, targets=targets, arrived_at=loop.time(),
+                                   priority=priority)
         request.sequences = [Sequence(request, index, target) for index, target in
                              enumerate(targets)]
-        self.waiting.append(request)
+        enqueue(self.waiting, request, self.config.scheduling_policy)
         self._admit()
         self._update_gauges()
         return request
@@ -368,19 +371,20 @@ class EngineCore:
         self.kv_private -= self._prompt_tail(request) + request.generated_in_kv
 
     def _preempt_while_full(self) -> None:
-        """vLLM's recompute preemption: while the running requests' KV outgrows the pool,
-        the newest of them gives its KV back and waits at the front of the queue."""
+        """vLLM's recompute preemption: while the running requests' KV outgrows the pool, the
+        newest of them (priority: the worst priority) gives its KV back and waits again."""
+        policy = self.config.scheduling_policy
         while self.kv_used > self.config.kv_pool_tokens and len(self.active) > 1:
-            victim = max(self.active, key=lambda request: request.admission)
-            self.active.discard(victim)
-            self.stepper.remove(victim)
-            for sequence in victim.sequences:
+            preempted = victim(self.active, policy)
+            self.active.discard(preempted)
+            self.stepper.remove(preempted)
+            for sequence in preempted.sequences:
                 self.stepper.remove(sequence)
-            self.active_sequences -= len(victim.sequences)
-            self._drop(victim)
-            victim.preemptions += 1
+            self.active_sequences -= len(preempted.sequences)
+            self._drop(preempted)
+            preempted.preemptions += 1
             self.metrics.count("num_preemptions")
-            self.waiting.appendleft(victim)
+            enqueue(self.waiting, preempted, policy, preempted=True)
 
     def record_finish_reason(self, reason: str) -> None:
         """Handlers know why a choice ended (stop/length); the core only knows it ended."""

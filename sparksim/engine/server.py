@@ -27,6 +27,7 @@ from sparksim.engine.planning import (
     plan_chat,
     plan_completion,
 )
+from sparksim.engine.priority import request_priority
 from sparksim.engine.scheduler import ENGINE_DIED, EngineCore, ScheduledRequest
 from sparksim.engine.validation import validate_chat, validate_completion, validate_faults, validate_tokenize
 from sparksim.tokenizer import chat_prompt_token_ids, completion_prompt_token_ids
@@ -180,24 +181,26 @@ class EngineServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         validate_chat(body, max_num_seqs=self.config.max_num_seqs, max_logprobs=self.config.max_logprobs)
+        priority = request_priority(body, self.config.scheduling_policy)
         plan = plan_chat(body, self.config.served_model_names, self.config.max_model_len,
                          self.config.profile.vocab_size, self.config.reasoning_parser is not None)
-        return await self._generate(request, plan, chat=True)
+        return await self._generate(request, plan, chat=True, priority=priority)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         validate_completion(body, max_num_seqs=self.config.max_num_seqs, max_logprobs=self.config.max_logprobs)
+        priority = request_priority(body, self.config.scheduling_policy)
         plan = plan_completion(body, self.config.served_model_names, self.config.max_model_len,
                                self.config.profile.vocab_size)
-        return await self._generate(request, plan, chat=False)
+        return await self._generate(request, plan, chat=False, priority=priority)
 
     async def _generate(
-        self, request: web.Request, plan: GenerationRequest, chat: bool
+        self, request: web.Request, plan: GenerationRequest, chat: bool, priority: int = 0
     ) -> web.StreamResponse:
         if self.faults.gibberish:
             for choice in plan.plans:  # same length and finish, degenerate text
                 choice.tokens = [GIBBERISH_TOKEN] * len(choice.tokens)
-        scheduled = self.core.submit(plan.prompt_ids, [len(choice.tokens) for choice in plan.plans])
+        scheduled = self.core.submit(plan.prompt_ids, [len(choice.tokens) for choice in plan.plans], priority)
         try:
             if plan.stream:
                 return await self._stream(request, plan, scheduled, chat)

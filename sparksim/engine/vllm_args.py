@@ -113,6 +113,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     add("--disable-custom-all-reduce", action="store_true")
     add("--scheduler-reserve-full-isl", action=argparse.BooleanOptionalAction, default=True)
     add("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
+    add("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs")
     add("--quantization", "-q", default=None)
     add("--dtype", default="auto")
     add("--limit-mm-per-prompt", type=json_value, default=None)

@@ -104,10 +104,41 @@
     if (error) { error.hidden = !w.last_error; error.querySelector(".value").textContent = w.last_error; }
     watchdogLine.dataset.refreshed = String(Number(watchdogLine.dataset.refreshed || 0) + 1);
   }
+  // The Fair queue card follows every metrics.tick: each replica's slots held, waiting by class, shed.
+  function laneQueues(lanes) {
+    const card = document.getElementById("lane-fair-queue"), badge = document.getElementById("lane-state");
+    const queues = card && badge && lanes && lanes[badge.dataset.lane] ? lanes[badge.dataset.lane].fair : null;
+    if (!queues) return;
+    queues.forEach(function (q) {
+      const row = card.querySelector('tr[data-fair-replica="' + q.replica + '"]');
+      if (!row) return;
+      if (q.state === null) {
+        const down = document.createElement("td");
+        down.colSpan = 3; down.className = "text-muted"; down.textContent = "Redis does not answer";
+        row.replaceChildren(row.children[0], down);
+        return;
+      }
+      const held = document.createElement("td"), waiting = document.createElement("td"), shed = document.createElement("td");
+      held.className = "fair-held"; held.textContent = q.state.held + " / " + q.slots;
+      waiting.className = "fair-waiting"; waiting.textContent = q.state.interactive + " / " + q.state.batch;
+      shed.className = "fair-shed";
+      if (q.state.shed) {
+        const strong = document.createElement("strong");
+        strong.className = "text-danger"; strong.textContent = q.state.shed;
+        shed.append(strong);
+      } else shed.textContent = "0";
+      row.replaceChildren(row.children[0], held, waiting, shed);
+    });
+    card.dataset.ticks = String(Number(card.dataset.ticks || 0) + 1);
+  }
   const FINAL = ["succeeded", "failed", "cancelled", "timed_out", "lost"];
   PortalLive.connect("/ws/dashboard/", function (msg) {
     if (msg.event === "lane.guardian") {
       laneGuardian(msg.data);
+      return;
+    }
+    if (msg.event === "metrics.tick") {
+      laneQueues(msg.data.lanes);
       return;
     }
     if (msg.event === "lane.state") {

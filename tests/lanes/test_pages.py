@@ -226,7 +226,7 @@ def test_the_lane_form_groups_every_field_once():
     from lanes.forms import LaneForm
 
     grouped = [name for _, _, names in LaneForm.GROUPS for name in names]
-    assert sorted(grouped) == sorted(LaneForm.base_fields) and len(grouped) == len(set(grouped)) == 31  # 29 settings + the write-only secret env + more replicas
+    assert sorted(grouped) == sorted(LaneForm.base_fields) and len(grouped) == len(set(grouped)) == 32  # 30 settings + the write-only secret env + more replicas
 
 
 def test_the_node_picker_ranks_online_well_connected_roomy_nodes_first(db, admin_client):
