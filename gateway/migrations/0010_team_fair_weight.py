@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('gateway', '0007_fair_share'),
+        ('gateway', '0009_one_prompt_opt_in'),
     ]
 
     operations = [
