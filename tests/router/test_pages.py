@@ -10,6 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from core.models import AuditEvent
 from routing.models import EvalPrompt, Prototype, RouterVersion, VersionStatus
+from tests.router.conftest import evaluate_now
 
 READ_PAGES = ["/routing/", "/routing/playground/", "/routing/versions/", "/routing/eval/", "/routing/shadow/",
               "/routing/prototypes/export?format=csv", "/routing/outcomes/", "/routing/replay/"]
@@ -129,7 +130,8 @@ def test_the_playground_shows_the_decision_and_the_top_five(starter, viewer_clie
     assert content.count("<tr><td>0.") == 5
 
 
-def test_the_evaluation_page_shows_accuracy_confusion_baselines_and_the_chart(starter, draft, viewer_client):
+def test_the_evaluation_page_shows_accuracy_confusion_baselines_and_the_chart(starter, draft, viewer_client, lead_user):
+    evaluate_now(draft, lead_user)
     response = viewer_client.get(f"/routing/versions/{draft.number}/evaluate")
     content = response.content.decode()
     assert response.status_code == 200
