@@ -20,6 +20,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.audit import audit_record
 from core.broadcast import broadcast
 from core.roles import UserLike
 from routing.decision import Baseline, Evaluation, ThresholdPoint, best_threshold, threshold_for_share
@@ -94,6 +95,8 @@ def router_evaluation_request(*, actor: UserLike | None, version: RouterVersion)
                     stage="queued: waiting for a worker")
         except IntegrityError:  # another process asked at the same moment
             return version.evaluations.filter(state__in=ACTIVE).get(), False
+        audit_record(actor=actor, action="router.evaluate", obj=version,
+                     after={"version": version.number, "evaluation": evaluation.pk})
         _publish(evaluation)
         transaction.on_commit(lambda: dispatch_evaluation(evaluation.pk))
     return evaluation, True

@@ -62,3 +62,5 @@ def test_the_page_shows_progress_then_the_report_without_a_reload(
     assert statuses[-1].endswith("done: showing its report.")
     assert not page.is_disabled("#evaluate-run")
     assert RouterEvaluation.objects.count() == 1
+    page.set_viewport_size({"width": 390, "height": 844})  # the report fits a phone: its tables scroll in their box
+    assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 0

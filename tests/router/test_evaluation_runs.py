@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from channels.layers import get_channel_layer
 
+from core.models import AuditEvent
 from routing.evaluation_runs import PROGRESS_EVENT, evaluation_group
 from routing.models import EvaluationState, RouterEvaluation, RouterVersion
 from routing.services import router_version_create_draft
@@ -46,8 +47,10 @@ def test_a_team_lead_starts_one_and_a_second_click_while_it_runs_starts_none(dra
     assert first.status_code == 302
     evaluation = RouterEvaluation.objects.get()
     assert evaluation.state == EvaluationState.QUEUED and evaluation.version == draft
+    assert AuditEvent.objects.filter(action="router.evaluate").count() == 1  # as training is audited
     again = lead_client.post(f"/routing/versions/{draft.number}/evaluate/run", follow=True)
     assert RouterEvaluation.objects.count() == 1
+    assert AuditEvent.objects.filter(action="router.evaluate").count() == 1
     assert f"evaluation #{evaluation.pk} is already queued" in again.content.decode()
     page = again.content.decode()
     assert 'data-state="queued"' in page and 'id="evaluate-run" disabled' in page
