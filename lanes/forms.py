@@ -245,6 +245,19 @@ class LaneForm(forms.Form):
         first_port = lane.replica_rows()[0].api_port if lane is not None and lane.replica_rows() else None
         return data, [{"nodes": nodes, "api_port": first_port}, *more]
 
+    def valid_service_data(self, lane: Lane | None = None) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        """service_data of a form with errors: its valid fields only (replicas None when the
+        nodes or the more replicas failed), for the rules those decide (lane_rule_errors)."""
+        data = {key: value for key, value in self.cleaned_data.items() if key not in self.errors}
+        nodes, more = data.pop("nodes", None), data.pop("replicas", None)
+        for key in ("model_revision", "served_model_name", "kv_cache_dtype"):
+            if key in data:
+                data[key] = data[key] or ""
+        if nodes is None or more is None:
+            return data, None
+        first_port = lane.replica_rows()[0].api_port if lane is not None and lane.replica_rows() else None
+        return data, [{"nodes": nodes, "api_port": first_port}, *more]
+
     @staticmethod
     def initial_for(lane: Lane) -> dict[str, Any]:
         config = lane_config(lane)

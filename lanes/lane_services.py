@@ -111,25 +111,51 @@ def _secret_audit(changes: Mapping[str, str]) -> dict[str, Any]:
     return {"secret_env_changes": dict(sorted(changes.items()))} if changes else {}
 
 
-def lane_validate(lane: Lane, replicas: Sequence[ReplicaSpec]) -> LaneCheck:
-    """Rules on an unsaved lane, every replica; raises ValidationError naming each field when one fails."""
-    check = lane_check(lane, replicas=replicas)
+def lane_validate(lane: Lane, replicas: Sequence[ReplicaSpec], *, unknown: Sequence[str] = ()) -> LaneCheck:
+    """Rules on an unsaved lane, every replica; raises ValidationError naming each field when
+    one fails. `unknown`: fields that failed their own checks: the rules reading them are
+    skipped (the others still speak, so one submit shows every error)."""
+    check = lane_check(lane, replicas=replicas, unknown=frozenset(unknown))
     if check.errors:
         raise ValidationError(check.errors_by_field())
     return check
 
 
+def _rule_errors_into(lane: Lane, replicas: Sequence[ReplicaSpec], errors: dict[str, list[str]],
+                      unknown: Sequence[str] = ()) -> None:
+    """Field checks, then the lane rules that the well-formed fields decide, into `errors`."""
+    full_clean_into(lane, errors, exclude=["fallback", *unknown])
+    try:
+        lane_validate(lane, replicas, unknown=[*unknown, *errors])
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            for message in messages:
+                merge_error(errors, field, message)
+
+
 def _raise_unless_valid(lane: Lane, replicas: Sequence[ReplicaSpec], errors: dict[str, list[str]]) -> None:
-    """Field checks, then (only when every field is well-formed) the lane rules; raises
-    one ValidationError naming each failing field."""
-    full_clean_into(lane, errors, exclude=["fallback"])
-    if not errors:
-        try:
-            lane_validate(lane, replicas)
-        except ValidationError as exc:
-            errors.update(exc.message_dict)
+    """Field checks and the lane rules; raises one ValidationError naming each failing field."""
+    _rule_errors_into(lane, replicas, errors)
     if errors:
         raise ValidationError(errors)
+
+
+def lane_rule_errors(
+    *, lane: Lane | None, data: Mapping[str, Any], replicas: Sequence[Mapping[str, Any]] | None,
+    unknown: Sequence[str],
+) -> dict[str, list[str]]:
+    """What saving would refuse, for a form whose `unknown` fields failed their own checks
+    (`data`: its valid fields): the services' field checks and every rule the valid fields
+    decide, so the form shows them with its field errors on the first submit. Saves nothing
+    (an unsaved copy of the lane is checked)."""
+    target = Lane() if lane is None else Lane.objects.select_related("fallback").get(pk=lane.pk)
+    errors: dict[str, list[str]] = {}
+    _apply_lane_data(target, data, errors)
+    specs = lane_replica_specs(target) if lane is not None else []
+    if replicas is not None:
+        specs = _resolve_replicas(replicas, errors)
+    _rule_errors_into(target, specs, errors, unknown)
+    return {field: messages for field, messages in errors.items() if field not in unknown}
 
 
 MAX_REPLICAS = 16

@@ -77,28 +77,66 @@ class LaneCheck:
 # ---------------------------------------------------------------- the rules
 
 
+class UnknownField(Exception):  # noqa: N818 (not an error of the lane: a rule that cannot be evaluated)
+    """A rule read a field whose value is not known (it failed its own check)."""
+
+
+class KnownConfig(Mapping[str, Any]):
+    """A config whose `unknown` fields (those that failed their own checks) cannot be read: a
+    rule that reads one is skipped, so a form shows every rule that the valid fields decide on
+    the first submit, and never a rule error made up from a default or an old value."""
+
+    def __init__(self, config: Mapping[str, Any], unknown: frozenset[str]) -> None:
+        self._config, self._unknown = config, unknown
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._unknown:
+            raise UnknownField(key)
+        return self._config[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._config)
+
+    def __len__(self) -> int:
+        return len(self._config)
+
+
+def _known(results: Any) -> Any:
+    """A rule's results, or nothing when it read an unknown field."""
+    try:
+        return results()
+    except UnknownField:
+        return []
+
+
 def check_lane(
     config: Mapping[str, Any],
-    nodes: Sequence[NodeFacts],
+    nodes: Sequence[NodeFacts] | None,
     other_lanes_by_node: Mapping[str, Sequence[OtherLane]] | None = None,
+    *, unknown: frozenset[str] = frozenset(),
 ) -> LaneCheck:
-    """Every rule, in a stable order. `nodes` in rank order; `other_lanes_by_node` maps a
-    node name to the other lanes placed on it."""
+    """Every rule, in a stable order. `nodes` in rank order (None: not known, the rules on
+    them are skipped); `other_lanes_by_node` maps a node name to the other lanes placed on
+    it; `unknown`: fields whose values failed their own checks (KnownConfig)."""
     others = other_lanes_by_node or {}
+    config = KnownConfig(config, unknown) if unknown else config
     check = LaneCheck()
-    check.results.extend(rule_tp_equals_node_count(config, nodes))
+    if nodes is not None:
+        check.results.extend(_known(lambda: rule_tp_equals_node_count(config, nodes)))
     for rule in (rule_max_model_len_pinned, rule_degraded_context_limit, rule_gpu_memory_utilization,
                  rule_launcher_flags, rule_container_env, rule_image_pinned, rule_speculative_capture_size):
-        check.results.extend(rule(config))
-    memory = min((n.memory_gib for n in nodes), default=128.0)
-    check.budgets = [
-        node_budget(config, node, [(o.name, o.footprint_gib) for o in others.get(node.name, ())]) for node in nodes
-    ]
-    check.results.extend(rule_memory_budget(config, check.budgets))
-    check.results.extend(rule_shared_nodes(check.budgets))
-    check.results.extend(rule_shared_node_ports(config, others))
-    check.kv_pool = kv_pool(config, node_memory_gib=memory)
-    check.results.extend(rule_kv_pool(check.kv_pool))
+        check.results.extend(_known(lambda rule=rule: rule(config)))
+    memory = min((n.memory_gib for n in nodes or ()), default=128.0)
+    check.budgets = _known(lambda: [
+        node_budget(config, node, [(o.name, o.footprint_gib) for o in others.get(node.name, ())]) for node in nodes or ()
+    ])
+    if nodes is not None:
+        check.results.extend(_known(lambda: rule_memory_budget(config, check.budgets)))
+        check.results.extend(rule_shared_nodes(check.budgets))
+        check.results.extend(_known(lambda: rule_shared_node_ports(config, others)))
+    check.kv_pool = _known(lambda: kv_pool(config, node_memory_gib=memory)) or None
+    if check.kv_pool is not None:
+        check.results.extend(rule_kv_pool(check.kv_pool))
     return check
 
 

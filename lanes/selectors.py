@@ -163,18 +163,21 @@ def other_lanes_on(
 
 def lane_check(
     lane: Lane, nodes: Sequence[Node] | None = None, *, lanes: Sequence[Lane] | None = None,
-    replicas: Sequence[ReplicaSpec] | None = None,
+    replicas: Sequence[ReplicaSpec] | None = None, unknown: frozenset[str] = frozenset(),
 ) -> LaneCheck:
     """The lane rules, per replica: each replica's budget on its own nodes and its conflicts
     with the other lanes sharing them. A replica's finding says which replica it is about
-    (one that every replica shares is said once)."""
+    (one that every replica shares is said once). `unknown`: fields that failed their own
+    checks, whose rules are skipped (rules.KnownConfig); a failed `nodes` or `replicas`
+    skips the rules on the nodes."""
     specs = _specs(lane, nodes, replicas) or [ReplicaSpec([])]
     configs = replica_configs(lane_config(lane, replicas=specs))
     combined = LaneCheck()
     seen: set[tuple[str, str]] = set()
+    nodes_known = not unknown & {"nodes", "replicas"}
     for index, (spec, config) in enumerate(zip(specs, configs, strict=True)):
-        check = check_lane(config, [node_facts(n) for n in spec.nodes],
-                           other_lanes_on(spec.nodes, exclude=lane, lanes=lanes))
+        check = check_lane(config, [node_facts(n) for n in spec.nodes] if nodes_known else None,
+                           other_lanes_on(spec.nodes, exclude=lane, lanes=lanes), unknown=unknown)
         for result in check.results:
             if (result.code, result.message) in seen:
                 continue

@@ -19,7 +19,7 @@ from core.roles import Capability, role_required
 from core.validators import whole_number
 from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
-from lanes.lane_services import lane_create, lane_delete, lane_update
+from lanes.lane_services import lane_create, lane_delete, lane_rule_errors, lane_update
 from lanes.memory import NodeBudget
 from lanes.model_files import lane_files_rows, node_files_view
 from lanes.models import Lane, LaneState, NodeState, RestartPolicy
@@ -258,6 +258,13 @@ def _lane_form_page(request: HttpRequest, lane: Lane | None) -> HttpResponse:
                 messages.warning(request, warning.message)
             messages.success(request, f"Lane {saved.name} saved as revision {saved.revision}.")
             return redirect("lanes:lane_detail", name=saved.name)
+    elif request.method == "POST":
+        # Field errors, and on the same submit every rule the valid fields decide (memory,
+        # TP and nodes, ports...): one submit shows all that saving would refuse.
+        valid, known_replicas = form.valid_service_data(lane)
+        rule_errors = lane_rule_errors(lane=lane, data=valid, replicas=known_replicas, unknown=list(form.errors))
+        if rule_errors:
+            apply_service_errors(form, ValidationError(rule_errors))
     notes = _results_by_field(lane_check(lane)) if lane else {}
     groups = [
         {"key": key, "title": title, "has_errors": any(form[name].errors for name in names),

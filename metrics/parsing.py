@@ -141,6 +141,11 @@ class BucketEstimate:
     lower: float
     upper: float
 
+    @property
+    def open_ended(self) -> bool:
+        """Past the last finite bucket: the value is that bound, and the truth at least it ("≥")."""
+        return math.isinf(self.upper)
+
 
 def histogram_estimate(
     q: float, buckets: Buckets, *, lowest: float | None = None, highest: float | None = None,
@@ -148,8 +153,11 @@ def histogram_estimate(
     """Prometheus' histogram_quantile (linear interpolation inside the bucket that holds the
     q-th observation), clamped to the observed `lowest`/`highest` when known: an estimate never
     lies above the slowest request seen or below the fastest (a p95 of 4,773 ms from a bucket
-    2,500-5,000 ms whose slowest request took 3,103 ms). None when nothing was observed. The
-    one place a quantile is read from buckets (raw samples: core.stats)."""
+    2,500-5,000 ms whose slowest request took 3,103 ms). Without them (an engine's histograms
+    keep buckets only) it stays inside the bucket that holds the rank, so never outside the
+    buckets of the true min and max; past the last finite bound it is that bound, open-ended.
+    None when nothing was observed. The one place a quantile is read from buckets (raw
+    samples: core.stats)."""
     bounds = sorted(buckets)
     if not bounds or buckets.get(math.inf, buckets[bounds[-1]]) <= 0:
         return None
@@ -159,14 +167,16 @@ def histogram_estimate(
     value, upper = lower_bound, lower_bound
     for bound in bounds:
         count = buckets[bound]
-        if count >= rank:
+        # The bucket holding the rank holds a sample: q = 0 is the lowest non-empty bucket,
+        # not the first bound (0.001 s for a fastest TTFT of 1 s).
+        if count >= rank and count > lower_count:
             upper = bound
             if math.isinf(bound):
-                value = lower_bound  # beyond the last finite bucket: its bound is all we know
-            elif count == lower_count:
-                value = bound
+                value = lower_bound  # beyond the last finite bucket: its bound is all we know ("≥")
             else:
-                value = lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+                # inside the bucket, whatever rounding does: its bounds are what the counts know
+                value = min(bound, max(lower_bound, lower_bound + (bound - lower_bound) * (rank - lower_count)
+                                       / (count - lower_count)))
             break
         lower_bound, lower_count = bound, count
     else:
@@ -349,8 +359,25 @@ def _percentile_figures(window_start: HistogramSnapshot, current: EngineReading)
         if starts and histogram not in starts:
             continue
         delta = window_delta(starts.get(histogram), current.histograms[histogram])
-        for q, suffix in ((0.5, "p50"), (0.95, "p95")):
-            value = histogram_quantile(q, delta)
-            if value is not None:
-                figures[f"{prefix}_{suffix}_ms"] = value * 1000.0
+        figures |= _estimate_figures(prefix, delta)
+    return figures
+
+
+def _estimate_figures(prefix: str, delta: Buckets) -> dict[str, float]:
+    """p50 and p95 (ms) of one histogram's window, with what they rest on, as the gateway's
+    estimates state it: `{prefix}_n` the samples, `{prefix}_p95_lo_ms`/`_hi_ms` the bucket that
+    holds the p95 (its width is the figure's resolution; no `_hi` past the last finite bound:
+    the p95 is then "≥" its value), `{prefix}_p50_ge` = 1 when the p50 is open-ended too."""
+    figures: dict[str, float] = {}
+    p50, p95 = histogram_estimate(0.5, delta), histogram_estimate(0.95, delta)
+    if p50 is None or p95 is None:
+        return figures
+    figures[f"{prefix}_n"] = float(delta[max(delta)])
+    figures[f"{prefix}_p50_ms"] = p50.value * 1000.0
+    if p50.open_ended:
+        figures[f"{prefix}_p50_ge"] = 1.0
+    figures[f"{prefix}_p95_ms"] = p95.value * 1000.0
+    figures[f"{prefix}_p95_lo_ms"] = p95.lower * 1000.0
+    if not p95.open_ended:
+        figures[f"{prefix}_p95_hi_ms"] = p95.upper * 1000.0
     return figures

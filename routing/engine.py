@@ -10,7 +10,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +64,11 @@ _memo: OrderedDict[tuple[str, str], np.ndarray[Any, np.dtype[np.float32]]] = Ord
 MEMO_SIZE = 20_000
 
 
-def stored_embeddings(encoder: Encoder, texts: Sequence[str]) -> Matrix:
+def stored_embeddings(encoder: Encoder, texts: Sequence[str], *,
+                      on_progress: Callable[[int, int], None] | None = None) -> Matrix:
     """Rows aligned with `texts`: from this process's memo, else TextEmbedding, else computed
-    (shortest first, so a batch pads little) and saved: a text is embedded once per encoder."""
+    (shortest first, so a batch pads little) and saved: a text is embedded once per encoder.
+    `on_progress(embedded, to_embed)` after each batch computed (and once before the first)."""
     if not texts:
         return np.zeros((0, encoder.dim), dtype=np.float32)
     shas = [text_sha(text) for text in texts]
@@ -78,6 +80,8 @@ def stored_embeddings(encoder: Encoder, texts: Sequence[str]) -> Matrix:
             for row in TextEmbedding.objects.filter(encoder=encoder.id, text_sha__in=wanted)
         })
     missing = sorted(dict.fromkeys(text for text, sha in zip(texts, shas, strict=True) if sha not in found), key=len)
+    if on_progress is not None:
+        on_progress(0, len(missing))
     for start in range(0, len(missing), 32):
         chunk = missing[start : start + 32]
         vectors = encoder.embed(chunk)
@@ -86,6 +90,8 @@ def stored_embeddings(encoder: Encoder, texts: Sequence[str]) -> Matrix:
             found[text_sha(text)] = vector
             rows.append(TextEmbedding(encoder=encoder.id, text_sha=text_sha(text), vector=vector.tobytes()))
         TextEmbedding.objects.bulk_create(rows, ignore_conflicts=True)
+        if on_progress is not None:
+            on_progress(start + len(chunk), len(missing))
     for sha in shas:
         _memo[(encoder.id, sha)] = found[sha]
     while len(_memo) > MEMO_SIZE:

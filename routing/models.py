@@ -127,3 +127,38 @@ class EvalPrompt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.label}: {self.text[:60]}"
+
+
+class EvaluationState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class RouterEvaluation(models.Model):
+    """One evaluation of a version, run by a worker (the first one embeds every evaluation
+    prompt: 30-50 s under load): its progress while it runs, then the report it stored
+    (routing.evaluation.report_to_json), which the evaluation page shows."""
+
+    version = models.ForeignKey(RouterVersion, on_delete=models.CASCADE, related_name="evaluations")
+    state = models.CharField(max_length=8, choices=EvaluationState.choices, default=EvaluationState.QUEUED)
+    stage = models.CharField(max_length=120, blank=True)  # what it is doing, as the page says it
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    result = models.JSONField(null=True, blank=True)
+    error = models.CharField(max_length=300, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # a second click while one runs starts nothing: one active evaluation per version
+            models.UniqueConstraint(fields=["version"], condition=models.Q(state__in=["queued", "running"]),
+                                    name="one_active_evaluation_per_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"evaluation of v{self.version.number} ({self.state})"

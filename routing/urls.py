@@ -20,5 +20,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("routing/versions/<int:number>/", views.version_page, name="router-version"),
     path("routing/versions/<int:number>/train", views.version_train, name="router-train"),
     path("routing/versions/<int:number>/evaluate", views.version_evaluate, name="router-evaluate"),
+    path("routing/versions/<int:number>/evaluate/run", views.version_evaluate_run, name="router-evaluate-run"),
     path("routing/versions/<int:number>/publish", views.version_publish, name="router-publish"),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -18,11 +19,11 @@ from lanes.selectors import lane_list, lane_named
 from routing.decision import decide
 from routing.encoder import EncoderUnavailable
 from routing.engine import router_encoder, router_unavailable_reason
-from routing.evaluation import evaluate_version
+from routing.evaluation_runs import evaluation_payload, latest_evaluation, router_evaluation_request, stored_report
 from routing.forms import ImportForm, PlaygroundForm, PrototypeForm, VersionForm, label_lanes_text
 from routing.imports import FORMATS, LabelledText, render_labelled
 from routing.learned import LearnedHead
-from routing.models import Prototype, RouterVersion, VersionStatus
+from routing.models import EvaluationState, Prototype, RouterVersion, VersionStatus
 from routing.playground import lane_target, stream_answer
 from routing.published import version_snapshot
 from routing.selectors import (
@@ -257,6 +258,8 @@ def version_train(request: HttpRequest, number: int) -> HttpResponse:
 
 @role_required(Capability.VIEW)
 def version_evaluate(request: HttpRequest, number: int) -> HttpResponse:
+    """The version's last stored evaluation (run in a worker: version_evaluate_run), with the
+    progress of the one running now, followed live by the page (routing.consumers)."""
     version = version_or_404(number)
     try:
         target = float(request.GET.get("share", "0.34"))
@@ -265,24 +268,35 @@ def version_evaluate(request: HttpRequest, number: int) -> HttpResponse:
     if not 0 <= target <= 1:
         messages.error(request, "share: give the lane's target share as a number from 0 to 1 (e.g. 0.34).")
         target = 0.34
-    try:
-        report = evaluate_version(version, share_lane=request.GET.get("lane", ""), share_target=target)
-        published = published_version()
-        beside = evaluate_version(published) if published is not None and published != version else None
-    except EncoderUnavailable as exc:
-        return render(request, "routing/evaluate.html", {"tab": "versions", "version": version, "unavailable": str(exc)})
-    chart = {
-        "thresholds": [p.threshold for p in report.evaluation.sweep],
-        "accuracy": [round(p.accuracy, 4) for p in report.evaluation.sweep],
-        "shares": {lane: [round(p.shares.get(lane, 0.0), 4) for p in report.evaluation.sweep] for lane in report.evaluation.lanes},
-        "published": ({"number": beside.version.number, "accuracy": [round(p.accuracy, 4) for p in beside.evaluation.sweep],
-                       "threshold": beside.version.threshold} if beside else None),
-        "threshold": version.threshold,
-    }
-    confusion = [(lane, list(row)) for lane, row in zip(report.evaluation.lanes, report.evaluation.confusion, strict=True)]
-    return render(request, "routing/evaluate.html", {
-        "tab": "versions", "version": version, "report": report, "beside": beside, "confusion": confusion,
-        "chart": chart})
+    shown = version.evaluations.filter(state=EvaluationState.DONE).order_by("-created_at", "-id").first()
+    context: dict[str, Any] = {"tab": "versions", "version": version, "shown": shown,
+                               "progress": evaluation_payload(latest_evaluation(version), number)}
+    if shown is not None:
+        report = stored_report(shown, share_lane=request.GET.get("lane", ""), share_target=target)
+        beside = report.beside
+        context["chart"] = {
+            "thresholds": [p.threshold for p in report.evaluation.sweep],
+            "accuracy": [round(p.accuracy, 4) for p in report.evaluation.sweep],
+            "shares": {lane: [round(p.shares.get(lane, 0.0), 4) for p in report.evaluation.sweep] for lane in report.evaluation.lanes},
+            "published": ({"number": beside.number, "accuracy": [round(p.accuracy, 4) for p in beside.evaluation.sweep],
+                           "threshold": beside.threshold} if beside else None),
+            "threshold": version.threshold,
+        }
+        context.update(report=report, beside=beside, confusion=[
+            (lane, list(row)) for lane, row in zip(report.evaluation.lanes, report.evaluation.confusion, strict=True)])
+    return render(request, "routing/evaluate.html", context)
+
+
+@require_POST
+@role_required(Capability.EDIT_ROUTING)
+def version_evaluate_run(request: HttpRequest, number: int) -> HttpResponse:
+    """Start the version's evaluation in a worker; while one runs, a second click starts none."""
+    version = version_or_404(number)
+    evaluation, created = router_evaluation_request(actor=request.user, version=version)
+    if not created:
+        messages.info(request, f"v{number}'s evaluation #{evaluation.pk} is already {evaluation.state}: "
+                               "its progress is shown below; no second one was started.")
+    return redirect("routing:router-evaluate", number=number)
 
 
 @role_required(Capability.VIEW)

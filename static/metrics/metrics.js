@@ -119,18 +119,36 @@ window.SparkMetrics = (function () {
       plugins: [markerPlugin],
     });
   }
+  // An engine percentile (ttft_/itl_/e2e_ p50 or p95) is an estimate from vLLM's buckets:
+  // shown with its sample count, as the gateway's figures are, and the bucket its p95 lies in
+  // (the figure's resolution); past the last finite bucket it is "≥" that bound.
+  function figureText(series, figures) {
+    const match = /^(ttft|itl|e2e)_(p50|p95)_ms$/.exec(series);
+    const text = format(series, figures[series]);
+    if (!match || figures[series] === undefined || figures[series] === null || figures[match[1] + "_n"] === undefined) {
+      return text;
+    }
+    const prefix = match[1];
+    const open = match[2] === "p95" ? figures[prefix + "_p95_hi_ms"] === undefined : figures[prefix + "_p50_ge"] === 1;
+    let note = "n = " + Math.round(figures[prefix + "_n"]);
+    if (match[2] === "p95") {
+      const lo = format(series, figures[prefix + "_p95_lo_ms"]);
+      note += open ? "; past the last bucket, " + lo : "; bucket " + lo.replace(/ ms$/, "") + "–" + format(series, figures[prefix + "_p95_hi_ms"]);
+    }
+    return (open ? "≥ " : "") + text + " (" + note + ")";
+  }
   // Cards: every [data-figure] element inside a card shows one series of that target.
   function updateCard(card, entry) {
     if (!card || !entry) { return; }
     const figures = entry.figures || {};
     card.querySelectorAll("[data-figure]").forEach(function (el) {
-      el.textContent = format(el.dataset.figure, figures[el.dataset.figure]);
+      el.textContent = figureText(el.dataset.figure, figures);
     });
     const badge = card.querySelector(".state");
     if (badge && entry.state) { badge.textContent = entry.state; badge.className = "badge state state-" + entry.state; }
     const problem = card.querySelector(".scrape-error");
     if (problem) { problem.textContent = entry.scraped && entry.ok === false ? "scrape failed: " + entry.error : ""; }
   }
-  return { format: format, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart, updateCard: updateCard,
-           setTimeline: setTimeline };
+  return { format: format, figureText: figureText, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart,
+           updateCard: updateCard, setTimeline: setTimeline };
 })();

@@ -15,6 +15,7 @@ from django.db import connection
 from jobs.services import job_run
 from lanes.lane_services import lane_create
 from lanes.models import Lane
+from routing.evaluation_runs import router_evaluation_run
 from sparksim.cluster import cluster_down
 from sparksim.host.node import load_node
 from sparksim.host.storage import seed_placeholder_model
@@ -69,3 +70,36 @@ def sim_lane(tmp_path: Path, admin_user: Any) -> Iterator[SimLane]:
     yield make
     for root in roots:
         cluster_down(root)
+
+
+class EvaluationThreads:
+    """Router evaluations run in threads of the test process (they see the test database)
+    instead of a Celery worker; each waits for `gate` (set by default), so a test can let one
+    start once its page is following."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.threads: list[threading.Thread] = []
+
+    def dispatch(self, evaluation_id: int) -> None:
+        def body() -> None:
+            try:
+                assert self.gate.wait(60), "the test never let the evaluation start"
+                router_evaluation_run(evaluation_id=evaluation_id)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=body, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+
+@pytest.fixture
+def evaluation_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[EvaluationThreads]:
+    runs = EvaluationThreads()
+    monkeypatch.setattr("routing.evaluation_runs.dispatch_evaluation", runs.dispatch)
+    yield runs
+    runs.gate.set()
+    for thread in runs.threads:
+        thread.join(timeout=120)

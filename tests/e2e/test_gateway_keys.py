@@ -11,6 +11,7 @@ import pytest
 
 from sparksim.standalone import EngineHandle
 from tests.conftest import SIM_QWEN, browser_login
+from tests.e2e.confirm import answer
 from tests.gateway.conftest import SIM_SERVED, engine_received, make_lane
 
 pytestmark = pytest.mark.e2e
@@ -32,11 +33,11 @@ def test_a_key_created_in_the_browser_works_until_revoked(asgi_server: Any, page
     assert client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}]).choices
     page.goto(f"{asgi_server.url}/gateway/")
     assert secret not in page.content()  # shown once
-    page.once("dialog", lambda dialog: dialog.dismiss())  # second thoughts: nothing happens
     page.click("#keys button:has-text('Revoke')")
+    assert "cannot be undone" in answer(page, "escape")  # second thoughts: nothing happens
     assert client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}]).choices
-    page.once("dialog", lambda dialog: dialog.accept())
     page.click("#keys button:has-text('Revoke')")
+    answer(page, "confirm")
     page.wait_for_selector("#keys .badge:has-text('revoked')")
     with pytest.raises(openai.AuthenticationError):
         client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])

@@ -9,6 +9,7 @@ import pytest
 from jobs.models import Job
 from jobs.states import publish_job_state
 from tests.conftest import browser_login
+from tests.e2e.confirm import answer
 from tests.jobs.conftest import call_in_thread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -47,18 +48,7 @@ def test_cancel_asks_for_confirmation_first(asgi_server: Any, page: Any, admin_u
     # may move under the click (it once failed in CI with no dialog shown).
     page.wait_for_selector("#live-status[data-state=open]")
     page.wait_for_selector("#job-state .state-running")
-    questions: list[str] = []
-
-    def answer(dialog: Any) -> None:
-        questions.append(dialog.message)
-        dialog.dismiss()
-
-    page.once("dialog", answer)
     page.click("#cancel-button")
-    for _ in range(600):  # the dialog event may reach Playwright just after the click returns
-        if questions:
-            break
-        page.wait_for_timeout(50)
-    assert questions and f"Cancel job #{job.pk}?" in questions[0]
+    assert f"Cancel job #{job.pk}?" in answer(page, "cancel")
     job.refresh_from_db()
     assert job.cancel_requested_at is None and job.state == "running"

@@ -11,6 +11,7 @@ from jobs.models import Job, JobKind, JobState, StepState
 from jobs.services import lane_job_create
 from lanes.models import Lane
 from tests.conftest import browser_login, wait_for
+from tests.e2e.confirm import answer
 from tests.jobs.conftest import call_in_thread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -35,8 +36,8 @@ def test_a_cancelled_launch_shows_its_later_steps_skipped(
     assert page.locator("#job-steps .state-pending").count() == total - 1
     assert page.inner_text("#job-progress-text") == f"0 of {total} steps done"
 
-    page.once("dialog", lambda dialog: dialog.accept())
     page.click("#cancel-button")
+    answer(page, "confirm")
     page.wait_for_selector("#job-state .state-cancelled", timeout=30_000)
     page.wait_for_selector(f"#step-{total - 1} .state-skipped", timeout=30_000)
     assert page.locator("#job-steps .state-pending").count() == 0
@@ -71,9 +72,8 @@ def test_relaunch_runs_a_new_job_with_the_same_parameters(
     # move the page under a click in flight: click after it (a CI run once clicked beside
     # the button, so no dialog and no relaunch).
     page.wait_for_selector("#live-status[data-state=open]")
-    questions: list[str] = []
-    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
     page.click("#relaunch-button")
+    questions = [answer(page, "confirm")]
     page.wait_for_url(lambda url: url.rstrip("/").split("/")[-1] not in ("", str(failed.pk)) and "/jobs/" in url)
     assert "same parameters" in questions[0]
     new = Job.objects.exclude(pk=failed.pk).get()

@@ -24,7 +24,8 @@ PROMPT = "Translate this status report into Klingon, keeping the tone of the ori
 
 def test_a_team_lead_changes_the_router_and_the_gateway_follows(asgi_server: Any, page: Any, lead_user: Any,
                                                                  admin_user: Any, settings: Any,
-                                                                 engine_factory: Callable[..., EngineHandle]) -> None:
+                                                                 engine_factory: Callable[..., EngineHandle],
+                                                                 evaluation_threads: Any) -> None:
     qwen = engine_factory(SIM_QWEN, "--served-model-name", "qwen-test", time_scale=0.001)
     deepseek = engine_factory(SIM_QWEN, "--served-model-name", "deepseek-test", time_scale=0.001)
     make_lane("qwen", qwen.port, served="qwen-test")
@@ -92,7 +93,9 @@ def draft_sending_the_label_to_deepseek(page: Any, url: str) -> None:
 def evaluate_and_publish_the_draft(page: Any, url: str) -> None:
     """4. evaluate the draft (accuracy, confusion, the chart with the published version
     beside); 5. publish after the confirmation that shows what changes."""
-    page.goto(f"{url}/routing/versions/2/evaluate", timeout=60_000)
+    page.goto(f"{url}/routing/versions/2/evaluate")
+    page.click("#evaluate-run")  # a worker evaluates (here a thread); the page shows the report when done
+    page.wait_for_selector("#accuracy", timeout=120_000)
     assert float(page.inner_text("#accuracy")) >= 0.9
     assert page.locator("#confusion").is_visible()
     assert page.evaluate("() => window.thresholdChart.data.datasets.map(d => d.label)") == [

@@ -244,3 +244,28 @@ def test_the_node_picker_ranks_online_well_connected_roomy_nodes_first(db, admin
     page = admin_client.get("/lanes/new/").content.decode()
     assert page.index('data-node="d-big"') < page.index('data-node="a-down"')
     assert 'id="group-memory"' in page and 'id="group-advanced"' in page
+
+
+def test_one_submit_shows_the_field_errors_and_every_rule_the_valid_fields_decide(nodes, admin_client):
+    """The issue: rule errors appeared only on the second submit, once the fields were valid.
+    Here a bad API port and a bad speculative config (field errors) come with three rules
+    broken by valid fields (TP 2 on one node, gpu_memory_utilization 0.87, a container
+    setting a launcher flag); the memory budget, which reads the unreadable weights, stays
+    unsaid rather than guessed."""
+    data = form_data(lane_data(tensor_parallel_size=2, gpu_memory_utilization=0.87, extra_args=["--port", "9"]),
+                     ["spark1"])
+    data |= {"api_port": "eighty", "speculative_config": "{not json", "weights_gib": "lots"}
+    response = admin_client.post("/lanes/new/", data)
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert set(errors) >= {"api_port", "speculative_config", "weights_gib",  # the fields'
+                           "tensor_parallel_size", "gpu_memory_utilization", "extra_args"}  # the rules'
+    assert any("must equal the number of ranked nodes" in m for m in errors["tensor_parallel_size"])
+    assert any("0.87 froze both" in m for m in errors["gpu_memory_utilization"])
+    assert not any("exceeds the node" in m for field in errors for m in errors[field])
+    assert errors["api_port"] == ["Enter a whole number."]  # a field's own message, once
+    assert not Lane.objects.filter(name="newlane").exists()
+    # Fixed fields: the same rules, and nothing else, on the next submit
+    data |= {"api_port": "8000", "speculative_config": "", "weights_gib": "20"}
+    again = admin_client.post("/lanes/new/", data).context["form"].errors
+    assert set(again) == {"tensor_parallel_size", "gpu_memory_utilization", "extra_args"}

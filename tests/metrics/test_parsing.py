@@ -22,6 +22,7 @@ from metrics.parsing import (
     window_advance,
     window_delta,
 )
+from sparksim.engine.metrics import REQUEST_LATENCY_BUCKETS, TOKEN_LATENCY_BUCKETS, TTFT_BUCKETS
 
 DATA = Path(__file__).parent / "data"
 
@@ -170,3 +171,39 @@ def test_labels_with_quotes_commas_and_braces_in_their_values_are_summed_like_an
     reading = parse_vllm_metrics(text, at=0)
     assert reading.gauges == {"vllm:num_requests_running": 5.0}
     assert reading.histograms[TTFT] == {0.1: 3.0, math.inf: 9.0}
+
+
+# vLLM's own bucket bounds (sparksim copies vllm/v1/metrics/loggers.py), so the property is
+# checked on the buckets an engine actually exposes.
+@settings(max_examples=400, deadline=None)
+@given(before=st.lists(st.floats(min_value=0.0001, max_value=4000.0), max_size=30),
+       samples=st.lists(st.floats(min_value=0.0001, max_value=4000.0), min_size=1, max_size=80),
+       q=st.sampled_from((0.0, 0.01, 0.5, 0.9, 0.95, 0.99, 1.0)),
+       bounds=st.sampled_from((TTFT_BUCKETS, TOKEN_LATENCY_BUCKETS, REQUEST_LATENCY_BUCKETS)))
+def test_an_engine_estimate_never_lies_outside_the_buckets_of_the_true_min_and_max(
+    before: list[float], samples: list[float], q: float, bounds: tuple[float, ...],
+) -> None:
+    """The engine's figures have no observed min/max (a vLLM histogram keeps buckets only): the
+    estimate of a window's samples (the delta of two cumulative readings) lies inside the bucket
+    holding its rank, so never below the true minimum's bucket nor above the true maximum's; past
+    the last finite bound it is that bound, marked open (upper = inf, shown '≥')."""
+    def histogram(values: list[float]) -> dict[float, float]:
+        counts = {bound: float(sum(1 for v in values if v <= bound)) for bound in bounds}
+        return counts | {math.inf: float(len(values))}
+
+    delta = window_delta(histogram(before), histogram(before + samples))
+    estimate = histogram_estimate(q, delta)
+    assert estimate is not None
+    edges = (0.0, *bounds, math.inf)
+
+    def bucket(value: float) -> tuple[float, float]:
+        upper = next(i for i, edge in enumerate(edges) if value <= edge)
+        return edges[upper - 1], edges[upper]
+
+    assert bucket(min(samples))[0] <= estimate.value <= bucket(max(samples))[1]
+    assert estimate.lower <= estimate.value <= estimate.upper
+    true = percentile_nearest_rank(samples, q)
+    assert true is not None and bucket(true)[0] <= estimate.value <= bucket(true)[1]
+    assert (estimate.lower, estimate.upper) == bucket(true)
+    if math.isinf(estimate.upper):
+        assert estimate.value == estimate.lower == bounds[-1]

@@ -10,6 +10,8 @@ import redis
 from django.conf import settings
 
 from lanes.models import Lane
+from routing.evaluation_runs import router_evaluation_request, router_evaluation_run
+from routing.models import RouterEvaluation, RouterVersion
 from routing.services import starter_load
 from tests.gateway.conftest import clean_gateway_redis, key_owner, make_lane  # noqa: F401 (fixtures)
 
@@ -38,3 +40,11 @@ def starter(seed_lanes: dict[str, Lane]) -> list[str]:
 
 def post_ok(response: Any) -> None:
     assert response.status_code in (200, 302), response.status_code
+
+
+def evaluate_now(version: RouterVersion, actor: Any) -> RouterEvaluation:
+    """The version's evaluation asked for and run here, as a worker would run it."""
+    evaluation, _ = router_evaluation_request(actor=actor, version=version)
+    router_evaluation_run(evaluation_id=evaluation.pk)
+    evaluation.refresh_from_db()
+    return evaluation

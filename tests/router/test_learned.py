@@ -25,6 +25,7 @@ from routing.services import (
 )
 from routing.tasks import train_router_version
 from routing.training import TrainingRefused, train_head
+from tests.router.conftest import evaluate_now
 
 # By the nature of the task, as seed 000 splits it: one diff or one file is fast work (qwen);
 # a review or a migration across many files or a whole codebase is long-file work (deepseek).
@@ -178,6 +179,7 @@ def test_a_bad_probability_floor_is_refused_naming_the_field(starter, admin_user
 
 def test_the_evaluation_page_puts_both_rules_side_by_side_and_labels_in_sample_figures(starter, admin_user, viewer_client):
     draft = router_version_create_draft(actor=admin_user, source=RouterVersion.objects.get(number=1))
+    evaluate_now(draft, admin_user)
     response = viewer_client.get(f"/routing/versions/{draft.number}/evaluate")
     content = response.content.decode()
     report = response.context["report"]

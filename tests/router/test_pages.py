@@ -10,6 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from core.models import AuditEvent
 from routing.models import EvalPrompt, Prototype, RouterVersion, VersionStatus
+from tests.router.conftest import evaluate_now
 
 READ_PAGES = ["/routing/", "/routing/playground/", "/routing/versions/", "/routing/eval/", "/routing/shadow/",
               "/routing/prototypes/export?format=csv", "/routing/outcomes/", "/routing/replay/"]
@@ -77,7 +78,9 @@ def test_a_viewer_sees_no_edit_controls(starter, viewer_client):
 def test_deleting_a_prototype_asks_first(starter, lead_client):
     content = lead_client.get("/routing/").content.decode()
     forms = re.findall(r'<form method="post" action="/routing/prototypes/\d+/delete"[^>]*>', content)
-    assert forms and all("return confirm('Delete this " in form for form in forms)
+    # the portal's one dialog (tests/e2e/test_confirm_dialog.py answers it in a browser)
+    assert forms and all('data-confirm-title="Delete this ' in form and 'data-confirm-label="Delete"' in form
+                         for form in forms)
 
 
 def test_a_team_lead_edits_routing(starter, draft, lead_client):
@@ -129,7 +132,8 @@ def test_the_playground_shows_the_decision_and_the_top_five(starter, viewer_clie
     assert content.count("<tr><td>0.") == 5
 
 
-def test_the_evaluation_page_shows_accuracy_confusion_baselines_and_the_chart(starter, draft, viewer_client):
+def test_the_evaluation_page_shows_accuracy_confusion_baselines_and_the_chart(starter, draft, viewer_client, lead_user):
+    evaluate_now(draft, lead_user)
     response = viewer_client.get(f"/routing/versions/{draft.number}/evaluate")
     content = response.content.decode()
     assert response.status_code == 200
