@@ -24,6 +24,9 @@ from django.test import Client
 
 from core.roles import Role, ensure_role_groups
 from sparksim.standalone import EngineHandle, start_engine
+from tests import dbflush
+
+dbflush.install()  # transactional tests' teardown empties only the tables that hold rows
 
 # Threads (uvicorn, database_sync_to_async) must not keep connections open past a test.
 settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -165,7 +168,12 @@ class AsgiServer:
         from portal.asgi import application
 
         self.port = free_port()
-        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        # On stop, uvicorn waits for every ASGI task to end. A socket's consumer sometimes never
+        # does: channels_redis's receive (redis-py 8, Python 3.11) swallows the first
+        # cancellation its consumer sends it on disconnect and reads on. The graceful timeout
+        # cancels such a task again (which ends it) instead of the test waiting out the join.
+        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -4,7 +4,6 @@ then each change; a user without a role, or signed out, is refused."""
 from __future__ import annotations
 
 import asyncio
-
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
