@@ -25,6 +25,7 @@ from django.test import Client
 from core.roles import Role, ensure_role_groups
 from sparksim.standalone import EngineHandle, start_engine
 from tests import dbflush
+from tests.chromium import SHARED
 
 dbflush.install()  # transactional tests' teardown empties only the tables that hold rows
 
@@ -314,26 +315,18 @@ def engine_factory(tmp_path: Path) -> Iterator[Callable[..., EngineHandle]]:
         handle.stop()
 
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--disable-quic",
-]
-
-
 @pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Function-scoped on purpose: while Playwright's sync API is active it keeps an event
-    loop running in this thread, which would break every async test that follows."""
-    from playwright.sync_api import sync_playwright
+def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A Chromium shared with the module's next test if that one asks for a browser too
+    (tests/chromium.py); the contexts this test opened are closed after it."""
+    yield SHARED.get(request.node.module)
+    SHARED.close_contexts()
 
-    # That loop makes Django treat the test's own (synchronous, safe) ORM calls as async
-    # unsafe; lift the guard for this test only, so async tests keep it.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as pw:
-        instance = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield instance
-        instance.close()
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    SHARED.after_test(item, nextitem)
 
 
 @pytest.fixture
