@@ -27,6 +27,7 @@ class SharedChromium:
         self.browser: Any = None
         self.module: Any = None
         self.saved_guard: str | None = None
+        self.keep = False
 
     def get(self, module: Any) -> Any:
         if self.browser is not None and (self.module is not module or not self.browser.is_connected()):
@@ -62,13 +63,17 @@ class SharedChromium:
             else:
                 os.environ[UNSAFE] = self.saved_guard
 
-    def after_test(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
-        """Called once the test's teardown is over: keep Chromium only for a next browser test
-        of the same module."""
-        if self.browser is None:
-            return
-        if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", None) \
-                or "browser" not in getattr(nextitem, "fixturenames", ()):
+    def before_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Decided as the test's teardown begins (pytest names the next test only here)."""
+        self.keep = nextitem is not None and getattr(nextitem, "module", None) is getattr(item, "module", None) \
+            and "browser" in getattr(nextitem, "fixturenames", ())
+
+    def end_test(self) -> None:
+        """The `browser` fixture's teardown: this test's contexts end; Chromium stays for the
+        module's next test only if it asks for a browser too (before the database flush and
+        the session's teardown, which must not find Playwright's sessions open)."""
+        self.close_contexts()
+        if not self.keep:
             self.stop()
 
 

@@ -320,13 +320,13 @@ def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A Chromium shared with the module's next test if that one asks for a browser too
     (tests/chromium.py); the contexts this test opened are closed after it."""
     yield SHARED.get(request.node.module)
-    SHARED.close_contexts()
+    SHARED.end_test()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    SHARED.before_teardown(item, nextitem)
     yield
-    SHARED.after_test(item, nextitem)
 
 
 @pytest.fixture
