@@ -24,6 +24,10 @@ from django.test import Client
 
 from core.roles import Role, ensure_role_groups
 from sparksim.standalone import EngineHandle, start_engine
+from tests import dbflush
+from tests.chromium import SHARED
+
+dbflush.install()  # transactional tests' teardown empties only the tables that hold rows
 
 # Threads (uvicorn, database_sync_to_async) must not keep connections open past a test.
 settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -165,7 +169,12 @@ class AsgiServer:
         from portal.asgi import application
 
         self.port = free_port()
-        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        # On stop, uvicorn waits for every ASGI task to end. A socket's consumer sometimes never
+        # does: channels_redis's receive (redis-py 8, Python 3.11) swallows the first
+        # cancellation its consumer sends it on disconnect and reads on. The graceful timeout
+        # cancels such a task again (which ends it) instead of the test waiting out the join.
+        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -306,26 +315,18 @@ def engine_factory(tmp_path: Path) -> Iterator[Callable[..., EngineHandle]]:
         handle.stop()
 
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--disable-quic",
-]
-
-
 @pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Function-scoped on purpose: while Playwright's sync API is active it keeps an event
-    loop running in this thread, which would break every async test that follows."""
-    from playwright.sync_api import sync_playwright
+def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A Chromium shared with the module's next test if that one asks for a browser too
+    (tests/chromium.py); the contexts this test opened are closed after it."""
+    yield SHARED.get(request.node.module)
+    SHARED.end_test()
 
-    # That loop makes Django treat the test's own (synchronous, safe) ORM calls as async
-    # unsafe; lift the guard for this test only, so async tests keep it.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as pw:
-        instance = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield instance
-        instance.close()
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    SHARED.before_teardown(item, nextitem)
+    yield
 
 
 @pytest.fixture
