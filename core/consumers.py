@@ -17,6 +17,7 @@ from django.contrib.auth.models import User
 
 from core.broadcast import HEADER_GROUP, user_group
 from core.roles import Capability, user_can
+from core.socket_loop import SocketLoop
 
 # Close codes (4000-4999 are the application's): the page shows why it was refused.
 CLOSE_UNAUTHENTICATED = 4401
@@ -33,7 +34,7 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
-class PortalConsumer(AsyncJsonWebsocketConsumer):
+class PortalConsumer(SocketLoop, AsyncJsonWebsocketConsumer):
     capability: ClassVar[Capability] = Capability.VIEW
 
     async def connect(self) -> None:
@@ -125,7 +126,7 @@ def _session_user(scope: dict[str, Any]) -> User | None:
     return user if isinstance(user, User) and user.pk == scope["user"].pk else None
 
 
-class UnknownSocketConsumer(AsyncJsonWebsocketConsumer):
+class UnknownSocketConsumer(SocketLoop, AsyncJsonWebsocketConsumer):
     """Any /ws/ path that names no socket: refused with 4404, not a routing traceback."""
 
     async def connect(self) -> None:

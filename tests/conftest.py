@@ -6,6 +6,7 @@ scripts, never silently skipped."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -70,6 +71,16 @@ def fresh_channel_layer() -> Iterator[None]:
     from channels.layers import channel_layers
 
     channel_layers.backends.clear()
+
+
+async def consumer_ended(ws: Any, timeout: float = 30.0) -> bool:
+    """A refused or closed socket's consumer ended by itself (core.socket_loop): nothing of it
+    is left for the test loop's close to cancel (one left reading Redis hung that close)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not ws.future.done() and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    return bool(ws.future.done())
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -28,7 +28,8 @@ def test_deactivating_a_user_asks_and_a_dismissed_dialog_keeps_them(asgi_server:
     button.click()
     answer(page, "cancel")
     assert User.objects.get(username="dana").is_active  # twice dismissed: nothing sent
-    assert page.evaluate("document.activeElement.dataset.deactivate") == "dana"  # focus back where it was
+    # Focus back where it was (once the dialog's closing transition has ended).
+    page.wait_for_function("document.activeElement && document.activeElement.dataset.deactivate === 'dana'")
     # without a mouse: Enter opens it, focus starts on Cancel, Tab reaches the action
     page.keyboard.press("Enter")
     page.wait_for_selector("#confirm-dialog.show")

@@ -74,7 +74,7 @@ def _header_socket_live(page: Any) -> bool:
 def test_pages_without_a_socket_never_show_the_indicator(asgi_server: Any, page: Any, admin_user: Any) -> None:
     record(page)
     browser_login(page, asgi_server.url, admin_user.username)
-    for path in ("/gateway/", "/routing/", "/benchmarks/", "/lanes/new/", "/users/", "/api/docs"):
+    for path in ("/teams/", "/routing/", "/benchmarks/", "/lanes/new/", "/users/", "/api/docs"):
         page.goto(f"{asgi_server.url}{path}")
         wait_for(lambda: _header_socket_live(page), timeout=30, what=f"the header socket on {path}")
         assert page.locator("#live-status").count() == 1

@@ -25,7 +25,7 @@ DEEP = "Prove that there are infinitely many primes of the form 4k+3."
 
 def test_a_team_lead_takes_a_learned_draft_through_shadow_to_active_and_back(
         asgi_server: Any, page: Any, lead_user: Any, admin_user: Any, settings: Any,
-        engine_factory: Callable[..., EngineHandle]) -> None:
+        engine_factory: Callable[..., EngineHandle], evaluation_threads: Any) -> None:
     settings.ROUTER_SHADOW_SHARE = 1.0
     settings.ROUTER_VERSION_CHECK_S = 0  # the shadow set on the page is seen by the next request
     qwen = engine_factory(SIM_QWEN, "--served-model-name", "qwen-test", time_scale=0.001)
@@ -96,6 +96,8 @@ def train_a_learned_draft(page: Any, url: str) -> None:
 def compare_it_with_the_published_version(page: Any, url: str) -> None:
     """2. the evaluation page: held-out and in-sample figures say which they are."""
     page.goto(f"{url}/routing/versions/2/evaluate", timeout=60_000)
+    page.click("#evaluate-run")  # the evaluation runs in the background; the report replaces the progress
+    page.wait_for_selector("#cv-accuracy", timeout=120_000)
     assert page.locator("#cv-accuracy").is_visible()
     assert "(in-sample)" in page.inner_text("#cv-row")
     assert "held out" in page.content()

@@ -17,6 +17,7 @@ from core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from jobs.logsink import LogSink
 from jobs.models import Job, JobKind, JobLogLine
 from portal.asgi import application
+from tests.conftest import consumer_ended
 from tests.jobs.conftest import call_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -114,6 +115,7 @@ async def test_anonymous_socket_is_closed_4401():
     ws = socket(f"/ws/jobs/{job.pk}/", None)
     connected, code = await ws.connect(timeout=30)
     assert not connected and code == CLOSE_UNAUTHENTICATED
+    assert await consumer_ended(ws)
 
 
 @in_fresh_loop
@@ -122,3 +124,4 @@ async def test_outsider_socket_is_closed_4403(outsider_user):
     ws = socket(f"/ws/jobs/{job.pk}/", await cookie_for(outsider_user))
     connected, code = await ws.connect(timeout=30)
     assert not connected and code == CLOSE_FORBIDDEN
+    assert await consumer_ended(ws)

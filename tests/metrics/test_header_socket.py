@@ -3,7 +3,6 @@ then each change; a user without a role, or signed out, is refused."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +16,7 @@ from metrics.alerts import alert_acknowledge, alerts_evaluate
 from metrics.models import Alert
 from metrics.rules import TargetView
 from portal.asgi import application
+from tests.conftest import consumer_ended
 
 pytestmark = pytest.mark.django_db(transaction=True)
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -81,25 +81,16 @@ async def test_a_tick_that_changes_many_alerts_sends_the_header_one_count(viewer
     await ws.disconnect()
 
 
-async def stopped(ws: WebsocketCommunicator) -> bool:
-    """The consumer ended by itself: a refused socket reads no channel afterwards (one left
-    waiting for a disconnect the client never sends hung the test loop's teardown)."""
-    deadline = asyncio.get_running_loop().time() + 30
-    while not ws.future.done() and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
-    return ws.future.done()
-
-
 async def test_a_user_without_a_role_is_refused(outsider_user):
     ws = await header_socket(outsider_user)
     connected, code = await ws.connect(timeout=30)
     assert (connected, code) == (False, CLOSE_FORBIDDEN)
-    assert await stopped(ws)
+    assert await consumer_ended(ws)
 
 
 async def test_a_signed_out_page_is_refused():
     ws = await header_socket(None)
     connected, code = await ws.connect(timeout=30)
     assert (connected, code) == (False, CLOSE_UNAUTHENTICATED)
-    assert await stopped(ws)
+    assert await consumer_ended(ws)
 

@@ -15,6 +15,7 @@ from core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, PortalConsume
 from jobs.models import Job, JobKind
 from lanes.models import Lane, LaneState, Node, NodeState
 from portal.asgi import application
+from tests.conftest import consumer_ended
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,6 +80,7 @@ async def test_anonymous_socket_is_closed_4401():
     connected, code = await ws.connect(timeout=30)
     assert not connected
     assert code == CLOSE_UNAUTHENTICATED
+    assert await consumer_ended(ws)
 
 
 async def test_outsider_socket_is_closed_4403(outsider_user):
@@ -86,6 +88,7 @@ async def test_outsider_socket_is_closed_4403(outsider_user):
     connected, code = await ws.connect(timeout=30)
     assert not connected
     assert code == CLOSE_FORBIDDEN
+    assert await consumer_ended(ws)
 
 
 async def test_foreign_origin_is_refused(viewer_user):

@@ -14,6 +14,7 @@ from core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from portal.asgi import application
 from routing.evaluation_runs import router_evaluation_request
 from routing.models import RouterVersion
+from tests.conftest import consumer_ended
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,6 +53,8 @@ async def test_a_viewer_gets_the_current_evaluation_then_each_change(viewer_user
 
 async def test_a_user_without_a_role_or_a_session_is_refused(outsider_user):
     ws = await evaluation_socket(outsider_user, 1)
-    assert await ws.connect() == (False, CLOSE_FORBIDDEN)
+    assert await ws.connect(timeout=30) == (False, CLOSE_FORBIDDEN)
+    assert await consumer_ended(ws)
     ws = await evaluation_socket(None, 1)
-    assert await ws.connect() == (False, CLOSE_UNAUTHENTICATED)
+    assert await ws.connect(timeout=30) == (False, CLOSE_UNAUTHENTICATED)
+    assert await consumer_ended(ws)
