@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import redis
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
@@ -16,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.audit import audit_record
+from core.redis_client import sync_redis
 from core.roles import UserLike
 from core.validators import has_control_characters
 from gateway.capture import CAPTURE_PER_KEY, captured_text
@@ -28,19 +28,12 @@ SECRET_PREFIX = "sk-spark-"
 VISIBLE_PREFIX_LEN = len(SECRET_PREFIX) + 6
 
 
-_clients: dict[str, redis.Redis] = {}
 
-
-def gateway_redis() -> redis.Redis:
-    client = _clients.get(settings.REDIS_URL)
-    if client is None:
-        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
-    return client
 
 
 def gateway_invalidate(message: str) -> None:
     """Tell every gateway process to drop cached keys/lanes ("lanes", "key:<id>", "all")."""
-    gateway_redis().publish(invalidation_channel(), message)
+    sync_redis().publish(invalidation_channel(), message)
 
 
 def lanes_named(names: list[str] | None) -> tuple[list[Lane], list[str]]:
@@ -181,7 +174,7 @@ def api_key_revoke(*, actor: UserLike, key: ApiKey) -> ApiKey:
     key.revoked_at = timezone.now()
     marker_ttl = int(max(settings.GATEWAY_KEY_CACHE_TTL_S * 4, 3600))
     revoked_marker = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), "")[0]
-    gateway_redis().set(revoked_marker, "1", ex=marker_ttl)
+    sync_redis().set(revoked_marker, "1", ex=marker_ttl)
     with transaction.atomic():
         key.save(update_fields=["revoked_at"])
         audit_record(actor=actor, action="api_key.revoke", obj=key, before=before, after=_key_snapshot(key))

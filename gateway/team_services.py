@@ -12,11 +12,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from core.audit import audit_record
+from core.redis_client import sync_redis
 from core.roles import UserLike
 from core.validators import has_control_characters
 from gateway.budgets import budget_identity, budget_now, budget_window, budget_zone, count_name
 from gateway.models import ApiKey, Budget, BudgetPeriod, Team
-from gateway.services import gateway_invalidate, gateway_redis, lanes_named
+from gateway.services import gateway_invalidate, lanes_named
 from lanes.models import Lane
 
 
@@ -202,7 +203,7 @@ def _count_name(budget: Budget) -> tuple[str, str, datetime]:
 def budget_use(budget: Budget) -> BudgetUse:
     """What the budget's current window has used, as the gateway counted it."""
     name, window, resets_at = _count_name(budget)
-    prompt, completion = gateway_redis().hmget(name, ["p", "c"])
+    prompt, completion = sync_redis().hmget(name, ["p", "c"])
     return BudgetUse(budget=budget, window=window, resets_at=resets_at, prompt_tokens=int(prompt or 0),
                      completion_tokens=int(completion or 0))
 
@@ -210,7 +211,7 @@ def budget_use(budget: Budget) -> BudgetUse:
 def budget_reset(*, actor: UserLike, budget: Budget) -> BudgetUse:
     """Forget what the current window has used: the next request passes again, in every process."""
     before = budget_use(budget)
-    gateway_redis().delete(_count_name(budget)[0])
+    sync_redis().delete(_count_name(budget)[0])
     audit_record(actor=actor, action="budget.reset", obj=budget,
                  before={"window": before.window, "prompt_tokens_used": before.prompt_tokens,
                          "completion_tokens_used": before.completion_tokens},

@@ -19,15 +19,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import redis
 from django.conf import settings
 from django.core.cache import cache
+
+from core.redis_client import sync_redis
 
 HEALTH_MESSAGE = "health"
 # A worker's counts older than this are a worker that stopped: ignored.
 WORKER_STALE_MS = 3000
 
-_clients: dict[str, redis.Redis] = {}
 
 
 def field_name(lane: str, index: int) -> str:
@@ -68,7 +68,7 @@ def fair_queue_state(lane: str, index: int) -> dict[str, int]:
     """What a lane page shows of a replica's queue: slots held, waiting (by class), shed so far."""
     keys = fair_keys(lane, index)
     now_ms = int(time.time() * 1000)
-    with _redis().pipeline(transaction=False) as pipe:
+    with sync_redis().pipeline(transaction=False) as pipe:
         pipe.zcount(keys[0], now_ms, "+inf")
         pipe.zcard(keys[1])
         pipe.zcard(keys[2])
@@ -77,16 +77,11 @@ def fair_queue_state(lane: str, index: int) -> dict[str, int]:
     return {"held": int(held), "interactive": int(interactive), "batch": int(batch), "shed": int(shed or 0)}
 
 
-def _redis() -> redis.Redis:
-    client = _clients.get(settings.REDIS_URL)
-    if client is None:
-        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
-    return client
 
 
 def replica_verdict(lane: str, index: int, *, down_for_s: float | None) -> None:
     """The watcher's verdict: down (skip it for that long) or answering (None: clear it)."""
-    client = _redis()
+    client = sync_redis()
     name = field_name(lane, index)
     if down_for_s is None:
         if client.hdel(open_hash_key(), name):  # announced only when it changes something
@@ -100,7 +95,7 @@ def replica_verdict(lane: str, index: int, *, down_for_s: float | None) -> None:
 
 def replica_skipped_until(lane: str, index: int) -> float | None:
     """Until when (epoch seconds) the gateways skip this replica; None when they do not."""
-    value = _redis().hget(open_hash_key(), field_name(lane, index))
+    value = sync_redis().hget(open_hash_key(), field_name(lane, index))
     if value is None:
         return None
     until = int(value) / 1000
@@ -109,7 +104,7 @@ def replica_skipped_until(lane: str, index: int) -> float | None:
 
 def replica_in_flight(lane: str, index: int) -> int:
     """Requests in flight to this replica, summed over the live gateway workers."""
-    client = _redis()
+    client = sync_redis()
     now_ms = int(time.time() * 1000)
     workers = client.zrangebyscore(workers_key(), now_ms - WORKER_STALE_MS, "+inf")
     if not workers:

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from django.conf import settings
 
 from core.db import db_call
+from core.redis_client import sync_redis
 from routing.decision import PrototypeSet, RouterConfig
 from routing.encoder import Encoder, EncoderUnavailable
 from routing.engine import router_encoder, stored_embeddings
@@ -27,22 +27,16 @@ from routing.shadow import StopRule
 
 log = logging.getLogger(__name__)
 
-_clients: dict[str, redis.Redis] = {}
 
 
 def published_key() -> str:
     return f"{settings.REDIS_PREFIX}:router:published"
 
 
-def _client() -> redis.Redis:
-    client = _clients.get(settings.REDIS_URL)
-    if client is None:
-        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
-    return client
 
 
 def announce_published() -> None:
-    _client().incr(published_key())
+    sync_redis().incr(published_key())
 
 
 @dataclass(frozen=True)

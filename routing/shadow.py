@@ -12,20 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import redis
 from django.conf import settings
 
+from core.redis_client import sync_redis
 from core.stats import wilson_interval
 from routing.models import StopMetric
-
-_clients: dict[str, redis.Redis] = {}
-
-
-def _client() -> redis.Redis:
-    client = _clients.get(settings.REDIS_URL)
-    if client is None:
-        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
-    return client
 
 
 def shadow_count_key(number: int) -> str:
@@ -72,27 +63,27 @@ def bound_stop_reason(rule: StopRule, metric: str, successes: int, trials: int) 
 
 
 def shadow_count(number: int) -> int:
-    raw = _client().get(shadow_count_key(number))
+    raw = sync_redis().get(shadow_count_key(number))
     return int(raw) if raw else 0
 
 
 def shadow_agreed(number: int) -> int:
-    raw = _client().get(shadow_agree_key(number))
+    raw = sync_redis().get(shadow_agree_key(number))
     return int(raw) if raw else 0
 
 
 def shadow_stop_reason(number: int) -> str:
-    raw = _client().get(shadow_stop_key(number))
+    raw = sync_redis().get(shadow_stop_key(number))
     return raw.decode() if isinstance(raw, bytes) else str(raw or "")
 
 
 def shadow_stop(number: int, reason: str) -> None:
     """Stop the run on its bound (the first reason stays)."""
-    _client().set(shadow_stop_key(number), reason, nx=True)
+    sync_redis().set(shadow_stop_key(number), reason, nx=True)
 
 
 def shadow_count_reset(number: int) -> None:
-    _client().delete(shadow_count_key(number), shadow_agree_key(number), shadow_stop_key(number))
+    sync_redis().delete(shadow_count_key(number), shadow_agree_key(number), shadow_stop_key(number))
 
 
 def judge_budget_key(day: str | None = None) -> str:
@@ -101,5 +92,5 @@ def judge_budget_key(day: str | None = None) -> str:
 
 
 def judge_tokens_today() -> int:
-    raw = _client().get(judge_budget_key())
+    raw = sync_redis().get(judge_budget_key())
     return int(raw) if raw else 0
