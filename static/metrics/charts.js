@@ -62,11 +62,11 @@
         if (mine !== generation) return;  // a newer request is on its way
         if (!r.ok) { showError(body.detail); box.dataset.loaded = "error"; return; }
         clearError();
-        draw(body);
-        if (remember) {
+        if (remember) {  // the URL first: a page marked loaded already shows its window's address
           const q = range === "custom" ? "?from=" + encodeURIComponent(custom.from) + "&to=" + encodeURIComponent(custom.to) : (range === "15m" ? "" : "?range=" + range);
           history.replaceState(null, "", location.pathname + q);
         }
+        draw(body);
       });
     });
   }
