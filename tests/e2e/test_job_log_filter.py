@@ -6,7 +6,6 @@ those that arrived while it was filtered included."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,7 +39,7 @@ class Writer:
                     self.written += 1
                     sink.append("spark3", "stdout", self.extra.pop())
                 sink.flush()
-                time.sleep(0.05)
+                self.stop.wait(0.05)  # the writer's pace; ends at once on stop
         finally:
             connection.close()
 
