@@ -26,14 +26,14 @@ router = Router(tags=["metrics"])
 
 
 def _window_refused(exc: WindowError) -> Status[dict[str, Any]]:
-    """A custom window's broken rule: 400, naming the query parameter (the one error shape)."""
-    return Status(400, {"detail": [{"loc": ["query", exc.field], "msg": exc.message, "type": "value_error"}]})
+    """A custom window's broken rule: 422, naming the query parameter (as a bad `range` is)."""
+    return Status(422, {"detail": [{"loc": ["query", exc.field], "msg": exc.message, "type": "value_error"}]})
 
 
 WINDOW_QUERY = "A custom window instead of `range`: ISO 8601 instants (UTC without an offset)"
 
 
-@router.get("/metrics/series/{kind}/{name}", response={200: SeriesOut, 400: ErrorOut}, by_alias=True)
+@router.get("/metrics/series/{kind}/{name}", response={200: SeriesOut, 422: ErrorOut}, by_alias=True)
 def series(request: HttpRequest, kind: str, name: str = Path(..., max_length=63),
            range: ChartRangeKey = "15m",
            from_: str | None = Query(None, alias="from", max_length=40, description=WINDOW_QUERY),
@@ -55,7 +55,7 @@ def series(request: HttpRequest, kind: str, name: str = Path(..., max_length=63)
 
 
 # Listed with the gateway's other management operations.
-@router.get("/gateway/traffic", response={200: TrafficOut, 400: ErrorOut}, auth=can_operate,
+@router.get("/gateway/traffic", response={200: TrafficOut, 422: ErrorOut}, auth=can_operate,
             tags=gateway_router.tags, by_alias=True)
 def traffic(request: HttpRequest,
             from_: str | None = Query(None, alias="from", max_length=40, description=WINDOW_QUERY),

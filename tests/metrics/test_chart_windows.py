@@ -2,7 +2,7 @@
 series carries its launches, stops, restarts (the guardian's too), degraded/recovered and
 alerts in the window — not those outside it, not another lane's; the gateway's traffic
 carries every lane's. A custom window's rules (both ends, from < to, a bounded span, not in
-the future) are a 400 naming the parameter; the tier follows the span."""
+the future) are a 422 naming the parameter; the tier follows the span."""
 
 from __future__ import annotations
 
@@ -116,10 +116,10 @@ def test_a_custom_window_picks_its_events_and_its_tier(role_clients: Any, histor
     ({"from": "2026-10-01T10:00:00Z", "to": "2026-11-20T10:00:00Z"}, "to", "at most 31 days"),
     ({"from": "2026-12-01T10:00:00Z", "to": "2999-01-01T00:00:00Z"}, "to", "`to` is in the future"),
 ])
-def test_a_bad_window_is_a_400_naming_the_parameter(role_clients: Any, history: dict[str, Any], query: dict[str, str],
+def test_a_bad_window_is_a_422_naming_the_parameter(role_clients: Any, history: dict[str, Any], query: dict[str, str],
                                                     field: str, words: str) -> None:
     response = role_clients["viewer"].get("/api/metrics/series/lane/qwen", query)
-    assert response.status_code == 400
+    assert response.status_code == 422  # as a bad `range` is: one status for a bad query parameter
     detail = response.json()["detail"]
     assert detail[0]["loc"] == ["query", field] and words in detail[0]["msg"], detail
 
@@ -139,7 +139,7 @@ def test_the_gateway_traffic_carries_every_lanes_events_and_is_admins_only(
     assert day["range"] == "custom" and day["bucket_s"] == 3600 and "stop" in [e["type"] for e in day["events"]]
     long = role_clients["admin"].get("/api/gateway/traffic", {"from": (now - timedelta(days=8)).isoformat(),
                                                               "to": now.isoformat()})
-    assert long.status_code == 400 and "at most 7 days" in long.json()["detail"][0]["msg"]
+    assert long.status_code == 422 and "at most 7 days" in long.json()["detail"][0]["msg"]
     assert role_clients["viewer"].get("/api/gateway/traffic").status_code == 403
     assert role_clients["outsider"].get("/api/metrics/series/lane/qwen?range=15m").status_code == 403
     assert role_clients["anonymous"].get("/api/gateway/traffic").status_code == 401
