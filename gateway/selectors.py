@@ -223,7 +223,15 @@ def judged_summary(version_number: int, *, confidence: float = 0.95) -> JudgedSu
     wins, ties, losses = (counts.get(v, 0) for v in ("draft", "tie", "published"))
     return JudgedSummary(counts, wins, ties, losses, wins / (wins + losses) if wins + losses else None,
                          wilson_interval(wins, wins + losses, confidence), tokens["answer"] or 0, tokens["judge"] or 0,
-                         list(rows.order_by("-id")[:10]))
+                         judged_list(version_number, limit=10))
+
+
+def judged_list(version_number: int, *, limit: int = 50, before_id: int | None = None) -> list[JudgedComparison]:
+    """A draft's judged comparisons, newest first (keyset paging: ids below `before_id`)."""
+    rows = JudgedComparison.objects.filter(router_version=version_number)
+    if before_id is not None:
+        rows = rows.filter(id__lt=before_id)
+    return list(rows.order_by("-id")[:limit])
 
 
 @dataclass(frozen=True)
