@@ -20,7 +20,6 @@ from routing.selectors import published_version, version_changes, version_list, 
 from routing.services import previous_active_version, router_version_publish, router_version_revert
 
 router = Router(tags=["router"])
-NUMBER = Path(..., ge=1, le=INT32_MAX, description="The version's number (v1, v2, …).")
 
 
 def version_out(version: RouterVersion, live_prototypes: int | None = None) -> dict[str, Any]:
@@ -61,18 +60,18 @@ def versions_list(request: HttpRequest) -> list[dict[str, Any]]:
 
 
 @router.get("/router/versions/{number}", response=VersionOut)
-def versions_detail(request: HttpRequest, number: int = NUMBER) -> dict[str, Any]:
+def versions_detail(request: HttpRequest, number: int = Path(..., ge=1, le=INT32_MAX, description="The version's number.")) -> dict[str, Any]:
     return version_out(version_or_404(number))
 
 
 @router.get("/router/versions/{number}/changes", response=ChangesOut)
-def versions_changes(request: HttpRequest, number: int = NUMBER) -> dict[str, Any]:
+def versions_changes(request: HttpRequest, number: int = Path(..., ge=1, le=INT32_MAX, description="The version's number.")) -> dict[str, Any]:
     """What activating this version would change (settings, prototypes added and removed)."""
     return changes_out(version_or_404(number), published_version())
 
 
 @router.post("/router/versions/{number}/activate", response=ActivatedOut, auth=can_edit_routing)
-def versions_activate(request: HttpRequest, number: int = NUMBER) -> dict[str, Any]:
+def versions_activate(request: HttpRequest, number: int = Path(..., ge=1, le=INT32_MAX, description="The version's number.")) -> dict[str, Any]:
     """Make this version the active one (a draft: its prototypes are frozen; a retired one:
     rolled back to), audited; every gateway process routes with it within a second. Refused
     (422 naming the field) for the active version, a version without a default lane, or a
