@@ -192,12 +192,10 @@ def shadow_comparison(version_number: int, *, examples: int = 20) -> tuple[int, 
     """Requests on which the shadow draft decided: how often each (published, draft) pair
     occurred, and recent disagreements (with the prompt when the key allows logging it)."""
     rows = RequestLog.objects.filter(shadow_version=version_number)
-    counts: dict[tuple[str, str], int] = {}
-    for lane, shadow in rows.values_list("lane", "shadow_lane"):
-        counts[(lane, shadow)] = counts.get((lane, shadow), 0) + 1
-    table = [ShadowRow(a, b, n) for (a, b), n in sorted(counts.items())]
-    disagreements = list(rows.exclude(shadow_lane="").exclude(lane=F("shadow_lane")).order_by("-id")[:examples])
-    return sum(counts.values()), table, disagreements
+    counted = rows.order_by().values_list("lane", "shadow_lane").annotate(n=Count("id"))  # counted by the database
+    table = [ShadowRow(a, b, n) for a, b, n in sorted(counted)]
+    disagreements = list(rows.exclude(shadow_lane="").exclude(lane=F("shadow_lane")).order_by("-id")[:examples]) if examples else []
+    return sum(row.count for row in table), table, disagreements
 
 
 @dataclass(frozen=True)
