@@ -1,34 +1,52 @@
 """Management API of the gateway (admins: the OPERATE capability): teams, API keys and the
-request log; a team's members may read their team (gateway.selectors.teams_visible_to). The OpenAI-compatible endpoint itself is gateway.asgi (raw ASGI). The usage
+request log; a team's members may read their team (gateway.selectors.teams_visible_to);
+the router's shadow run and its judged comparison (every role reads, EDIT_ROUTING changes). The OpenAI-compatible endpoint itself is gateway.asgi (raw ASGI). The usage
 totals (/api/gateway/totals/...) are read from metrics' rollups: metrics/api.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Path, Query, Router, Status
 
-from core.api import can_operate, can_view
+from core.api import can_edit_routing, can_operate, can_view
 from core.validators import INT64_MAX
-from gateway.models import ApiKey, Budget, RequestLog, Team
+from gateway.models import ApiKey, Budget, JudgedComparison, RequestLog, Team
 from gateway.schemas import (
     ApiKeyCreatedOut,
     ApiKeyIn,
     ApiKeyOut,
     ApiKeyShareIn,
+    JudgedComparisonOut,
+    JudgedQuery,
     RequestLogOut,
     RequestLogQuery,
+    ShadowIn,
+    ShadowOut,
     TeamIn,
     TeamOut,
     TeamPatchIn,
     TokenBudgetIn,
     TokenBudgetOut,
 )
-from gateway.selectors import LogFilters, api_key_list, request_log_list, team_budgets, team_for, teams_visible_to
+from gateway.selectors import (
+    LogFilters,
+    api_key_list,
+    judged_list,
+    request_log_list,
+    team_budgets,
+    team_for,
+    teams_visible_to,
+)
 from gateway.services import api_key_create, api_key_revoke, api_key_set_share
+from gateway.shadow_view import ShadowStatus, shadow_status
 from gateway.team_services import BudgetUse, budget_reset, budget_set, budget_use, team_create, team_update
+from routing.models import RouterVersion
+from routing.selectors import shadow_version
+from routing.services import router_version_set_shadow
 
 router = Router(tags=["routing"])
 
@@ -137,3 +155,67 @@ def requests_list(request: HttpRequest, query: Query[RequestLogQuery]) -> list[d
     filters = LogFilters(key_id=query.key, team_id=query.team, lane=query.lane, status=query.status, route=query.route or "",
                          since=query.since, until=query.until, request_id=query.request_id.strip(), text=query.text)
     return [log_out(row) for row in request_log_list(filters=filters, limit=query.limit, before_id=query.before)]
+
+
+# ---------------------------------------------------------------- the router's shadow run
+# Here, not in routing/api.py: its results are read from this app's request log and judged
+# comparisons. The same services and figures as the shadow page (gateway.shadow_view).
+
+
+def shadow_out(status: ShadowStatus) -> dict[str, Any]:
+    version, judged = status.version, status.judged
+    rules = {name: getattr(version, name) if version else None
+             for name in ("shadow_limit", "stop_metric", "stop_threshold", "stop_confidence")}
+    judge = None
+    if version is not None and judged is not None:
+        judge = {"share": version.judge_share, "lane": version.judge_lane, "daily_tokens": version.judge_daily_tokens,
+                 "tokens_today": status.judge_tokens_today, "wins": judged.wins, "ties": judged.ties,
+                 "losses": judged.losses, "unparsed": judged.counts.get("unparsed", 0),
+                 "errors": judged.counts.get("error", 0), "skipped_budget": judged.counts.get("budget", 0),
+                 "win_rate": judged.win_rate, "win_rate_interval": judged.interval,
+                 "answer_tokens": judged.answer_tokens, "judge_tokens": judged.judge_tokens}
+    return {"version": version.number if version else None, **rules, "sampled": status.sampled,
+            "agreed": status.agreed, "agreement": status.agreed / status.sampled if status.sampled else None,
+            "agreement_interval": status.agreement_interval, "stopped": status.stopped,
+            "stop_reason": status.stop_reason, "logged_requests": status.logged,
+            "pairs": [vars(row) for row in status.pairs], "judge": judge}
+
+
+@router.get("/router/shadow", response=ShadowOut, tags=["router"])
+def shadow_get(request: HttpRequest) -> dict[str, Any]:
+    """The draft in shadow: its sample count, agreement and stop rule, and its judged comparison."""
+    return shadow_out(shadow_status(examples=0))
+
+
+@router.post("/router/shadow", response=ShadowOut, auth=can_edit_routing, tags=["router"])
+def shadow_start(request: HttpRequest, payload: ShadowIn) -> dict[str, Any]:
+    """Put a draft in shadow (any other stops), sampling afresh, with its rules (audited
+    `router.shadow`); every gateway process follows within a second."""
+    data = payload.dict()
+    number = data.pop("version")
+    version = RouterVersion.objects.filter(number=number).first()
+    if version is None:
+        raise ValidationError({"version": [f"No router version v{number}."]})
+    router_version_set_shadow(actor=request.auth, version=version,  # type: ignore[attr-defined]
+                              rules={name: value for name, value in data.items() if value is not None})
+    return shadow_out(shadow_status(examples=0))
+
+
+@router.post("/router/shadow/stop", response=ShadowOut, auth=can_edit_routing, tags=["router"])
+def shadow_end(request: HttpRequest) -> dict[str, Any]:
+    """No draft in shadow any more (audited); its results stay readable by `GET /router/shadow/judged?version=`."""
+    router_version_set_shadow(actor=request.auth, version=None)  # type: ignore[attr-defined]
+    return shadow_out(shadow_status(examples=0))
+
+
+@router.get("/router/shadow/judged", response=list[JudgedComparisonOut], tags=["router"])
+def shadow_judged(request: HttpRequest, query: Query[JudgedQuery]) -> list[JudgedComparison]:
+    """A draft's judged comparisons, newest first: each verdict, the lanes, the order shown
+    to the judge, the judge's words and the tokens."""
+    number = query.version
+    if number is None:
+        current = shadow_version()
+        if current is None:
+            return []
+        number = current.number
+    return judged_list(number, limit=query.limit, before_id=query.before)

@@ -7,7 +7,7 @@ from datetime import datetime
 from ninja import Field, Schema
 
 from core.api import InSchema
-from core.validators import INT64_MAX
+from core.validators import INT32_MAX, INT64_MAX
 from gateway.models import BudgetPeriod, RouteReason
 
 
@@ -150,3 +150,82 @@ class RequestLogOut(Schema):
     ttft_ms: float | None
     latency_ms: float
     upstream_ms: float | None
+
+
+class ShadowIn(InSchema):
+    """Put a draft in shadow with its stop rules and its judged comparison (a field left out
+    keeps the draft's stored value; the rules are routing.services' and answer 422 naming
+    the field). Setting a shadow samples afresh."""
+
+    version: int = Field(..., ge=1, le=INT32_MAX, description="The draft's number.")
+    shadow_limit: int | None = Field(None, description="Stop after this many sampled decisions (1-10,000,000).")
+    stop_metric: str | None = Field(None, description="Stop on a confidence bound too: `agreement`, `win_rate` or "
+                                                      "`` (none).")
+    stop_threshold: float | None = Field(None, description="The bound's threshold, a share from 0 to 1.")
+    stop_confidence: float | None = Field(None, description="The interval's confidence, 0.5-0.999.")
+    judge_share: float | None = Field(None, description="Share of sampled disagreements judged (0: off).")
+    judge_lane: str | None = Field(None, max_length=63, description="The lane that grades both answers blind.")
+    judge_daily_tokens: int | None = Field(None, description="Tokens a UTC day for the draft's answers and the judge.")
+
+
+class ShadowPairOut(Schema):
+    published_lane: str
+    shadow_lane: str
+    count: int
+
+
+class JudgedOut(Schema):
+    """The judged comparison: its settings, its verdicts' counts and its cost."""
+
+    share: float
+    lane: str
+    daily_tokens: int  # the budget
+    tokens_today: int  # spent today (UTC), every gateway process
+    wins: int
+    ties: int
+    losses: int
+    unparsed: int
+    errors: int
+    skipped_budget: int
+    win_rate: float | None  # wins / (wins + losses): ties left out
+    win_rate_interval: list[float] | None
+    answer_tokens: int  # the draft's answers, all of this run's comparisons
+    judge_tokens: int
+
+
+class ShadowOut(Schema):
+    version: int | None  # the draft in shadow (None: none)
+    shadow_limit: int | None
+    stop_metric: str | None
+    stop_threshold: float | None
+    stop_confidence: float | None
+    sampled: int  # decisions sampled by every gateway process
+    agreed: int
+    agreement: float | None
+    agreement_interval: list[float] | None  # Wilson, at stop_confidence
+    stopped: bool
+    stop_reason: str  # the confidence bound's reason ("" : not stopped on it)
+    logged_requests: int  # request-log rows carrying the draft's decision
+    pairs: list[ShadowPairOut]
+    judge: JudgedOut | None
+
+
+class JudgedQuery(Schema):
+    version: int | None = Field(None, ge=1, le=INT32_MAX, description="A draft's number (default: the one in shadow).")
+    limit: int = Field(50, ge=1, le=500)
+    before: int | None = Field(None, ge=1, le=INT64_MAX, description="Only comparisons with a smaller id: the next page.")
+
+
+class JudgedComparisonOut(Schema):
+    id: int
+    created_at: datetime
+    request_id: str
+    router_version: int
+    published_lane: str
+    draft_lane: str
+    judge_lane: str
+    draft_first: bool  # the draft's answer was shown to the judge as "A"
+    verdict: str  # draft | published | tie | unparsed | error | budget
+    reason: str  # the judge's words (redacted like a prompt) or the error
+    answer_tokens: int
+    judge_tokens: int

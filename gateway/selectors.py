@@ -192,12 +192,10 @@ def shadow_comparison(version_number: int, *, examples: int = 20) -> tuple[int, 
     """Requests on which the shadow draft decided: how often each (published, draft) pair
     occurred, and recent disagreements (with the prompt when the key allows logging it)."""
     rows = RequestLog.objects.filter(shadow_version=version_number)
-    counts: dict[tuple[str, str], int] = {}
-    for lane, shadow in rows.values_list("lane", "shadow_lane"):
-        counts[(lane, shadow)] = counts.get((lane, shadow), 0) + 1
-    table = [ShadowRow(a, b, n) for (a, b), n in sorted(counts.items())]
-    disagreements = list(rows.exclude(shadow_lane="").exclude(lane=F("shadow_lane")).order_by("-id")[:examples])
-    return sum(counts.values()), table, disagreements
+    counted = rows.order_by().values_list("lane", "shadow_lane").annotate(n=Count("id"))  # counted by the database
+    table = [ShadowRow(a, b, n) for a, b, n in sorted(counted)]
+    disagreements = list(rows.exclude(shadow_lane="").exclude(lane=F("shadow_lane")).order_by("-id")[:examples]) if examples else []
+    return sum(row.count for row in table), table, disagreements
 
 
 @dataclass(frozen=True)
@@ -223,7 +221,15 @@ def judged_summary(version_number: int, *, confidence: float = 0.95) -> JudgedSu
     wins, ties, losses = (counts.get(v, 0) for v in ("draft", "tie", "published"))
     return JudgedSummary(counts, wins, ties, losses, wins / (wins + losses) if wins + losses else None,
                          wilson_interval(wins, wins + losses, confidence), tokens["answer"] or 0, tokens["judge"] or 0,
-                         list(rows.order_by("-id")[:10]))
+                         judged_list(version_number, limit=10))
+
+
+def judged_list(version_number: int, *, limit: int = 50, before_id: int | None = None) -> list[JudgedComparison]:
+    """A draft's judged comparisons, newest first (keyset paging: ids below `before_id`)."""
+    rows = JudgedComparison.objects.filter(router_version=version_number)
+    if before_id is not None:
+        rows = rows.filter(id__lt=before_id)
+    return list(rows.order_by("-id")[:limit])
 
 
 @dataclass(frozen=True)

@@ -15,31 +15,28 @@ from django.views.decorators.http import require_POST
 
 from core.form_tokens import form_token_issue, form_token_spend
 from core.roles import Capability, require, role_required, user_can
-from core.stats import wilson_interval
 from gateway.fair_view import fair_queues_now, fair_waits
 from gateway.forms import ApiKeyForm, BudgetForm, TeamForm
 from gateway.models import ApiKey, Team
 from gateway.selectors import (
     api_key_list,
     captured_prompts_with_outcomes,
-    judged_summary,
     mirror_sample_list,
     mirror_summary,
     outcome_summary,
-    shadow_comparison,
     team_budgets,
     team_for,
     teams_visible_to,
 )
 from gateway.services import api_key_create, api_key_revoke
+from gateway.shadow_view import shadow_status
 from gateway.team_services import budget_reset, budget_set, budget_use, team_create, team_update
 from lanes.selectors import lane_list
 from routing.encoder import EncoderUnavailable
 from routing.evaluation import replay_version
 from routing.models import StopMetric, VersionStatus
-from routing.selectors import published_version, shadow_version, version_changes, version_list, version_or_404
+from routing.selectors import published_version, version_changes, version_list, version_or_404
 from routing.services import SHADOW_RULE_FIELDS, previous_active_version, router_version_set_shadow
-from routing.shadow import judge_tokens_today, shadow_agreed, shadow_count, shadow_stop_reason
 
 FORM_TOKENS_SESSION_KEY = "gateway_key_form_tokens"  # core.form_tokens: a new key's form
 
@@ -179,19 +176,14 @@ def draft_shadow_page(request: HttpRequest) -> HttpResponse:
         except ValidationError as exc:
             messages.error(request, "; ".join(exc.messages))
         return redirect("gateway:draft-shadow")
-    version = shadow_version()
-    total, table, examples = shadow_comparison(version.number) if version else (0, [], [])
-    agree = sum(row.count for row in table if row.published_lane == row.shadow_lane)
-    sampled = shadow_count(version.number) if version else 0
-    published, previous = published_version(), previous_active_version()
+    status = shadow_status()
+    version, published = status.version, published_version()
     return render(request, "routing/shadow.html", {
-        "tab": "shadow", "version": version, "total": total, "table": table, "examples": examples,
-        "agreement": agree / total if total else None, "drafts": version_list().filter(status=VersionStatus.DRAFT),
-        "sampled": sampled, "published": published, "previous": previous,
-        "agreement_interval": wilson_interval(shadow_agreed(version.number), sampled, version.stop_confidence)
-        if version else None, "stop_reason": shadow_stop_reason(version.number) if version else "",
-        "judged": judged_summary(version.number, confidence=version.stop_confidence) if version else None,
-        "judge_tokens_today": judge_tokens_today(), "lanes": lane_list(), "stop_metrics": StopMetric.choices,
+        "tab": "shadow", "version": version, "total": status.logged, "table": status.pairs, "examples": status.examples,
+        "agreement": status.logged_agreement, "drafts": version_list().filter(status=VersionStatus.DRAFT),
+        "sampled": status.sampled, "published": published, "previous": previous_active_version(),
+        "agreement_interval": status.agreement_interval, "stop_reason": status.stop_reason, "judged": status.judged,
+        "judge_tokens_today": status.judge_tokens_today, "lanes": lane_list(), "stop_metrics": StopMetric.choices,
         "activate_changes": version_changes(version, published) if version else None})
 
 

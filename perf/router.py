@@ -1,4 +1,4 @@
-"""The semantic router's cost and accuracy, in one run, with the 200 starter prototypes.
+"""The semantic router's cost and accuracy, in one run, with the starter prototypes.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/router_bench REDIS_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python perf/router.py [--fp32 DIR] [--quick] [--no-gateway | --gateway-only] [--json PATH]
@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -247,7 +248,9 @@ def bench_accuracy(encoder: Encoder, prototypes: PrototypeSet, config: RouterCon
     tokens = length_baseline([encoder.token_count(t) for t in texts], expected, result.lanes, unit="tokens")
     keywords = keyword_baseline(texts, expected, keywords=DEEP_KEYWORDS, keyword_lane="deepseek", other_lane="qwen")
     head: LearnedHead | None = prototypes.head
+    missed = {name: Counter(m[1] for m in run.mistakes) for name, run in (("learned", result), ("similarity", similarity))}
     return {"prompts": len(texts), "learned_accuracy (held out)": round(result.accuracy, 3), "shares": result.shares,
+            "missed_of_label": {label: {**{k: v[label] for k, v in missed.items()}, "of": n} for label, n in Counter(labels).items()},
             "confusion": {"lanes": result.lanes, "rows": result.confusion},
             "similarity_accuracy (threshold tuned on this set: in-sample)": round(similarity.accuracy, 3),
             "learned_cv_on_prototypes": head.cv_accuracy if head else None,

@@ -106,9 +106,11 @@ LANES_WATCH_CONNECT_TIMEOUT_S = 1.0
 LANES_WATCH_TIMEOUT_S = 2.0
 
 # --- router ---
-# onnxruntime threads per process (0 = one per core), most queries embedded in one forward pass,
-# and identical queries kept in memory: chosen with perf/router.py (32 concurrent clients: 3.1×
-# the decisions a second micro-batched; a cached decision 0.13 ms).
+# onnxruntime threads per process (0 = one per core; they sleep between ops, never spin:
+# routing.encoder.session_options), most queries embedded in one forward pass, and identical
+# queries kept in memory: chosen with perf/router.py (32 concurrent clients: 3.1× the decisions
+# a second micro-batched; a cached decision 0.13 ms) and perf/router_speed.py (one thread: as
+# fast on short prompts at some loads, 2× slower on 225-token ones).
 ROUTER_THREADS = 0
 ROUTER_MAX_BATCH = 32
 ROUTER_CACHE_SIZE = 4096

@@ -10,9 +10,11 @@ from jobs.weights.api import router as model_files_router
 from lanes.api import router as lanes_router
 from metrics.api import router as metrics_router
 from portal import oidc_views, views
+from routing.api import router as routing_router
 
 handler400 = "portal.views.bad_request"
-api = build_api([lanes_router, jobs_router, model_files_router, gateway_router, metrics_router, benchmarks_router])
+api = build_api([lanes_router, jobs_router, model_files_router, routing_router, gateway_router, metrics_router,
+                 benchmarks_router])
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),

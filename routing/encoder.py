@@ -59,6 +59,23 @@ def _read_spec(directory: Path) -> EncoderSpec:
     return spec
 
 
+def session_options(threads: int, spinning: bool) -> ort.SessionOptions:
+    """onnxruntime's options for the encoder: every graph optimisation, ops run one after
+    another, `threads` intra-op threads (0: one per core), and — unless `spinning` — pool
+    threads that sleep between ops instead of spinning: on a machine whose cores are busy a
+    spinning thread takes a core from the rest of the process, and a parallel op waits for
+    its slowest thread (chosen with perf/router_speed.py)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.inter_op_num_threads = 1
+    if threads:
+        options.intra_op_num_threads = threads
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 def _file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -70,7 +87,7 @@ def _file_digest(path: Path) -> str:
 class Encoder:
     """Embeds texts into L2-normalised float32 vectors (cosine = dot product)."""
 
-    def __init__(self, directory: Path, *, threads: int = 0) -> None:
+    def __init__(self, directory: Path, *, threads: int = 0, spinning: bool = False) -> None:
         directory = Path(directory)
         if not directory.is_dir():
             raise EncoderUnavailable(f"router model directory {directory} does not exist")
@@ -87,15 +104,13 @@ class Encoder:
         # then costs ~45 ms instead of ~7 ms. Pad only to the longest text of each batch.
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if threads:
-            options.intra_op_num_threads = threads
         try:
-            self.session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(str(model_file), session_options(threads, spinning),
+                                                providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise EncoderUnavailable(f"{model_file}: onnxruntime cannot load it ({exc})") from exc
         self.input_names = {item.name for item in self.session.get_inputs()}
+        self.output_names = [self.session.get_outputs()[0].name]  # the hidden states: no other output computed
         if not {"input_ids", "attention_mask"} <= self.input_names:
             raise EncoderUnavailable(
                 f"{model_file}: expected inputs input_ids and attention_mask, found {sorted(self.input_names)}"
@@ -114,6 +129,7 @@ class Encoder:
         # 100K-character paste tokenizes ~2.5K characters, not all of it (2.15 s → ~1 ms).
         full = [prefix + t for t in texts]
         pieces = [self._char_head_and_tail(text) for text in full]
+        # encode_batch even for one text: `encode` is no faster (perf/router_speed.py times both).
         encoded = iter(self.tokenizer.encode_batch([piece for parts in pieces for piece in parts]))
         rows = []
         for text, parts in zip(full, pieces, strict=True):
@@ -173,7 +189,11 @@ class Encoder:
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self.session.run(None, feeds)[0]
+        return self.pool(self.session.run(self.output_names, feeds)[0], mask)
+
+    def pool(self, hidden: np.ndarray[Any, Any], mask: np.ndarray[Any, Any]) -> Vector:
+        """The model's output → one L2-normalised vector per text (mean of its tokens' states,
+        or its CLS state)."""
         if hidden.ndim == 3:
             if self.spec.pooling == "cls":
                 pooled = hidden[:, 0, :]

@@ -30,7 +30,7 @@ def test_demo_setup_publishes_the_starter_router_over_the_demo_lanes(settings, t
     call_command("demo_setup", stdout=out)
     printed = out.getvalue()
     assert "router v1 published" in printed and printed.strip().splitlines()[-1].startswith("LOGIN admin ")
-    assert Prototype.objects.count() > 0 and EvalPrompt.objects.count() == 154
+    assert Prototype.objects.count() > 0 and EvalPrompt.objects.count() == 190
     assert list(RouterVersion.objects.values_list("number", "status")) == [(1, VersionStatus.PUBLISHED)]
     # The first tour's step 5: the playground's prompt goes to deepseek by the router's label.
     state = load_router_state("demo")

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 from routing.batcher import EmbeddingBatcher, length_batches
-from routing.encoder import Encoder, EncoderUnavailable
+from routing.encoder import Encoder, EncoderUnavailable, session_options
 from routing.engine import router_encoder
 from tests.gateway.conftest import run_async
 
@@ -41,6 +41,15 @@ def test_a_batch_is_padded_to_its_longest_text_and_padding_does_not_change_vecto
     together = encoder.embed([short, long])
     alone = np.stack([encoder.embed([short])[0], encoder.embed([long])[0]])
     assert np.allclose(together, alone, atol=1e-4)
+
+
+def test_the_session_takes_its_threads_and_its_pool_sleeps_between_ops():
+    """No spinning pool threads: on busy cores they take the CPU from the rest of the process
+    (perf/router_speed.py); the configured thread count reaches onnxruntime."""
+    options = session_options(1, spinning=False)
+    assert options.intra_op_num_threads == 1 and options.inter_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert session_options(2, spinning=True).intra_op_num_threads == 2
 
 
 def test_a_text_over_the_limit_keeps_its_start_and_its_end(encoder):
