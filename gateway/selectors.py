@@ -107,6 +107,10 @@ def request_log_filtered(filters: LogFilters) -> QuerySet[RequestLog]:
         # its (key, id) index newest first and stops at the page's rows, where a join to the
         # keys made PostgreSQL gather and sort every match.
         rows = rows.filter(key_id__in=list(ApiKey.objects.filter(log_prompts=True).values_list("pk", flat=True)))
+        # On PostgreSQL each word is looked up in the stored prompts' trigram index (GIN on
+        # UPPER(prompt_text), as icontains compares, over the rows with a prompt: gateway
+        # migration 0011) instead of reading every stored prompt; SQLite reads them.
+        rows = rows.exclude(prompt_text="")
         for word in filters.text.split():
             rows = rows.filter(prompt_text__icontains=word)
     if filters.key_id is not None:
