@@ -88,7 +88,7 @@ def usage(request: HttpRequest, bucket: str = "hour", by: str = "key",
           team: int | None = Query(None, ge=1, le=INT64_MAX)) -> dict[str, Any]:
     """Requests, tokens (prompt and completion apart), errors, latency p50/p95 and cost per
     hour, 6 hours or day (`bucket`: hour, 6h or day) and per `by` (team, key, lane or model)
-    over the last `days` (hour buckets: at most 14; 6 hours: at most 90), with the range's top
+    over the last `days` (hour buckets: at most 2; 6 hours: at most 90), with the range's top
     consumers. Admins read every key's usage; others
     their teams' keys only (`team`: one team's; another team's is 403). 422 names a bad field."""
     key_ids = usage_key_ids(request.auth, team_id=team)  # type: ignore[attr-defined]

@@ -47,9 +47,11 @@ from metrics.models import LATENCY_BUCKETS_MS, CostModel, UsageDay, UsageHour, U
 from metrics.selectors import _histogram_percentiles
 from metrics.storage import floor_to, latency_histograms
 
-# Per bucket: the rollup read and its time field, the bucket's seconds, the most days a chart covers.
+# Per bucket: the rollup read and its time field, the bucket's seconds, the most days a chart
+# covers. Hour buckets over a week were 4,000-8,000 hourly rows and 1,000 points to estimate
+# percentiles for (130-250 ms, docs/performance.md): a week or more is the 6-hour tier's.
 BUCKETS: dict[str, tuple[type[UsageHour | UsageSixHours | UsageDay], str, int, int]] = {
-    "hour": (UsageHour, "hour", 3600, 14), "6h": (UsageSixHours, "start", 21600, 90),
+    "hour": (UsageHour, "hour", 3600, 2), "6h": (UsageSixHours, "start", 21600, 90),
     "day": (UsageDay, "day", 86400, 400)}
 USAGE_BY = ("team", "key", "lane", "model")
 NO_NAME = "—"  # requests without a key (or a key without a team, a lane that is gone)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from django.db import connection, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from core.responses import csv_safe_cell
@@ -166,3 +167,33 @@ print(usage_series(UsageQuery(bucket="6h", by="key", days=1), now=now)["series"]
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["['req-0']", "[(0, 1), (6, 2)]", "[0, 1, 2, 0]"], done.stdout
+
+
+def test_a_prompt_search_page_from_the_newest_day_is_the_whole_logs_page(logged) -> None:
+    """Two days of matching prompts, written in order as the log writer does: the first page
+    and the next (keyset) are read from one day's rows and are exactly the pages of the whole
+    log; a word the last day lacks falls back to the whole log."""
+    now = timezone.now()
+    RequestLog.objects.bulk_create(
+        RequestLog(created_at=now - timedelta(hours=48) + timedelta(minutes=20 * i), request_id=f"req-day{i}",
+                   key=logged["opted"], endpoint="chat.completions", lane="qwen", status=200, latency_ms=5.0,
+                   prompt_text=f"billing {'old' if i < 72 else 'new'} case {i}") for i in range(144))
+
+    def whole_log(text: str, before: int | None = None) -> list[str]:
+        rows = RequestLog.objects.filter(key=logged["opted"], prompt_text__icontains=text).order_by("-id")
+        return list((rows if before is None else rows.filter(id__lt=before)).values_list("request_id", flat=True)[:51])
+
+    def searched(text: str, before: int | None = None) -> tuple[list[RequestLog], str]:
+        with CaptureQueriesContext(connection) as queries:
+            rows = list(request_log_list(filters=LogFilters(text=text), limit=51, before_id=before))
+        return rows, queries.captured_queries[-1]["sql"]
+
+    first, sql = searched("BILLING")
+    assert [row.request_id for row in first] == whole_log("billing") and len(first) == 51
+    assert '"created_at" >=' in sql  # the newest day's rows only
+    second, sql = searched("billing", before=first[-1].pk)
+    assert [row.request_id for row in second] == whole_log("billing", first[-1].pk)
+    assert '"created_at" >=' in sql
+    old, sql = searched("old")  # none in the last day: the whole log
+    assert [row.request_id for row in old] == whole_log("old") and len(old) == 51
+    assert '"created_at" >=' not in sql

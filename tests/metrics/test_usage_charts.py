@@ -173,7 +173,7 @@ def test_seed_000s_figures_give_a_thousandth_of_a_euro_a_request() -> None:
 
 
 def test_bad_usage_queries_name_the_field(admin_client: Client, usage) -> None:
-    for query, field in (("bucket=minute", "bucket"), ("by=moon", "by"), ("bucket=hour&days=15", "days"),
+    for query, field in (("bucket=minute", "bucket"), ("by=moon", "by"), ("bucket=hour&days=3", "days"),
                          ("bucket=6h&days=91", "days")):
         answer = admin_client.get(f"/api/usage/series?{query}")
         assert answer.status_code == 422, query
