@@ -76,6 +76,9 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["state", "heartbeat_at"], name="job_state_heartbeat"),
             models.Index(fields=["kind", "state"], name="job_kind_state"),
+            # The charts' job events in a time window, newest first (metrics.annotations), and
+            # the jobs list's order: a range on created_at, not a scan of every job.
+            models.Index(fields=["created_at"], name="job_created_at"),
         ]
 
     def __str__(self) -> str:

@@ -87,8 +87,9 @@ def usage(request: HttpRequest, bucket: str = "hour", by: str = "key",
           days: int = Query(1, ge=1, le=400), lane: str = Query("", max_length=63),
           team: int | None = Query(None, ge=1, le=INT64_MAX)) -> dict[str, Any]:
     """Requests, tokens (prompt and completion apart), errors, latency p50/p95 and cost per
-    hour or day (`bucket`) and per `by` (team, key, lane or model) over the last `days` (hour
-    buckets: at most 14), with the range's top consumers. Admins read every key's usage; others
+    hour, 6 hours or day (`bucket`: hour, 6h or day) and per `by` (team, key, lane or model)
+    over the last `days` (hour buckets: at most 2; 6 hours: at most 90), with the range's top
+    consumers. Admins read every key's usage; others
     their teams' keys only (`team`: one team's; another team's is 403). 422 names a bad field."""
     key_ids = usage_key_ids(request.auth, team_id=team)  # type: ignore[attr-defined]
     return usage_series(UsageQuery(bucket=bucket, by=by, days=days, lane=lane, key_ids=key_ids))

@@ -51,7 +51,7 @@ class RequestLogFilterForm(forms.Form):
 class UsageForm(forms.Form):
     """The usage page's query string: the table's period and grouping, the charts' bucket and
     grouping, the days both cover, a team (its keys only). `query` once valid (UsageQuery
-    holds the charts' rules: hour buckets cover at most 14 days)."""
+    holds the charts' rules: hour buckets cover at most 2 days, 6 hours 90)."""
 
     period = forms.ChoiceField(choices=[(p, p) for p in USAGE_PERIODS], initial="day", required=False)
     by = forms.ChoiceField(choices=[(g, g) for g in USAGE_GROUPS], initial="key", required=False)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Aggregate, Count, FloatField, Max, Min, Q, QuerySet, Sum
+from django.db.models import Aggregate, Count, FloatField, Max, Min, Q, QuerySet, Sum, Value
 from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, TruncDate
+from django.db.models.functions import Cast, ExtractHour, Floor, TruncDate
 
 from gateway.durable import keyed_request_purge
 from gateway.models import RequestLog
@@ -30,6 +30,7 @@ from metrics.models import (
     TargetKind,
     UsageDay,
     UsageHour,
+    UsageSixHours,
 )
 from metrics.partitions import drop_partitions_before, ensure_partitions, partitioned
 
@@ -155,20 +156,19 @@ def usage_rollup(*, now: datetime, hours_back: int = 1) -> int:
     return len(rows)
 
 
+SIX_HOURS = timedelta(hours=6)
+
+
 def usage_day_rollup(*, first: date, last: date) -> int:
     """Recompute the days first..last from the hourly rollup (idempotent): usage per key and
-    lane, and the gateway per lane and status with its latency and TTFT histograms."""
-    rows = [
-        UsageDay(day=g["day"], key_id=g["key_id"], key_name=g["key_name"], lane=g["lane"], requests=g["requests"],
-                 errors=g["errors"], prompt_tokens=g["prompt"], completion_tokens=g["completion"],
-                 latency_ms_sum=g["latency_ms_sum"], latency_buckets=[round(count) for count in g["buckets"]],
-                 latency_ms_min=g["low"], latency_ms_max=g["high"], lane_hours=g["lane_hours"] or 0.0)
-        for g in latency_histograms(
-            UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last).annotate(day=TruncDate("hour")),
-            "day", "key_id", "key_name", "lane", with_ttft=False, errors=Sum("errors"), prompt=Sum("prompt_tokens"),
-            completion=Sum("completion_tokens"), low=Min("latency_ms_min"), high=Max("latency_ms_max"),
-            lane_hours=Sum("lane_hours"))
-    ]
+    lane per day (UsageDay) and per 6 hours (UsageSixHours), by one rule (`_usage_tier`), and
+    the gateway per lane and status with its latency and TTFT histograms."""
+    hours = UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last).annotate(day=TruncDate("hour"))
+    days = [UsageDay(day=g["day"], **_usage_tier(g)) for g in _usage_tier_groups(hours, "day")]
+    # The quarter of the day (0-3) each hour is in: 6-hour buckets from 00:00 UTC, grouped in the database.
+    quarters = hours.annotate(quarter=Floor(ExtractHour("hour") / Value(6)))
+    six_hours = [UsageSixHours(start=_day_start(g["day"]) + int(g["quarter"]) * SIX_HOURS, **_usage_tier(g))
+                 for g in _usage_tier_groups(quarters, "day", "quarter")]
     gateway = [
         GatewayDay(day=g["day"], lane=g["lane"], status=g["status"], requests=g["requests"],
                    prompt_tokens=g["prompt"] or 0, completion_tokens=g["completion"] or 0,
@@ -176,18 +176,41 @@ def usage_day_rollup(*, first: date, last: date) -> int:
                    latency_buckets=[round(count) for count in g["buckets"]],
                    ttft_buckets=[round(count) for count in g["ttft_buckets"]], **extremes(g))
         for g in latency_histograms(
-            UsageHour.objects.filter(hour__date__gte=first, hour__date__lte=last).annotate(day=TruncDate("hour")),
-            "day", "lane", "status",
+            hours, "day", "lane", "status",
             prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), ttft=Sum("ttft_ms_sum"),
             ttft_n=Sum("ttft_count"),
         )
     ]
     with transaction.atomic():
         UsageDay.objects.filter(day__gte=first, day__lte=last).delete()
-        UsageDay.objects.bulk_create(rows)
+        UsageDay.objects.bulk_create(days)
+        UsageSixHours.objects.filter(start__gte=_day_start(first),
+                                     start__lt=_day_start(last) + timedelta(days=1)).delete()
+        UsageSixHours.objects.bulk_create(six_hours)
         GatewayDay.objects.filter(day__gte=first, day__lte=last).delete()
         GatewayDay.objects.bulk_create(gateway)
-    return len(rows)
+    return len(days)
+
+
+def _day_start(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def _usage_tier_groups(hours: QuerySet[UsageHour], *when: str) -> list[dict[str, Any]]:
+    """The hourly rollup summed per `when` (annotations of `hours`), key and lane: what a
+    coarser usage tier (metrics.models.UsageTier) keeps."""
+    return latency_histograms(hours, *when, "key_id", "key_name", "lane", with_ttft=False, errors=Sum("errors"),
+                              prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"),
+                              low=Min("latency_ms_min"), high=Max("latency_ms_max"), lane_hours=Sum("lane_hours"))
+
+
+def _usage_tier(group: Mapping[str, Any]) -> dict[str, Any]:
+    """A `_usage_tier_groups` group as UsageTier's fields."""
+    return {"key_id": group["key_id"], "key_name": group["key_name"], "lane": group["lane"],
+            "requests": group["requests"], "errors": group["errors"], "prompt_tokens": group["prompt"],
+            "completion_tokens": group["completion"], "latency_ms_sum": group["latency_ms_sum"],
+            "latency_buckets": [round(count) for count in group["buckets"]], "latency_ms_min": group["low"],
+            "latency_ms_max": group["high"], "lane_hours": group["lane_hours"] or 0.0}
 
 
 # The fastest and slowest latency and TTFT, kept beside the histograms (UsageHour, GatewayDay).
@@ -306,6 +329,8 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
         folded_before = GatewayTotalMark.objects.get(pk=1).folded_before or hour_cutoff
         report["deleted"]["UsageHour"] = UsageHour.objects.filter(hour__lt=min(hour_cutoff, folded_before)).delete()[0]
     report["deleted"]["UsageDay"] = UsageDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
+    report["deleted"]["UsageSixHours"] = UsageSixHours.objects.filter(
+        start__lt=_day_start(hour_cutoff.date())).delete()[0]
     report["deleted"]["GatewayDay"] = GatewayDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
     report["seconds"]["delete"] = time.perf_counter() - started
     return report

@@ -1,6 +1,7 @@
 """Usage over time and its cost: the usage page's charts and top consumers, per team, API key,
-lane or model, in hour or day buckets, from the hourly rollup (UsageHour), and the cost model
-that prices a request.
+lane or model, in hour, 6-hour or day buckets, from the hourly rollup (UsageHour) and the
+coarser tiers summed from it (UsageSixHours, UsageDay), and the cost model that prices a
+request.
 
 Cost (docs/guide-admin.md, "Cost model"): a node costs `node_hour` an hour (amortization
 plus watts / 1000 × price per kWh). Within each hour, a lane's nodes' cost for that hour is
@@ -8,7 +9,8 @@ split over the hour's requests on the lane in proportion to their latency — th
 each used, concurrent requests sharing the lane. Summed over an hour, the requests of a lane
 pay exactly its nodes' hour; an hour without traffic is paid by no one (it is idle cost, shown
 apart). The current hour counts the part of it gone by. The shares are kept in the hourly
-rollup (UsageHour.lane_share, metrics.storage.usage_rollup), the price is applied when read.
+rollup (UsageHour.lane_hours, metrics.storage.usage_rollup) and summed into the coarser
+tiers; the price is applied when read.
 """
 
 from __future__ import annotations
@@ -29,9 +31,7 @@ from django.db.models import (
     FloatField,
     Max,
     Min,
-    OuterRef,
     QuerySet,
-    Subquery,
     Sum,
     Value,
     When,
@@ -43,11 +43,16 @@ from core.audit import audit_record
 from core.roles import UserLike
 from gateway.models import ApiKey
 from lanes.models import Lane, LaneNode
-from metrics.models import LATENCY_BUCKETS_MS, CostModel, UsageDay, UsageHour
+from metrics.models import LATENCY_BUCKETS_MS, CostModel, UsageDay, UsageHour, UsageSixHours
 from metrics.selectors import _histogram_percentiles
 from metrics.storage import floor_to, latency_histograms
 
-BUCKETS = {"hour": ("hour", 3600, 14), "day": ("day", 86400, 400)}  # the rollup read, seconds, most days
+# Per bucket: the rollup read and its time field, the bucket's seconds, the most days a chart
+# covers. Hour buckets over a week were 4,000-8,000 hourly rows and 1,000 points to estimate
+# percentiles for (130-250 ms, docs/performance.md): a week or more is the 6-hour tier's.
+BUCKETS: dict[str, tuple[type[UsageHour | UsageSixHours | UsageDay], str, int, int]] = {
+    "hour": (UsageHour, "hour", 3600, 2), "6h": (UsageSixHours, "start", 21600, 90),
+    "day": (UsageDay, "day", 86400, 400)}
 USAGE_BY = ("team", "key", "lane", "model")
 NO_NAME = "—"  # requests without a key (or a key without a team, a lane that is gone)
 
@@ -69,7 +74,7 @@ class UsageQuery:
             errors["bucket"] = f"must be one of {', '.join(BUCKETS)}"
         if self.by not in USAGE_BY:
             errors["by"] = f"must be one of {', '.join(USAGE_BY)}"
-        most = BUCKETS[self.bucket][2] if self.bucket in BUCKETS else 400
+        most = BUCKETS[self.bucket][3] if self.bucket in BUCKETS else 400
         if isinstance(self.days, bool) or not isinstance(self.days, int) or not 1 <= self.days <= most:
             errors["days"] = f"must be a whole number of days from 1 to {most} for {self.bucket} buckets"
         if errors:
@@ -106,15 +111,17 @@ def lane_node_counts() -> dict[str, int]:
     return {row["lane__name"]: row["n"] for row in rows}
 
 
-def _who(by: str) -> Any:
-    """The series' column, read in the database: a key's team (UsageHour keeps the key's id),
-    its name, or the lane (a model is its lane's, named in Python: metrics.usage._names)."""
+def _who(by: str) -> str:
+    """The rollup's column a series is grouped by in the database: the key's name, the lane,
+    or the key's id (a team is its keys', a model its lane's: named in Python, `_names`, so
+    the grouping reads no other table)."""
+    return {"key": "key_name", "team": "key_id"}.get(by, "lane")
+
+
+def _names(by: str) -> Callable[[Any], str]:
     if by == "team":
-        return Subquery(ApiKey.objects.filter(pk=OuterRef("key_id")).values("team__name")[:1])
-    return F("key_name") if by == "key" else F("lane")
-
-
-def _names(by: str) -> Callable[[str | None], str]:
+        teams = dict(ApiKey.objects.values_list("pk", "team__name"))
+        return lambda key_id: teams.get(key_id) or NO_NAME
     if by != "model":
         return lambda who: who or NO_NAME
     models = {lane.name: lane.public_model_name for lane in Lane.objects.only("name", "served_model_name")}
@@ -157,21 +164,22 @@ def usage_series(query: UsageQuery, *, now: datetime | None = None) -> dict[str,
     """Per bucket and per team, key, lane or model: requests, errors, prompt and completion
     tokens, latency p50/p95 (from the rollup's histograms) and cost; and the range's top
     consumers (the same figures over the whole range, most requests first). One query over
-    the hourly rollup, grouped by bucket and series, whatever the traffic; the current hour as
-    of the rollup's last run (each minute)."""
+    the bucket's rollup tier, grouped by bucket and series in the database, whatever the
+    traffic; the current hour as of the rollup's last run (each minute)."""
     now = now or timezone.now()
-    tier, seconds, _ = BUCKETS[query.bucket]
+    model_of_tier, tier, seconds, _ = BUCKETS[query.bucket]
     since = floor_to(now - timedelta(days=query.days), seconds) + timedelta(seconds=seconds)
-    # Hour buckets read the hourly rollup, day buckets the daily one (a month: a few hundred rows).
-    rows: QuerySet[Any] = (UsageHour.objects.filter(hour__gte=since) if tier == "hour"
-                           else UsageDay.objects.filter(day__gte=since.date()))
+    # Each bucket reads its own rollup: hours the hourly one, 6 hours and days the coarser
+    # tiers (a fortnight in 6 hours or a month in days: a few hundred rows).
+    rows: QuerySet[Any] = model_of_tier._default_manager.filter(
+        **{f"{tier}__gte": since.date() if tier == "day" else since})
     if query.key_ids is not None:
         rows = rows.filter(key_id__in=query.key_ids)
     if query.lane:
         rows = rows.filter(lane=query.lane)
     node_hours, nodes = _node_hours()
     model = cost_model()
-    groups = latency_histograms(rows.annotate(t=F(tier), who=_who(query.by)), "t", "who", with_ttft=False,
+    groups = latency_histograms(rows.annotate(t=F(tier), who=F(_who(query.by))), "t", "who", with_ttft=False,
                                 errors=Sum("errors"), prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"),
                                 low=Min("latency_ms_min"), high=Max("latency_ms_max"), node_hours=Sum(node_hours))
     name_of = _names(query.by)

@@ -1,14 +1,16 @@
 """The usage page's queries over 30 days of request log at seed 000's rate (14,500 requests a
 day: 435,000 rows, written with COPY a day a partition), rolled up hour by hour by the
-portal's own rollup: the charts' series (hour and day buckets, per team, key, lane and model,
-with their cost), a member's view, the usage table, the request log's search (request id,
-team, prompt words) and the CSV export. Goal (issue 29): the usage queries' p95 ≤ 100 ms.
+portal's own rollup: the charts' series (hour, 6-hour and day buckets, per team, key, lane and
+model, with their cost), a member's view, the usage table, the request log's search (request
+id, team, prompt words) and the CSV export. Goal (issue 29): the usage queries' p95 ≤ 100 ms.
+`--explain` prints, for each query, PostgreSQL's plan (EXPLAIN ANALYZE) of its slowest SQL
+statement instead of timing it.
 
 A scratch database — the script empties the request log and the usage rollups:
 
     export DATABASE_URL=postgres://postgres@127.0.0.1:5432/usage_bench REDIS_URL=redis://127.0.0.1:6379/5
     createdb -h 127.0.0.1 -U postgres usage_bench; .venv/bin/python manage.py migrate -v0
-    .venv/bin/python -m perf.usage_queries [--days 30] [--per-day 14500] [--repeats 30] [--keep]
+    .venv/bin/python -m perf.usage_queries [--days 30] [--per-day 14500] [--repeats 30] [--keep] [--explain]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -101,7 +104,8 @@ def request_lines(start: datetime, end: datetime, per_day: int, keys: list[int],
 
 def write(now: datetime, days: int, per_day: int, keys: list[int]) -> None:
     with connection.cursor() as cursor:
-        for table in ("metrics_usagehour", "metrics_usageday", "metrics_gatewayday", "routing_requestlog"):
+        for table in ("metrics_usagehour", "metrics_usagesixhours", "metrics_usageday", "metrics_gatewayday",
+                  "routing_requestlog"):
             cursor.execute(f"TRUNCATE {table}")
     start = now - timedelta(days=days)
     with override_settings(METRICS_PARTITIONS_AHEAD_DAYS=days + 2):
@@ -121,18 +125,42 @@ def write(now: datetime, days: int, per_day: int, keys: list[int]) -> None:
         hour += timedelta(hours=1)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    print(f"hourly and daily rollups of every hour by metrics.storage.usage_rollup: "
+    print(f"hourly, 6-hour and daily rollups of every hour by metrics.storage.usage_rollup: "
           f"{time.perf_counter() - began:.1f} s", flush=True)
 
 
-def bench(now: datetime, repeats: int, team_keys: list[int]) -> None:
+def explain(label: str, query: Callable[[], object]) -> None:
+    """The plan of the query's slowest SQL statement, run again under EXPLAIN ANALYZE."""
+    statements: list[tuple[float, str, Any]] = []
+
+    def record(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            statements.append((time.perf_counter() - began, sql, params))
+
+    query()
+    with connection.execute_wrapper(record):
+        query()
+    _, sql, params = max(statements, key=lambda s: s[0])
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
+        plan = [row[0] for row in cursor.fetchall()]
+    print(f"--- {label}: {len(statements)} statements, the slowest:")
+    print("\n".join(f"    {line}" for line in plan))
+
+
+def bench(now: datetime, repeats: int, team_keys: list[int], *, plans: bool = False) -> None:
     member = frozenset(team_keys)
     some_id = RequestLog.objects.order_by("id").values_list("request_id", flat=True)[len(team_keys) * 1000]
     print(f"{repeats} runs each after one warm-up (nearest-rank p50/p95):")
     queries: list[tuple[str, Callable[[], object]]] = [
         ("series per key, hour buckets, 1 day", lambda: usage_series(UsageQuery("hour", "key", 1), now=now)),
-        ("series per team, hour buckets, 7 days", lambda: usage_series(UsageQuery("hour", "team", 7), now=now)),
-        ("series per lane, hour buckets, 14 days", lambda: usage_series(UsageQuery("hour", "lane", 14), now=now)),
+        ("series per team, hour buckets, 2 days (the most)",
+         lambda: usage_series(UsageQuery("hour", "team", 2), now=now)),
+        ("series per team, 6-hour buckets, 7 days", lambda: usage_series(UsageQuery("6h", "team", 7), now=now)),
+        ("series per lane, 6-hour buckets, 14 days", lambda: usage_series(UsageQuery("6h", "lane", 14), now=now)),
         ("series per key, day buckets, 30 days", lambda: usage_series(UsageQuery("day", "key", 30), now=now)),
         ("series per model, day buckets, 30 days", lambda: usage_series(UsageQuery("day", "model", 30), now=now)),
         ("a member's series (4 keys), day buckets, 30 days",
@@ -149,7 +177,12 @@ def bench(now: datetime, repeats: int, team_keys: list[int]) -> None:
          lambda: list(request_log_list(filters=LogFilters(text="kubernetes"), limit=51))),
     ]
     for label, query in queries:
-        timed(label, query, repeats)
+        if plans:
+            explain(label, query)
+        else:
+            timed(label, query, repeats)
+    if plans:
+        return
     began = time.perf_counter()
     day = LogFilters(since=now - timedelta(days=1), until=now)
     rows = sum(1 for _ in map(request_csv_row, request_log_list(filters=day, limit=None).iterator(chunk_size=2000)))
@@ -162,6 +195,7 @@ def main() -> None:
     parser.add_argument("--per-day", type=int, default=14_500, help="seed 000's requests a day")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--keep", action="store_true", help="reuse the last run's rows (its end is now)")
+    parser.add_argument("--explain", action="store_true", help="print each query's plan instead of timing it")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         raise SystemExit("DATABASE_URL must point at a scratch PostgreSQL database (partitions, COPY)")
@@ -173,7 +207,7 @@ def main() -> None:
         now = datetime.now(UTC).replace(microsecond=0)
         keys, team_keys = setup_seed()
         write(now, args.days, args.per_day, keys)
-    bench(now, args.repeats, team_keys)
+    bench(now, args.repeats, team_keys, plans=args.explain)
 
 
 if __name__ == "__main__":

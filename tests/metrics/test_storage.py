@@ -11,7 +11,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from gateway.models import ApiKey, RequestLog
-from metrics.models import Sample, SampleHour, SampleMinute, UsageHour
+from metrics.models import Sample, SampleHour, SampleMinute, UsageDay, UsageHour, UsageSixHours
 from metrics.partitions import partition_days
 from metrics.storage import samples_downsample, samples_store, storage_maintain, usage_day_rollup, usage_rollup
 
@@ -279,3 +279,21 @@ def test_the_hour_windows_cover_exactly_the_last_hour_and_day():
     # On the hour the window is whole hours only: nothing to read from the request log.
     on_the_hour = gateway_window("1h", now=datetime(2026, 11, 30, 3, 0, tzinfo=UTC))
     assert on_the_hour.edge_until is None and on_the_hour.since == datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+
+
+@override_settings(METRICS_HOUR_RETENTION_DAYS=2)
+def test_the_coarser_usage_tiers_leave_with_the_hours_retention():
+    """UsageDay and UsageSixHours keep as many days as the hourly rollup: older days go in
+    the retention step, whole days at a time."""
+    now = datetime(2026, 11, 30, 12, 20, tzinfo=UTC)
+    for days in (3, 1):
+        at = now - timedelta(days=days)
+        RequestLog.objects.create(created_at=at, request_id="r", endpoint="chat.completions", lane="qwen",
+                                  status=200, latency_ms=10.0)
+        usage_rollup(now=at, hours_back=1)
+    assert UsageSixHours.objects.count() == UsageDay.objects.count() == 2
+    report = storage_maintain(now=now)
+    assert report["deleted"]["UsageSixHours"] == report["deleted"]["UsageDay"] == 1
+    kept = UsageSixHours.objects.get()
+    assert kept.start == datetime(2026, 11, 29, 12, tzinfo=UTC) and kept.requests == 1
+    assert UsageDay.objects.get().day == kept.start.date()

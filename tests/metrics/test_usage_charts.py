@@ -90,6 +90,78 @@ def test_day_buckets_per_team_lane_and_model(usage) -> None:
     assert [(r["name"], r["requests"]) for r in model] == [("qwen3-coder", 5)]
 
 
+@pytest.fixture
+def two_days(admin_user: User) -> dict[str, ApiKey]:
+    """36 hours of traffic on two lanes from three keys in two teams, a request every 20
+    minutes of varied latency, status and tokens, rolled up as beat does (the last hours) and
+    the older hours before: the 6-hour tier is summed from the hours it holds."""
+    lane_on("qwen", 3, model="qwen3-coder")
+    lane_on("tiny", 1)
+    agents = team_create(actor=admin_user, name="agents", allowed_lanes=[], members=[])
+    ops = team_create(actor=admin_user, name="ops", allowed_lanes=[], members=[])
+    keys = [ApiKey.objects.create(name=name, prefix=f"sk-spark-t{i}", secret_hash=str(i) * 64, team=team)
+            for i, (name, team) in enumerate((("coder", agents), ("tester", agents), ("cron", ops)))]
+    first = NOW - timedelta(hours=36)
+    for i in range(36 * 3):
+        log(first + timedelta(minutes=20 * i), keys[i % 3], ("qwen", "tiny")[i % 2], 80.0 + (i * 397) % 9000,
+            status=502 if i % 11 == 0 else 200, prompt=100 + i, completion=i % 7)
+    usage_rollup(now=NOW, hours_back=37)
+    return {key.name: key for key in keys}
+
+
+def summed_hours(hourly: dict, start: datetime, measure: str) -> dict[str, float]:
+    """Per series, `measure` summed over the hour buckets of [start, start + 6 h)."""
+    hours = [i for i, t in enumerate(hourly["times"]) if start <= t < start + timedelta(hours=6)]
+    return {s["name"]: sum(s[measure][i] for i in hours) for s in hourly["series"]}
+
+
+@pytest.mark.parametrize("by", ["key", "team", "lane", "model"])
+def test_the_6_hour_tier_gives_the_chart_summed_from_the_hours(two_days, by: str) -> None:
+    """Every 6-hour bucket is the sum of its six hour buckets (requests, errors, tokens,
+    cost), and the range's top consumers are the same, percentiles included (the same
+    histograms, summed)."""
+    CostModel.objects.create(pk=1, node_hour_amortization=0.5, watts_per_node=500, price_per_kwh=1.0)
+    hourly = usage_series(UsageQuery(bucket="hour", by=by, days=2), now=NOW)
+    six = usage_series(UsageQuery(bucket="6h", by=by, days=2), now=NOW)
+    assert six["bucket"] == "6h" and six["times"][-1] == datetime(2026, 3, 4, 12, tzinfo=UTC)
+    assert all((t.hour % 6, t.minute) == (0, 0) for t in six["times"]) and len(six["times"]) == 8
+    assert {s["name"] for s in six["series"]} == {s["name"] for s in hourly["series"]}
+    assert {"key": {"coder", "tester", "cron"}, "team": {"agents", "ops"}, "lane": {"qwen", "tiny"},
+            "model": {"qwen3-coder", "tiny"}}[by] == {s["name"] for s in six["series"]}
+    filled = 0
+    for i, start in enumerate(six["times"]):
+        for measure in ("requests", "errors", "prompt_tokens", "completion_tokens", "cost"):
+            expected = summed_hours(hourly, start, measure)
+            got = {s["name"]: s[measure][i] for s in six["series"]}
+            assert got == pytest.approx(expected), (start, measure)
+        filled += sum(s["requests"][i] for s in six["series"]) > 0
+    assert filled == 7  # 36 hours of traffic from 00:30 two days ago: the last seven buckets
+    # The traffic is all inside both ranges: the same top consumers, to the percentile.
+    assert [row["name"] for row in six["top"]] == [row["name"] for row in hourly["top"]]
+    for mine, theirs in zip(six["top"], hourly["top"], strict=True):
+        assert mine == pytest.approx(theirs), mine["name"]
+    assert sum(row["requests"] for row in six["top"]) == 108
+
+
+def test_a_late_request_updates_the_hour_the_6_hours_and_the_day(two_days) -> None:
+    """A request written late (its batch after the hour's rollup) into the previous hour is
+    counted by the next rollup in every tier."""
+    at = NOW.replace(minute=0) - timedelta(minutes=30)  # 11:30, in the 6 hours from 06:00
+    before = {bucket: usage_series(UsageQuery(bucket=bucket, by="key", days=1), now=NOW)
+              for bucket in ("hour", "6h", "day")}
+    log(at, two_days["cron"], "tiny", 60_000.0, prompt=5000, completion=50)
+    usage_rollup(now=NOW)  # beat's run: the current and previous hours
+    for bucket, index in (("hour", -2), ("6h", -2), ("day", -1)):
+        after = usage_series(UsageQuery(bucket=bucket, by="key", days=1), now=NOW)
+        old = {s["name"]: s for s in before[bucket]["series"]}["cron"]
+        new = {s["name"]: s for s in after["series"]}["cron"]
+        assert after["times"][index] <= at, bucket
+        assert new["requests"][index] == old["requests"][index] + 1, bucket
+        assert new["prompt_tokens"][index] == old["prompt_tokens"][index] + 5000, bucket
+        # A minute of the lane: cron's share of the hour's lane cost grows.
+        assert new["cost"][index] > old["cost"][index], bucket
+
+
 def test_seed_000s_figures_give_a_thousandth_of_a_euro_a_request() -> None:
     """The defaults: 1,100 W for 3 Sparks at 0.25 €/kWh plus 0.11 €/node-hour; 14,500
     requests a day on 3 Sparks (docs/guide-admin.md shows the arithmetic)."""
@@ -101,7 +173,8 @@ def test_seed_000s_figures_give_a_thousandth_of_a_euro_a_request() -> None:
 
 
 def test_bad_usage_queries_name_the_field(admin_client: Client, usage) -> None:
-    for query, field in (("bucket=minute", "bucket"), ("by=moon", "by"), ("bucket=hour&days=15", "days")):
+    for query, field in (("bucket=minute", "bucket"), ("by=moon", "by"), ("bucket=hour&days=3", "days"),
+                         ("bucket=6h&days=91", "days")):
         answer = admin_client.get(f"/api/usage/series?{query}")
         assert answer.status_code == 422, query
         assert field in json.dumps(answer.json()["detail"]), query
