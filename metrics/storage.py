@@ -192,6 +192,26 @@ def usage_day_rollup(*, first: date, last: date) -> int:
     return len(days)
 
 
+BACKFILL_DAYS = 14  # days rolled again per retention step, so one step stays short
+
+
+def usage_six_hours_backfill() -> int:
+    """Days the daily tier holds and the 6-hour tier does not (their hours were rolled up
+    before the 6-hour tier existed, migration metrics 0011) are rolled again from the hourly
+    rollup, BACKFILL_DAYS at a time from the newest back (so the tier never has a gap): a
+    week's chart in 6-hour buckets then shows what the daily one shows instead of nothing
+    before the upgrade. Returns the days done."""
+    days = UsageDay.objects.aggregate(first=Min("day"), last=Max("day"))
+    first_six = UsageSixHours.objects.aggregate(first=Min("start"))["first"]
+    if days["first"] is None or (first_six is not None and first_six.date() <= days["first"]):
+        return 0  # nothing rolled up yet, or the tier already reaches as far back as the days
+    first_day = days["first"]
+    last = first_six.date() - timedelta(days=1) if first_six is not None else days["last"]
+    first = max(first_day, last - timedelta(days=BACKFILL_DAYS - 1))
+    usage_day_rollup(first=first, last=last)
+    return (last - first).days + 1
+
+
 def _day_start(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
@@ -333,4 +353,5 @@ def storage_maintain(*, now: datetime) -> dict[str, Any]:
         start__lt=_day_start(hour_cutoff.date())).delete()[0]
     report["deleted"]["GatewayDay"] = GatewayDay.objects.filter(day__lt=hour_cutoff.date()).delete()[0]
     report["seconds"]["delete"] = time.perf_counter() - started
+    report["six_hours_backfilled"] = usage_six_hours_backfill()
     return report

@@ -297,3 +297,23 @@ def test_the_coarser_usage_tiers_leave_with_the_hours_retention():
     kept = UsageSixHours.objects.get()
     assert kept.start == datetime(2026, 11, 29, 12, tzinfo=UTC) and kept.requests == 1
     assert UsageDay.objects.get().day == kept.start.date()
+
+
+def test_days_rolled_up_before_the_six_hour_tier_existed_are_filled_in_by_retention():
+    """An upgrade adds the 6-hour tier beside days already rolled up: the retention step rolls
+    those days again from the hourly rollup (a few at a time), so 6-hour charts show them."""
+    now = datetime(2026, 11, 30, 12, 20, tzinfo=UTC)
+    for days in range(20, 0, -1):
+        at = now - timedelta(days=days)
+        RequestLog.objects.create(created_at=at, request_id="r", endpoint="chat.completions", lane="qwen",
+                                  status=200, latency_ms=10.0)
+        usage_rollup(now=at, hours_back=1)
+    UsageSixHours.objects.filter(start__lt=now - timedelta(days=5, hours=1)).delete()  # as before the tier existed
+    assert UsageSixHours.objects.count() == 5 and UsageDay.objects.count() == 20
+    first = storage_maintain(now=now)
+    assert first["six_hours_backfilled"] == 14  # the fortnight before the tier first
+    assert storage_maintain(now=now)["six_hours_backfilled"] == 1
+    assert storage_maintain(now=now)["six_hours_backfilled"] == 0  # nothing left to fill
+    assert sorted(row.start.date() for row in UsageSixHours.objects.all()) == sorted(
+        row.day for row in UsageDay.objects.all())
+    assert all(row.requests == 1 for row in UsageSixHours.objects.all())
