@@ -47,7 +47,7 @@ SHAPES = ("seqs", "kv")
 SERVED = {"seqs": "fair-bench", "kv": "fair-kv"}
 
 
-def prepare(ports: dict[str, int], fast_port: int, slots: int, kv_seqs: int) -> tuple[str, str]:
+def prepare(ports: dict[str, int], fast_port: int, slots: int, kv_seqs: int, kv_slots: int | None) -> tuple[str, str]:
     from django.contrib.auth.models import AnonymousUser
 
     from gateway.models import ApiKey
@@ -63,7 +63,8 @@ def prepare(ports: dict[str, int], fast_port: int, slots: int, kv_seqs: int) -> 
         lane = Lane.objects.create(name=name, model_id=f"sparksim/{name}", served_model_name=served,
                                    image="bench@sha256:" + "0" * 64, api_port=port, max_model_len=context,
                                    max_num_seqs=seqs, observed_state="serving", desired_state="serving",
-                                   scheduling_policy="fcfs" if name == "bench" else "priority")
+                                   scheduling_policy="fcfs" if name == "bench" else "priority",
+                                   gateway_slots=kv_slots if name == "fkv" else None)
         node = Node.objects.create(name=f"fbench-{name}", address="127.0.0.1", transport="local")
         LaneNode.objects.create(lane=lane, node=node, rank=0)
     return (api_key_create(actor=AnonymousUser(), name="fair-bench-agent").secret,
@@ -162,6 +163,7 @@ def options() -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--kv-seqs", type=int, default=16, help="the kv lane's max_num_seqs")
     parser.add_argument("--kv-tokens", type=int, default=2560, help="the kv lane's KV cache, in tokens")
+    parser.add_argument("--kv-gateway-slots", type=int, help="the kv lane's gateway slots (default: its max_num_seqs)")
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--slots", type=int, default=64, help="the fast lane's slots (overhead part)")
     parser.add_argument("--rounds", type=int, default=10)
@@ -196,7 +198,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, list[
         try:
             wait_port(fast_port)
             agent, flooder = prepare({shape: engine.port for shape, engine in engines.items()}, fast_port,
-                                     args.slots, args.kv_seqs)
+                                     args.slots, args.kv_seqs, args.kv_gateway_slots)
             ports = {"off": free_port(), "on": free_port(), "bare": free_port()}
             for name, port in ports.items():
                 processes.append(start_gateway(port, 2, {
@@ -222,7 +224,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, list[
 
 def report(args: argparse.Namespace, rows: list[dict[str, Any]], latencies: dict[str, list[float]]) -> None:
     print(f"Noisy neighbour: sparksim {MODEL}, priority scheduling (time scale {args.time_scale}); lane seqs: "
-          f"--max-num-seqs 4; lane kv: --max-num-seqs {args.kv_seqs}, KV {args.kv_tokens} tokens; A: "
+          f"--max-num-seqs 4; lane kv: --max-num-seqs {args.kv_seqs}, KV {args.kv_tokens} tokens, gateway slots "
+          f"{args.kv_gateway_slots or args.kv_seqs}; A: "
           f"{args.requests} short streams every {args.interval} s; B: {args.flood} concurrent "
           f"{args.flood_tokens}-token streams")
     print_table(rows)
