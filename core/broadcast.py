@@ -10,6 +10,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 DASHBOARD_GROUP = "dashboard"
+# The dashboard socket's sockets of operators (core.roles.Capability.OPERATE) also join this one:
+# what only they may read (the fair queues' waits per API key) is broadcast to it.
+OPERATORS_GROUP = "dashboard.operators"
 # What every page's header shows live (the open-alert count): every page of a viewer+ joins it.
 HEADER_GROUP = "header"
 

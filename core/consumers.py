@@ -60,6 +60,11 @@ class PortalConsumer(SocketLoop, AsyncJsonWebsocketConsumer):
         fresh = await database_sync_to_async(_session_user)(self.scope)
         if fresh is None or not await self.user_allowed(fresh):
             await self.end(CLOSE_FORBIDDEN)
+        await self.access_kept(fresh)
+
+    async def access_kept(self, user: Any) -> None:
+        """Hook: the account changed and may still read the socket (a group it joined for a
+        higher role is left here)."""
 
     async def groups_for_connection(self) -> list[str]:
         return []

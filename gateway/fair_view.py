@@ -5,7 +5,7 @@ queue wait p50/p95 per lane, key and class and the requests shed (the request lo
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ from lanes.models import Lane
 from lanes.replica_health import fair_queue_state
 
 SHED_CODE = "server_busy"
+WAITS_EVENT = "fair.waits"  # the waits table's live event (per key to operators: portal.consumers)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,18 @@ def fair_waits(*, lane: str = "", by_key: bool = True, now: datetime | None = No
     return [WaitRow(group[0], group[1], group[2], len(waits[group]), percentile_linear(waits[group], 0.5),
                     percentile_linear(waits[group], 0.95), shed[group])
             for group in sorted(set(waits) | set(shed))]
+
+
+def fair_waits_live(*, by_key: bool) -> dict[str, Any]:
+    """The waits table as the pages' socket carries it (WAITS_EVENT, and each metrics.tick's
+    `fair_waits` per class): every lane's rows, per key and class only for operators."""
+    rows = [{**asdict(row), "wait_p50_ms": _ms(row.wait_p50_ms), "wait_p95_ms": _ms(row.wait_p95_ms)}
+            for row in fair_waits(by_key=by_key)]
+    return {"by_key": by_key, "window_s": settings.METRICS_PERCENTILE_WINDOW_S, "rows": rows}
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def lanes_shedding(now: datetime | None = None) -> dict[str, int]:

@@ -8,7 +8,7 @@ which send back only what the web process needs (`Inspection`): the body's outli
 small top-level members and the shape of its messages), counts for the context guard, its
 digest, and where each top-level member lies in the raw bytes (gateway.large_spans). The
 body sent upstream is then the client's own bytes with the few members the gateway changes
-(`model`, `max_tokens`, `stream_options`) replaced in place (`LargeBody.forward`): a large
+(`model`, `max_tokens`, `stream_options`, `priority`) replaced in place (`LargeBody.forward`): a large
 body is never parsed nor re-serialised in the web process, and everything else in it
 reaches the lane byte for byte.
 
@@ -48,6 +48,7 @@ from gateway.large_spans import (
     member_places,
     mirror_edits,
     outline,
+    priority_edits,
     upstream_edits,
 )
 from gateway.request import ParsedRequest, parse_request, prompt_text
@@ -71,6 +72,8 @@ class Inspection:
     prompt_chars: int = 0
     prompt: str | None = None  # the prompt's text, only when the key logs prompts
     mirror_edits: list[Edit] = field(default_factory=list)
+    priority_spans: list[Span] = field(default_factory=list)  # the client's own `priority` members
+    end: int = 0  # the body's closing brace
 
 
 def inspect(raw: bytes, endpoint: str, max_n: int, affinity_messages: int, want_prompt: bool) -> Inspection:
@@ -91,6 +94,7 @@ def inspect(raw: bytes, endpoint: str, max_n: int, affinity_messages: int, want_
         validated=request.validated, prompt_spans={name: spans[name] for name in PROMPT_FIELDS if name in spans},
         edits=upstream_edits(request.body, spans, end, stream=request.stream), prompt_chars=len(text),
         prompt=text if want_prompt else None, mirror_edits=mirror_edits(members, end),
+        priority_spans=spans.get("priority", []), end=end,
     )
 
 
@@ -118,9 +122,14 @@ class LargeBody:
     prompt_chars: int
     prompt: str | None
     mirror_edits: list[Edit] = field(default_factory=list)
+    priority_spans: list[Span] = field(default_factory=list)
+    end: int = 0
 
-    def forward(self, model: str) -> StreamedBody:
-        return edited_body(self.raw, self.edits, model)
+    def forward(self, model: str, priority: int | None) -> StreamedBody:
+        """The body sent to the lane, with vLLM's `priority` decided at the request's turn
+        (gateway.request.upstream_body): a large body is ranked like a small one."""
+        edits = sorted([*self.edits, *priority_edits(self.priority_spans, self.end, priority)], key=lambda e: e[0])
+        return edited_body(self.raw, edits, model)
 
     def mirror(self, model: str) -> StreamedBody:
         """The body a mirror replay sends (gateway.mirror: the mirror model, not
@@ -146,5 +155,6 @@ def request_of(inspection: Inspection, raw: bytes | SharedBody) -> ParsedRequest
         max_tokens=inspection.max_tokens, validated=inspection.validated, size=len(raw),
         large=LargeBody(raw=raw, digest=inspection.digest, edits=inspection.edits,
                         prompt_spans=inspection.prompt_spans, prompt_chars=inspection.prompt_chars,
-                        prompt=inspection.prompt, mirror_edits=inspection.mirror_edits),
+                        prompt=inspection.prompt, mirror_edits=inspection.mirror_edits,
+                        priority_spans=inspection.priority_spans, end=inspection.end),
     )

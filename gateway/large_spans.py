@@ -125,6 +125,17 @@ def upstream_edits(body: dict[str, Any], spans: dict[str, list[Span]], end: int,
     return sorted(edits, key=lambda edit: edit[0])  # stable: insertions keep their order
 
 
+def priority_edits(spans: list[Span], end: int, priority: int | None) -> list[Edit]:
+    """vLLM's `priority` as the gateway sends it (gateway.request.sent_priority): every copy the
+    client wrote gets the value, or one is added before the closing brace `end`. On a fcfs
+    lane (None) a client's copies become 0 — what vLLM takes there, as the small path, which
+    drops the member — and none is added."""
+    if priority is None:
+        return [(start, stop, b"0") for start, stop in spans]
+    value = orjson.dumps(priority)
+    return [(start, stop, value) for start, stop in spans] or [(end, end, b',"priority":' + value)]
+
+
 def mirror_edits(members: list[Member], end: int) -> list[Edit]:
     """The changes gateway.mirror makes to a body it replays, as edits of the raw
     bytes: every `model` becomes the mirror model (MODEL), every `stream` false (added

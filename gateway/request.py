@@ -28,7 +28,7 @@ class LargeBody(Protocol):
     @property
     def prompt_chars(self) -> int: ...
 
-    def forward(self, model: str) -> StreamedBody: ...
+    def forward(self, model: str, priority: int | None) -> StreamedBody: ...
 
     def mirror(self, model: str) -> StreamedBody: ...
 
@@ -83,6 +83,15 @@ def parse_request(raw: bytes, *, endpoint: str, max_n: int) -> ParsedRequest:
                          max_tokens=max_tokens, validated=validated, size=len(raw))
 
 
+def sent_priority(asked: Any, priority: int | None) -> int | None:
+    """The `priority` sent to the lane: the gateway's (None: the lane is fcfs, none is sent),
+    or the client's own when it is lower (a larger integer), never higher."""
+    if priority is None:
+        return None
+    lower = isinstance(asked, int) and not isinstance(asked, bool) and asked > priority
+    return asked if lower else priority
+
+
 def upstream_body(request: ParsedRequest, *, upstream_model: str, priority: int | None = None) -> bytes | StreamedBody:
     """The client's body with four changes: the lane's served model name; the client's
     `max_completion_tokens` also sent as `max_tokens` (engines that only know the older
@@ -90,15 +99,15 @@ def upstream_body(request: ParsedRequest, *, upstream_model: str, priority: int 
     are counted even when the client did not ask; and vLLM's `priority` the gateway's own
     (gateway.fair.engine_priority, `priority`: a lane in priority mode; a client's own may only
     lower it, a larger number), else none (a fcfs engine refuses one). A large body gets the
-    first three changes made in its raw bytes, sent in slices (gateway.large.LargeBody.forward)."""
+    same changes made in its raw bytes, sent in slices (gateway.large.LargeBody.forward)."""
+    sent = sent_priority(request.body.get("priority"), priority)  # a large body's outline has it too
     if request.large is not None:
-        return request.large.forward(upstream_model)
+        return request.large.forward(upstream_model, sent)
     body = dict(request.body)
     body["model"] = upstream_model
-    asked = body.pop("priority", None)
-    if priority is not None:
-        lower = isinstance(asked, int) and not isinstance(asked, bool) and asked > priority
-        body["priority"] = asked if lower else priority
+    body.pop("priority", None)
+    if sent is not None:
+        body["priority"] = sent
     if body.get("max_completion_tokens") is not None:
         body["max_tokens"] = body["max_completion_tokens"]
     if request.stream:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from redis.exceptions import RedisError
 
 from core.models import AuditEvent
-from core.roles import Capability, role_required
+from core.roles import Capability, role_required, user_can
 from core.validators import whole_number
 from lanes.crypto import host_key_fingerprint
 from lanes.forms import LaneForm, NodeForm, apply_service_errors
@@ -219,6 +219,8 @@ def lane_detail_page(request: HttpRequest, name: str) -> HttpResponse:
                                    [(node.name, node.inventory or {}) for node in lane.ranked_nodes()]),
         "events": AuditEvent.objects.filter(object_type="lanes.lane", object_id=str(lane.pk))[:20],
         "guardian": lane_guardian_view(lane), "restart_policies": RestartPolicy.choices,
+        # The fair queue's waits (filled and kept live by the dashboard socket): per key for operators.
+        "fair_by_key": user_can(request.user, Capability.OPERATE), "fair_window_s": settings.METRICS_PERCENTILE_WINDOW_S,
     })
 
 

@@ -12,9 +12,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core.broadcast import DASHBOARD_GROUP, broadcast
+from core.broadcast import DASHBOARD_GROUP, OPERATORS_GROUP, broadcast
 from core.http import async_http_client
-from gateway.fair_view import fair_queues_live, lanes_shedding
+from gateway.fair_view import WAITS_EVENT, fair_queues_live, fair_waits_live, lanes_shedding
 from gateway.models import Budget
 from gateway.team_services import budget_use
 from jobs.models import LaneWatchdog
@@ -136,6 +136,7 @@ def tick_record(*, now: datetime, results: list[ScrapeResult], lanes: list[Lane]
     alert_counts = alerts_evaluate(targets=views, budgets=budget_views(), now=now)
     payload = tick_payload(now=now, lanes=lanes, nodes=nodes, known=known, scraped=scraped)
     broadcast(DASHBOARD_GROUP, TICK_EVENT, payload)
+    broadcast(OPERATORS_GROUP, WAITS_EVENT, fair_waits_live(by_key=True))  # per key: operators only
     return {"targets": len(results), "failed": sum(1 for r in results if r.reading is None), "samples": stored,
             **alert_counts}
 
@@ -164,6 +165,7 @@ def tick_payload(*, now: datetime, lanes: list[Lane], nodes: list[Node],
     return {
         "at": now.isoformat(),
         "gateway": gateway_live(now=now),
+        "fair_waits": fair_waits_live(by_key=False),  # per lane and class; per key to operators (WAITS_EVENT)
         "lanes": {lane.name: {"state": lane.observed_state, "fair": queues.get(lane.name, []),
                               **_card(known.get(("lane", lane.name)), ("lane", lane.name) in scraped)}
                   for lane in lanes},

@@ -3,23 +3,24 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/wt_fair REDIS_URL=redis://127.0.0.1:6379/5 \\
         PORTAL_REDIS_PREFIX=wt_fair .venv/bin/python perf/gateway_fairness.py [--quick] [--json PATH]
 
-One sparksim lane (Qwen, `--max-num-seqs 4`, at --time-scale) behind two uvicorn gateways
-of 2 workers each, one with PORTAL_GATEWAY_FAIR_QUEUE=0 and one with it on (the lane's
-slots: its max_num_seqs). Key A is an interactive agent: one short streamed request every
---interval s. Key B floods the lane: --flood concurrent 400-token streams, within its limits.
-Arms, one after the other on the same engine:
-  - alone: A only (through the fair gateway; its queue stays empty);
-  - flood, fairness off: A and B through the gateway without the fair queue;
-  - flood, fairness on, no headroom: the fair queue with PORTAL_GATEWAY_FAIR_RESERVE_SLOTS=0 (B may
-    hold all 4 slots: A's next request waits for one of B's streams to end);
-  - flood, fairness on: the fair queue with its headroom (while A is active B holds at most 3).
-The engine runs --scheduling-policy priority and the lane says so (the gateway sets each
-request's `priority`).
+Two sparksim lanes (Qwen, `--scheduling-policy priority`, at --time-scale; the lanes say so:
+the gateway sets each request's `priority`), each run through the same arms:
+  - "seqs": `--max-num-seqs 4` and a KV cache far larger than 4 streams (the issue's lane: the
+    slot count binds, so a slot kept for A is a quarter of what B could use);
+  - "kv": `--max-num-seqs --kv-seqs` (16) over a KV cache of --kv-tokens (2,560: about six of
+    B's whole streams), so the KV cache binds long streams, as on a real Spark whose
+    max_num_seqs is above what its KV holds of them; the engine preempts (recompute) the worst
+    (priority, arrival) under KV pressure.
+Behind three uvicorn gateways of 2 workers each: PORTAL_GATEWAY_FAIR_QUEUE=0 ("off"), the fair
+queue without the headroom (PORTAL_GATEWAY_FAIR_RESERVE_SLOTS=0, "bare"), and as shipped (one
+slot kept, "on"). Key A is an interactive agent: one short streamed request every --interval
+s. Key B floods the lane: --flood concurrent 400-token streams, within its limits. Arms, one
+after the other, per lane: A alone (through "on"), then B flooding through off, bare and on.
 Printed per arm: A's TTFT p50/p95 (first streamed bytes, seen by its client) and how many
 of A's requests waited more than 2 s; B's throughput (answered streams/s and tokens/s
-while A ran). Then the gateway's added latency at one client, fair queue off vs on: a
-lane of --slots slots on perf/gateway_overhead.py's fast upstream, one client, plain
-requests, batches alternating between the two gateways (p50 of each)."""
+while A ran); the engine's preemptions during the arm. Then the gateway's added latency at
+one client, fair queue off vs on: a lane of --slots slots on perf/gateway_overhead.py's fast
+upstream, one client, plain requests, batches alternating between the two gateways (p50 of each)."""
 
 from __future__ import annotations
 
@@ -40,11 +41,13 @@ sys.path.insert(0, str(ROOT))
 from perf.gateway_drive import Result, drive, free_port, wait_port  # noqa: E402
 from perf.replicas_affinity import print_table, setup_django, start_gateway, stop  # noqa: E402
 
-SERVED = "fair-bench"
 MODEL = "Qwen/Qwen3.8-27B-FP8"
+KV_TOKENS_PER_GIB = 32768  # sparksim's qwen profile (docs/sparksim.md)
+SHAPES = ("seqs", "kv")
+SERVED = {"seqs": "fair-bench", "kv": "fair-kv"}
 
 
-def prepare(engine_port: int, fast_port: int, slots: int) -> tuple[str, str]:
+def prepare(ports: dict[str, int], fast_port: int, slots: int, kv_seqs: int, kv_slots: int | None) -> tuple[str, str]:
     from django.contrib.auth.models import AnonymousUser
 
     from gateway.models import ApiKey
@@ -52,22 +55,35 @@ def prepare(engine_port: int, fast_port: int, slots: int) -> tuple[str, str]:
     from lanes.models import Lane, LaneNode, Node
 
     ApiKey.objects.filter(name__startswith="fair-bench").delete()
-    Lane.objects.filter(name__in=["fbench", "bench"]).delete()
+    Lane.objects.filter(name__in=["fbench", "fkv", "bench"]).delete()
     Node.objects.filter(name__startswith="fbench").delete()
-    for name, port, served, seqs in (("fbench", engine_port, SERVED, 4), ("bench", fast_port, "bench", slots)):
+    for name, port, served, seqs, context in (("fbench", ports["seqs"], SERVED["seqs"], 4, 32768),
+                                              ("fkv", ports["kv"], SERVED["kv"], kv_seqs, 1024),
+                                              ("bench", fast_port, "bench", slots, 32768)):
         lane = Lane.objects.create(name=name, model_id=f"sparksim/{name}", served_model_name=served,
-                                   image="bench@sha256:" + "0" * 64, api_port=port, max_model_len=32768,
+                                   image="bench@sha256:" + "0" * 64, api_port=port, max_model_len=context,
                                    max_num_seqs=seqs, observed_state="serving", desired_state="serving",
-                                   scheduling_policy="priority" if name == "fbench" else "fcfs")
+                                   scheduling_policy="fcfs" if name == "bench" else "priority",
+                                   gateway_slots=kv_slots if name == "fkv" else None)
         node = Node.objects.create(name=f"fbench-{name}", address="127.0.0.1", transport="local")
         LaneNode.objects.create(lane=lane, node=node, rank=0)
     return (api_key_create(actor=AnonymousUser(), name="fair-bench-agent").secret,
             api_key_create(actor=AnonymousUser(), name="fair-bench-flood").secret)
 
 
-async def stream_once(session: Any, url: str, secret: str, max_tokens: int, text: str) -> tuple[float | None, int]:
+def preemptions(engine_url: str) -> float:
+    import httpx
+
+    for line in httpx.get(f"{engine_url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("vllm:num_preemptions_total"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def stream_once(session: Any, url: str, model: str, secret: str, max_tokens: int,
+                      text: str) -> tuple[float | None, int]:
     """(TTFT in s or None on an error, content chunks)."""
-    body = {"model": SERVED, "stream": True, "max_tokens": max_tokens, "ignore_eos": True,
+    body = {"model": model, "stream": True, "max_tokens": max_tokens, "ignore_eos": True,
             "messages": [{"role": "user", "content": text}]}
     started = time.perf_counter()
     first, chunks = None, 0
@@ -82,7 +98,7 @@ async def stream_once(session: Any, url: str, secret: str, max_tokens: int, text
     return (first - started if first else None), chunks
 
 
-async def arm(gateway: str, agent: str, flooder: str | None, args: argparse.Namespace) -> dict[str, Any]:
+async def arm(gateway: str, model: str, agent: str, flooder: str | None, args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
 
     url = f"{gateway}/v1/chat/completions"
@@ -96,7 +112,7 @@ async def arm(gateway: str, agent: str, flooder: str | None, args: argparse.Name
             nonlocal flood_done, flood_tokens, errors
             while not stop_flood.is_set():
                 assert flooder is not None
-                ttft, chunks = await stream_once(session, url, flooder, args.flood_tokens, f"flood {n}: write a lot")
+                ttft, chunks = await stream_once(session, url, model, flooder, args.flood_tokens, f"flood {n}: write a lot")
                 if ttft is None:
                     errors += 1
                     continue
@@ -109,7 +125,7 @@ async def arm(gateway: str, agent: str, flooder: str | None, args: argparse.Name
         began = time.perf_counter()
         for n in range(args.requests):
             next_at = time.perf_counter() + args.interval
-            ttft, _ = await stream_once(session, url, agent, 16, f"agent {n}: a short answer")
+            ttft, _ = await stream_once(session, url, model, agent, 16, f"agent {n}: a short answer")
             if ttft is None:
                 errors += 1
             else:
@@ -136,7 +152,7 @@ async def one_client(urls: dict[str, str], secret: str, rounds: int, per_round: 
     return out
 
 
-def main() -> None:
+def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--time-scale", type=float, default=0.25)
@@ -145,53 +161,92 @@ def main() -> None:
     parser.add_argument("--flood", type=int, default=40, help="B's concurrent streams")
     parser.add_argument("--flood-tokens", type=int, default=400)
     parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--kv-seqs", type=int, default=16, help="the kv lane's max_num_seqs")
+    parser.add_argument("--kv-tokens", type=int, default=2560, help="the kv lane's KV cache, in tokens")
+    parser.add_argument("--kv-gateway-slots", type=int, help="the kv lane's gateway slots (default: its max_num_seqs)")
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--slots", type=int, default=64, help="the fast lane's slots (overhead part)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.quick:
         args.requests, args.interval, args.warmup, args.rounds = 12, 1.0, 3.0, 4
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING"}
-    setup_django()
+    return args
+
+
+def start_engines(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     from sparksim.standalone import start_engine
 
+    kv_bytes = args.kv_tokens * 1024 ** 3 // KV_TOKENS_PER_GIB
+    return {"seqs": start_engine(MODEL, tmp / "seqs.log", "--served-model-name", SERVED["seqs"], "--max-num-seqs", "4",
+                                 "--scheduling-policy", "priority", time_scale=args.time_scale),
+            "kv": start_engine(MODEL, tmp / "kv.log", "--served-model-name", SERVED["kv"],
+                               "--max-num-seqs", str(args.kv_seqs), "--kv-cache-memory-bytes", str(kv_bytes),
+                               "--max-model-len", "1024", "--scheduling-policy", "priority",
+                               time_scale=args.time_scale)}
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
+    """Every arm of every lane shape, then the one-client part; the engines and gateways stopped after."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING"}
     fast_port = free_port()
     processes: list[subprocess.Popen[bytes]] = [subprocess.Popen(
         [sys.executable, str(ROOT / "perf" / "gateway_overhead.py"), "--serve-upstream", str(fast_port)], env=env)]
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        engine = start_engine(MODEL, Path(tmp) / "engine.log", "--served-model-name", SERVED, "--max-num-seqs", "4",
-                              "--scheduling-policy", "priority", time_scale=args.time_scale)
+        engines = start_engines(Path(tmp), args)
         try:
             wait_port(fast_port)
-            agent, flooder = prepare(engine.port, fast_port, args.slots)
+            agent, flooder = prepare({shape: engine.port for shape, engine in engines.items()}, fast_port,
+                                     args.slots, args.kv_seqs, args.kv_gateway_slots)
             ports = {"off": free_port(), "on": free_port(), "bare": free_port()}
             for name, port in ports.items():
                 processes.append(start_gateway(port, 2, {
                     **env, "PORTAL_GATEWAY_FAIR_QUEUE": "0" if name == "off" else "1",
                     "PORTAL_GATEWAY_FAIR_RESERVE_SLOTS": "0" if name == "bare" else "1"}))
             urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-            rows = [{"arm": "A alone", **asyncio.run(arm(urls["on"], agent, None, args))},
-                    {"arm": "flood, fairness off", **asyncio.run(arm(urls["off"], agent, flooder, args))},
-                    {"arm": "flood, fairness on, no headroom", **asyncio.run(arm(urls["bare"], agent, flooder, args))},
-                    {"arm": "flood, fairness on", **asyncio.run(arm(urls["on"], agent, flooder, args))}]
+            for shape in args.shapes:
+                for label, gateway, flood in (("A alone", "on", None), ("flood, fairness off", "off", flooder),
+                                              ("flood, fair queue, no headroom", "bare", flooder),
+                                              ("flood, fair queue", "on", flooder)):
+                    before = preemptions(engines[shape].url)
+                    figures = asyncio.run(arm(urls[gateway], SERVED[shape], agent, flood, args))
+                    rows.append({"lane": shape, "arm": label, **figures, "load": round(os.getloadavg()[0], 1),
+                                 "preempted": int(preemptions(engines[shape].url) - before)})
             latencies = asyncio.run(one_client({name: f"{urls[name]}/v1/chat/completions" for name in ("off", "on")},
                                                flooder, args.rounds, 300))
         finally:
             stop(processes)
-            engine.stop()
-    print(f"Noisy neighbour: sparksim {MODEL} --max-num-seqs 4 (time scale {args.time_scale}); A: {args.requests} "
-          f"short streams every {args.interval} s; B: {args.flood} concurrent {args.flood_tokens}-token streams")
+            for engine in engines.values():
+                engine.stop()
+    return rows, latencies
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]], latencies: dict[str, list[float]]) -> None:
+    print(f"Noisy neighbour: sparksim {MODEL}, priority scheduling (time scale {args.time_scale}); lane seqs: "
+          f"--max-num-seqs 4; lane kv: --max-num-seqs {args.kv_seqs}, KV {args.kv_tokens} tokens, gateway slots "
+          f"{args.kv_gateway_slots or args.kv_seqs}; A: "
+          f"{args.requests} short streams every {args.interval} s; B: {args.flood} concurrent "
+          f"{args.flood_tokens}-token streams")
     print_table(rows)
-    alone, off, bare, on = rows
-    print(f"A's TTFT p95 under flood / alone: off {off['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
-          f"on without headroom {bare['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
-          f"on {on['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x; B's tok/s / off: without headroom "
-          f"{bare['B_tok_s'] / off['B_tok_s']:.3f}, on {on['B_tok_s'] / off['B_tok_s']:.3f}")
+    for shape in args.shapes:
+        alone, off, bare, on = (row for row in rows if row["lane"] == shape)
+        print(f"{shape}: A's TTFT p95 under flood / alone: off {off['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
+              f"no headroom {bare['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
+              f"on {on['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x; B's tok/s / off: no headroom "
+              f"{bare['B_tok_s'] / off['B_tok_s']:.3f}, on {on['B_tok_s'] / off['B_tok_s']:.3f}")
     p50 = {name: Result.ms(values, 0.5) for name, values in latencies.items()}
     print(f"One client, plain requests ({len(latencies['on'])} each, alternating batches): p50 off "
           f"{p50['off']:.3f} ms, on {p50['on']:.3f} ms, difference {p50['on'] - p50['off']:+.3f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps({"arms": rows, "one_client_p50_ms": p50}, indent=2))
+
+
+def main() -> None:
+    args = options()
+    setup_django()
+    rows, latencies = run(args)
+    report(args, rows, latencies)
 
 
 if __name__ == "__main__":

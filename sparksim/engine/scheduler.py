@@ -263,7 +263,13 @@ class EngineCore:
             self.metrics.observe("inter_token_latency_seconds", step.seconds, emitted)
             self.metrics.observe("time_per_output_token_seconds", decode_s, emitted)
             self._count_speculation(emitted)
-            self._preempt_while_full()
+            if self._preempt_while_full():
+                self._update_gauges()
+                return
+        # vLLM's next schedule(): a step that preempted admits nothing; any other admits what
+        # waits (max_num_seqs and the KV pool allowing), e.g. a request of better priority
+        # into the blocks a preemption freed — not only when a request ends or arrives.
+        self._admit()
         self._update_gauges()
 
     def _emit(self, sequence: Sequence) -> None:
@@ -370,10 +376,12 @@ class EngineCore:
                 del self.block_refs[block]
         self.kv_private -= self._prompt_tail(request) + request.generated_in_kv
 
-    def _preempt_while_full(self) -> None:
+    def _preempt_while_full(self) -> bool:
         """vLLM's recompute preemption: while the running requests' KV outgrows the pool, the
-        newest of them (priority: the worst priority) gives its KV back and waits again."""
+        newest of them (priority: the worst priority) gives its KV back and waits again.
+        True when one was."""
         policy = self.config.scheduling_policy
+        preempted_any = False
         while self.kv_used > self.config.kv_pool_tokens and len(self.active) > 1:
             preempted = victim(self.active, policy)
             self.active.discard(preempted)
@@ -385,6 +393,8 @@ class EngineCore:
             preempted.preemptions += 1
             self.metrics.count("num_preemptions")
             enqueue(self.waiting, preempted, policy, preempted=True)
+            preempted_any = True
+        return preempted_any
 
     def record_finish_reason(self, reason: str) -> None:
         """Handlers know why a choice ended (stop/length); the core only knows it ended."""

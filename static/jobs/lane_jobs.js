@@ -139,6 +139,11 @@
     }
     if (msg.event === "metrics.tick") {
       laneQueues(msg.data.lanes);
+      if (window.PortalFairWaits) PortalFairWaits.render(document.getElementById("lane-fair-waits"), msg.data.fair_waits);
+      return;
+    }
+    if (msg.event === "fair.waits") {  // per key: an operator's socket (and every socket's snapshot)
+      if (window.PortalFairWaits) PortalFairWaits.render(document.getElementById("lane-fair-waits"), msg.data);
       return;
     }
     if (msg.event === "lane.state") {

@@ -69,6 +69,18 @@ def waiting(index: int = 0) -> int:
     return state["interactive"] + state["batch"]
 
 
+def hold_and_flood(pool: ThreadPoolExecutor, engine: EngineHandle, workers: WorkerProcesses, flooder: str, *,
+                   queued: int) -> tuple[Future[httpx.Response], list[Future[httpx.Response]]]:
+    """The engine holds its requests; the flooder's B0 is on the lane (of one slot) and B1..
+    `queued` wait in the fair queue."""
+    set_engine_faults(engine, hold=True)
+    first = pool.submit(ask, workers.urls[0], flooder, "B0")
+    wait_for(lambda: tags_received(engine) == ["B0"], what="the flooder's first request on the lane")
+    flood = [pool.submit(ask, workers.urls[n % 2], flooder, f"B{n}") for n in range(1, queued + 1)]
+    wait_for(lambda: waiting() == queued, what=f"the flooder's {queued} requests queued")
+    return first, flood
+
+
 def test_a_keys_single_request_goes_before_a_flooders_queue(
     engine: EngineHandle, worker_processes: Callable[..., WorkerProcesses], key_owner: User,
     pool: ThreadPoolExecutor,
@@ -77,11 +89,7 @@ def test_a_keys_single_request_goes_before_a_flooders_queue(
     flooder, _ = create_key(key_owner, name="flooder")
     agent, _ = create_key(key_owner, name="agent")
     workers = worker_processes(2)
-    set_engine_faults(engine, hold=True)
-    first = pool.submit(ask, workers.urls[0], flooder, "B0")
-    wait_for(lambda: tags_received(engine) == ["B0"], what="the flooder's first request on the lane")
-    flood = [pool.submit(ask, workers.urls[n % 2], flooder, f"B{n}") for n in range(1, 9)]
-    wait_for(lambda: waiting() == 8, what="the flooder's 8 requests queued")
+    first, flood = hold_and_flood(pool, engine, workers, flooder, queued=8)
     single = pool.submit(ask, workers.urls[1], agent, "A1", stream=True)
     wait_for(lambda: waiting() == 9, what="the agent's request queued")
     assert tags_received(engine) == ["B0"]  # a full lane: nothing more was sent to the engine

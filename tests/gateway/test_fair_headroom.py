@@ -54,14 +54,20 @@ def test_a_flooder_leaves_a_slot_for_an_active_key_and_takes_all_when_alone(
     assert sorted(t for t in tags_received(engine) if t.startswith("B")) == [f"B{n}" for n in range(6)]
 
 
+def ranked_lane(engine_factory: Callable[..., EngineHandle], *, slots: int) -> tuple[EngineHandle, Lane]:
+    """A lane of `slots` slots in priority mode, on an engine run with `--scheduling-policy priority`."""
+    ranked = engine_factory(SIM_QWEN, "--served-model-name", SIM_SERVED, "--max-num-seqs", "4",
+                            "--scheduling-policy", "priority", time_scale=0.001)
+    lane = fair_lane(ranked, slots=slots)
+    Lane.objects.filter(pk=lane.pk).update(scheduling_policy="priority")
+    return ranked, lane
+
+
 def test_a_lane_in_priority_mode_gets_the_gateways_priority_a_client_may_only_lower_it(
     engine_factory: Callable[..., EngineHandle], engine: EngineHandle,
     worker_processes: Callable[..., WorkerProcesses], key_owner: User,
 ) -> None:
-    ranked = engine_factory(SIM_QWEN, "--served-model-name", SIM_SERVED, "--max-num-seqs", "4",
-                            "--scheduling-policy", "priority", time_scale=0.001)
-    lane = fair_lane(ranked, slots=4)
-    Lane.objects.filter(pk=lane.pk).update(scheduling_policy="priority")
+    ranked, lane = ranked_lane(engine_factory, slots=4)
     agent, _ = create_key(key_owner, name="agent")
     workers = worker_processes(2)
     url = workers.urls[0]

@@ -91,6 +91,37 @@ def test_a_large_body_is_forwarded_as_the_small_path_would_and_other_members_byt
         assert [raw[a:b] for a, b in before[name]] == [forwarded[a:b] for a, b in after[name]]
 
 
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(body=CHAT_BODIES, form=FORMATS, asked=st.none() | st.integers(-5, 9) | st.booleans() | TEXT,
+       ours=st.none() | st.integers(0, 3))
+def test_a_large_body_gets_the_gateways_priority_as_a_small_one(
+    body: dict[str, Any], form: dict[str, Any], asked: Any, ours: int | None
+) -> None:
+    """vLLM's `priority` decided at the request's turn (gateway.request.sent_priority), written
+    into the raw bytes: a client's own may lower the request, never raise it; on a fcfs lane
+    (None) a client's copy becomes 0, which vLLM takes there (the small path drops it)."""
+    if asked is not None:
+        body["priority"] = asked
+    raw = json.dumps(body, **form).encode()
+    forwarded = orjson.loads(sent(upstream_body(request_of(inspect(raw, "chat.completions", 8, 2, False), raw),
+                                                upstream_model="m", priority=ours)))
+    small = orjson.loads(sent(upstream_body(parse_request(raw, endpoint="chat.completions", max_n=8),
+                                            upstream_model="m", priority=ours)))
+    if ours is None and asked is not None:
+        assert forwarded.pop("priority") == 0 and "priority" not in small
+    assert forwarded == small
+    if ours is not None:
+        lower = isinstance(asked, int) and not isinstance(asked, bool) and asked > ours
+        assert forwarded["priority"] == (asked if lower else ours)
+
+
+def test_a_repeated_priority_is_replaced_everywhere_in_a_large_body() -> None:
+    raw = b'{"model":"a","priority":-3,"messages":[{"role":"user","content":"x"}], "priority" : -1}'
+    request = request_of(inspect(raw, "chat.completions", 8, 2, False), raw)
+    assert sent(upstream_body(request, upstream_model="m", priority=2)) == (
+        b'{"model":"m","priority":2,"messages":[{"role":"user","content":"x"}], "priority" : 2}')
+
+
 def test_edits_reach_every_copy_of_a_repeated_or_escaped_member() -> None:
     raw = (b'{"model": "a", "mod\\u0065l" :"b",  "messages":[{"role":"user","content":"}\\"{"}],'
            b' "max_completion_tokens": 5, "max_tokens":1, "max_tokens":2 }')

@@ -51,7 +51,8 @@ async def run_order(engine: EngineHandle, priorities: tuple[int | None, int | No
     marks: dict[str, float] = {}
     running, first, second = priorities
     async with httpx.AsyncClient(timeout=60) as client:
-        tasks = [asyncio.ensure_future(stream(client, engine.url, body(120, running), marks, "L"))]
+        # L runs ~1 s (600 tokens at time scale 0.2): time for B and A to arrive on a loaded machine.
+        tasks = [asyncio.ensure_future(stream(client, engine.url, body(600, running), marks, "L"))]
         await until_waiting(client, engine.url, 0)
         while "L.first" not in marks:
             await asyncio.sleep(0.01)
@@ -59,7 +60,7 @@ async def run_order(engine: EngineHandle, priorities: tuple[int | None, int | No
         await until_waiting(client, engine.url, 1)
         tasks.append(asyncio.ensure_future(stream(client, engine.url, body(5, second, "a"), marks, "A")))
         await until_waiting(client, engine.url, 2)
-        assert await asyncio.gather(*tasks) == [120, 5, 5]
+        assert await asyncio.gather(*tasks) == [600, 5, 5]
     return marks
 
 
@@ -112,3 +113,30 @@ def test_kv_pressure_preempts_the_worst_priority_not_the_newest(engine_factory: 
     ranked = engine_factory(QWEN, *flags, "--scheduling-policy", "priority", time_scale=0.5)
     marks = asyncio.run(race(ranked, 10, 0))
     assert marks["new.end"] < marks["old.end"] and sample(ranked, "vllm:num_preemptions_total") >= 1
+
+
+def test_a_better_priority_waiting_request_takes_the_blocks_a_preemption_frees(
+        engine_factory: Callable[..., EngineHandle]) -> None:
+    """vLLM admits what waits at its next step after a preemption (never in the step that
+    preempted), not only when a request ends: two long streams fill max_num_seqs and outgrow
+    a ~400-token pool; the short request of priority 0 waiting behind them starts right after
+    the worse of them is preempted, and is done before the other ends."""
+    engine = engine_factory(QWEN, "--sim-profile", "deepseek", "--kv-cache-memory-bytes", "4M",
+                            "--max-model-len", "400", "--max-num-seqs", "2", "--scheduling-policy", "priority",
+                            time_scale=0.5)
+
+    async def scenario() -> dict[str, float]:
+        marks: dict[str, float] = {}
+        async with httpx.AsyncClient(timeout=120) as client:
+            longs = [asyncio.ensure_future(stream(client, engine.url, body(300, 5, name), marks, name))
+                     for name in ("one", "two")]
+            while not {"one.first", "two.first"} <= set(marks):
+                await asyncio.sleep(0.01)
+            short = asyncio.ensure_future(stream(client, engine.url, body(3, 0, "short"), marks, "short"))
+            await until_waiting(client, engine.url, 1)  # max_num_seqs: it waits, nothing is evicted for it
+            assert await asyncio.gather(*longs, short) == [300, 300, 3]
+        return marks
+
+    marks = asyncio.run(scenario())
+    assert sample(engine, "vllm:num_preemptions_total") >= 1
+    assert marks["short.end"] < marks["one.end"]  # in at the preemption, not at a stream's end
