@@ -1,15 +1,25 @@
 """What token budgets add to the gateway: the same requests with a key under no budget and
 with a key under its own and its team's budgets (limits never reached, so every request is
-checked and charged: one more Redis script before the upstream call, one after), in
-alternating rounds against the same gateway and upstream. Run by
-`perf/gateway_overhead.py --budgets`; the figures are in docs/performance.md."""
+checked and charged), in rounds against the same gateway and upstream, with an A/A control
+beside them — the plain key driven twice in each round, the same method: the noise the added
+figure must stand out of. Run by `perf/gateway_overhead.py --budgets`; the figures are in
+docs/performance.md.
+
+--baseline-tree PATH (e.g. `git archive main | tar -x -C PATH`): a second gateway serves the
+same database and Redis from that tree's code, and every round drives both gateways, so a
+change and its baseline are measured side by side at the same moments of a shared machine."""
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
-from perf.gateway_drive import Result, drive
+from perf.gateway_drive import Result, drive, free_port, wait_port
 
 
 def budgeted_key() -> str:
@@ -30,35 +40,63 @@ def budgeted_key() -> str:
     return created.secret
 
 
-async def budgets_on_off(gateway_url: str, plain_secret: str, budgeted_secret: str, *, quick: bool) -> list[dict[str, Any]]:
-    """p50/p99 per round of each key, rounds alternating (a shared machine's drift hits both);
-    the added figure is the median over rounds of (budgeted - plain)."""
+def start_baseline(tree: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The baseline tree's gateway (its own perf/gateway_overhead.py --serve-gateway), as the
+    change's is started: the same environment, one uvicorn worker."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PORTAL_LOG_LEVEL": "WARNING", "PORTAL_GATEWAY_DEFAULT_LANE": "bench"}
+    process = subprocess.Popen([sys.executable, str(Path(tree) / "perf" / "gateway_overhead.py"), "--serve-gateway",
+                                str(port)], cwd=tree, env=env)
+    wait_port(port)
+    return process, f"http://127.0.0.1:{port}/v1/chat/completions"
+
+
+def _summary(gateway: str, concurrency: int, rounds: int, requests: int,
+             p50: dict[str, list[float]], p99: dict[str, list[float]], errors: int) -> dict[str, Any]:
+    def added(values: dict[str, list[float]], arm: str) -> float:
+        return round(statistics.median(b - a for a, b in zip(values["plain"], values[arm], strict=True)), 3)
+
+    return {"case": f"{gateway} c={concurrency}", "rounds": rounds, "requests_per_round": requests,
+            "plain_p50_ms": round(statistics.median(p50["plain"]), 3),
+            "budgeted_p50_ms": round(statistics.median(p50["budgeted"]), 3),
+            "aa_added_p50_ms": added(p50, "again"), "added_p50_ms": added(p50, "budgeted"),
+            "aa_added_p99_ms": added(p99, "again"), "added_p99_ms": added(p99, "budgeted"),
+            "errors": errors, "load_avg_1m": round(os.getloadavg()[0], 1)}
+
+
+async def budgets_on_off(gateway_url: str, plain_secret: str, budgeted_secret: str, *, quick: bool,
+                         baseline_tree: str | None = None) -> list[dict[str, Any]]:
+    """Per round, every arm — the plain key, the plain key again (A/A), the budgeted key; on
+    each gateway — in an order rotated from round to round (none always first); each arm's
+    p50/p99 per round, and the added figures as the median over rounds of (arm − plain)."""
     rounds = 6 if quick else 12
-    headers = {key: {"authorization": f"Bearer {secret}"} for key, secret in
-               (("plain", plain_secret), ("budgeted", budgeted_secret))}
-    for auth in headers.values():
-        await drive(gateway_url, auth, stream=False, concurrency=8, requests=300)  # warm-up
-    rows = []
-    for concurrency, requests in ((1, 200 if quick else 500), (16, 500 if quick else 1500)):
-        added_p50: list[float] = []
-        added_p99: list[float] = []
-        p50s: dict[str, list[float]] = {"plain": [], "budgeted": []}
-        errors = 0
-        for number in range(rounds):
-            results: dict[str, Result] = {}
-            order = list(headers.items()) if number % 2 == 0 else list(headers.items())[::-1]  # neither always first
-            for name, auth in order:
-                results[name] = await drive(gateway_url, auth, stream=False, concurrency=concurrency,
-                                            requests=requests)
-                p50s[name].append(Result.ms(results[name].latencies, 0.5))
-                errors += results[name].errors
-            added_p50.append(Result.ms(results["budgeted"].latencies, 0.5) - Result.ms(results["plain"].latencies, 0.5))
-            added_p99.append(Result.ms(results["budgeted"].latencies, 0.99) - Result.ms(results["plain"].latencies, 0.99))
-        rows.append({
-            "case": f"plain c={concurrency}", "rounds": rounds, "requests_per_round": requests,
-            "plain_p50_ms": round(statistics.median(p50s["plain"]), 3),
-            "budgeted_p50_ms": round(statistics.median(p50s["budgeted"]), 3),
-            "added_p50_ms": round(statistics.median(added_p50), 3),
-            "added_p99_ms": round(statistics.median(added_p99), 3), "errors": errors,
-        })
-    return rows
+    baseline = start_baseline(baseline_tree) if baseline_tree else None
+    gateways = {"change": gateway_url, **({"baseline": baseline[1]} if baseline else {})}
+    keys = {"plain": plain_secret, "again": plain_secret, "budgeted": budgeted_secret}
+    arms = [(gateway, arm) for gateway in gateways for arm in keys]
+    try:
+        for url in gateways.values():
+            for secret in (plain_secret, budgeted_secret):  # warm-up: caches, pools
+                await drive(url, {"authorization": f"Bearer {secret}"}, stream=False, concurrency=8, requests=300)
+        rows = []
+        for concurrency, requests in ((1, 200 if quick else 500), (16, 500 if quick else 1500)):
+            p50: dict[str, dict[str, list[float]]] = {gateway: {arm: [] for arm in keys} for gateway in gateways}
+            p99: dict[str, dict[str, list[float]]] = {gateway: {arm: [] for arm in keys} for gateway in gateways}
+            errors = dict.fromkeys(gateways, 0)
+            for number in range(rounds):
+                shift = number % len(arms)
+                for gateway, arm in arms[shift:] + arms[:shift]:
+                    result = await drive(gateways[gateway], {"authorization": f"Bearer {keys[arm]}"}, stream=False,
+                                         concurrency=concurrency, requests=requests)
+                    p50[gateway][arm].append(Result.ms(result.latencies, 0.5))
+                    p99[gateway][arm].append(Result.ms(result.latencies, 0.99))
+                    errors[gateway] += result.errors
+            for gateway in gateways:
+                rows.append(_summary(gateway, concurrency, rounds, requests, p50[gateway], p99[gateway],
+                                     errors[gateway]))
+                print(rows[-1], flush=True)
+        return rows
+    finally:
+        if baseline:
+            baseline[0].send_signal(signal.SIGINT)
+            baseline[0].wait(10)
