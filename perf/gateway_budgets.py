@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from perf.gateway_drive import Result, drive, free_port, wait_port
+from perf.loop_probe import proc_cpu_s
 
 
 def budgeted_key() -> str:
@@ -40,7 +41,7 @@ def budgeted_key() -> str:
     return created.secret
 
 
-def start_baseline(tree: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_baseline(tree: str) -> tuple[subprocess.Popen[bytes], str, int]:
     """The baseline tree's gateway (its own perf/gateway_overhead.py --serve-gateway), as the
     change's is started: the same environment, one uvicorn worker."""
     port = free_port()
@@ -48,52 +49,78 @@ def start_baseline(tree: str) -> tuple[subprocess.Popen[bytes], str]:
     process = subprocess.Popen([sys.executable, str(Path(tree) / "perf" / "gateway_overhead.py"), "--serve-gateway",
                                 str(port)], cwd=tree, env=env)
     wait_port(port)
-    return process, f"http://127.0.0.1:{port}/v1/chat/completions"
+    return process, f"http://127.0.0.1:{port}/v1/chat/completions", process.pid
 
 
-def _summary(gateway: str, concurrency: int, rounds: int, requests: int,
-             p50: dict[str, list[float]], p99: dict[str, list[float]], errors: int) -> dict[str, Any]:
-    def added(values: dict[str, list[float]], arm: str) -> float:
+class Arms:
+    """Each arm's p50 and p99 per round, and its gateway process's CPU time over all rounds."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.p50: dict[str, list[float]] = {name: [] for name in names}
+        self.p99: dict[str, list[float]] = {name: [] for name in names}
+        self.cpu_s = dict.fromkeys(names, 0.0)
+        self.requests = dict.fromkeys(names, 0)
+        self.errors = 0
+
+    def add(self, name: str, result: Result, cpu_s: float) -> None:
+        self.p50[name].append(Result.ms(result.latencies, 0.5))
+        self.p99[name].append(Result.ms(result.latencies, 0.99))
+        self.cpu_s[name] += cpu_s
+        self.requests[name] += len(result.latencies)
+        self.errors += result.errors
+
+    def added(self, values: dict[str, list[float]], arm: str) -> float:
         return round(statistics.median(b - a for a, b in zip(values["plain"], values[arm], strict=True)), 3)
 
-    return {"case": f"{gateway} c={concurrency}", "rounds": rounds, "requests_per_round": requests,
-            "plain_p50_ms": round(statistics.median(p50["plain"]), 3),
-            "budgeted_p50_ms": round(statistics.median(p50["budgeted"]), 3),
-            "aa_added_p50_ms": added(p50, "again"), "added_p50_ms": added(p50, "budgeted"),
-            "aa_added_p99_ms": added(p99, "again"), "added_p99_ms": added(p99, "budgeted"),
-            "errors": errors, "load_avg_1m": round(os.getloadavg()[0], 1)}
+    def cpu_us(self, arm: str) -> float:
+        return self.cpu_s[arm] / max(1, self.requests[arm]) * 1e6
+
+    def summary(self, case: str, rounds: int, requests: int) -> dict[str, Any]:
+        return {"case": case, "rounds": rounds, "requests_per_round": requests,
+                "plain_p50_ms": round(statistics.median(self.p50["plain"]), 3),
+                "budgeted_p50_ms": round(statistics.median(self.p50["budgeted"]), 3),
+                "aa_added_p50_ms": self.added(self.p50, "again"), "added_p50_ms": self.added(self.p50, "budgeted"),
+                "aa_added_p99_ms": self.added(self.p99, "again"), "added_p99_ms": self.added(self.p99, "budgeted"),
+                "plain_cpu_us": round(self.cpu_us("plain")),
+                "aa_added_cpu_us": round(self.cpu_us("again") - self.cpu_us("plain"), 1),
+                "added_cpu_us": round(self.cpu_us("budgeted") - self.cpu_us("plain"), 1),
+                "errors": self.errors, "load_avg_1m": round(os.getloadavg()[0], 1)}
 
 
-async def budgets_on_off(gateway_url: str, plain_secret: str, budgeted_secret: str, *, quick: bool,
+async def budgets_on_off(gateway_url: str, plain_secret: str, budgeted_secret: str, *, quick: bool, gateway_pid: int,
                          baseline_tree: str | None = None) -> list[dict[str, Any]]:
-    """Per round, every arm — the plain key, the plain key again (A/A), the budgeted key; on
-    each gateway — in an order rotated from round to round (none always first); each arm's
-    p50/p99 per round, and the added figures as the median over rounds of (arm − plain)."""
-    rounds = 6 if quick else 12
+    """Per round and gateway (their order alternating), a short unmeasured warm-up, then every
+    arm — the plain key, the plain key again (A/A), the budgeted key — in an order rotated
+    from round to round, so that no arm is always the first after the other gateway's turn.
+    Latency: each arm's p50/p99 per round, the added figures the median over rounds of
+    (arm − plain). CPU: the gateway process's CPU time per request of each arm, over all
+    rounds (steadier than latency on a shared machine; it includes the work after each answer)."""
+    rounds = 8 if quick else 24
     baseline = start_baseline(baseline_tree) if baseline_tree else None
-    gateways = {"change": gateway_url, **({"baseline": baseline[1]} if baseline else {})}
+    gateways = {"change": (gateway_url, gateway_pid), **({"baseline": baseline[1:]} if baseline else {})}
     keys = {"plain": plain_secret, "again": plain_secret, "budgeted": budgeted_secret}
-    arms = [(gateway, arm) for gateway in gateways for arm in keys]
+    names = list(keys)
     try:
-        for url in gateways.values():
+        for url, _ in gateways.values():
             for secret in (plain_secret, budgeted_secret):  # warm-up: caches, pools
                 await drive(url, {"authorization": f"Bearer {secret}"}, stream=False, concurrency=8, requests=300)
         rows = []
-        for concurrency, requests in ((1, 200 if quick else 500), (16, 500 if quick else 1500)):
-            p50: dict[str, dict[str, list[float]]] = {gateway: {arm: [] for arm in keys} for gateway in gateways}
-            p99: dict[str, dict[str, list[float]]] = {gateway: {arm: [] for arm in keys} for gateway in gateways}
-            errors = dict.fromkeys(gateways, 0)
+        for concurrency, requests in ((1, 150 if quick else 250), (16, 400 if quick else 800)):
+            arms = {gateway: Arms(names) for gateway in gateways}
             for number in range(rounds):
-                shift = number % len(arms)
-                for gateway, arm in arms[shift:] + arms[:shift]:
-                    result = await drive(gateways[gateway], {"authorization": f"Bearer {keys[arm]}"}, stream=False,
-                                         concurrency=concurrency, requests=requests)
-                    p50[gateway][arm].append(Result.ms(result.latencies, 0.5))
-                    p99[gateway][arm].append(Result.ms(result.latencies, 0.99))
-                    errors[gateway] += result.errors
+                order = list(gateways) if number % 2 == 0 else list(gateways)[::-1]
+                shift = (number // 2) % len(names)
+                for gateway in order:
+                    url, pid = gateways[gateway]
+                    await drive(url, {"authorization": f"Bearer {plain_secret}"}, stream=False,
+                                concurrency=concurrency, requests=requests // 5)  # its turn's warm-up
+                    for arm in names[shift:] + names[:shift]:
+                        before = proc_cpu_s(pid)
+                        result = await drive(url, {"authorization": f"Bearer {keys[arm]}"}, stream=False,
+                                             concurrency=concurrency, requests=requests)
+                        arms[gateway].add(arm, result, proc_cpu_s(pid) - before)
             for gateway in gateways:
-                rows.append(_summary(gateway, concurrency, rounds, requests, p50[gateway], p99[gateway],
-                                     errors[gateway]))
+                rows.append(arms[gateway].summary(f"{gateway} c={concurrency}", rounds, requests))
                 print(rows[-1], flush=True)
         return rows
     finally:

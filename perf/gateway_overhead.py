@@ -344,8 +344,8 @@ def measure(args: argparse.Namespace, servers: Servers) -> dict[str, Any]:
         print_table(report["overhead"])
         print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
     if args.budgets:
-        report["budgets"] = asyncio.run(budgets_on_off(gateway_url, servers.secret, servers.budgeted_secret,
-                                                       quick=args.quick, baseline_tree=args.baseline_tree))
+        report["budgets"] = asyncio.run(budgets_on_off(gateway_url, servers.secret, servers.budgeted_secret, quick=args.quick,
+                                                       gateway_pid=servers.gateway_pid, baseline_tree=args.baseline_tree))
         print_table(report["budgets"], list(report["budgets"][0]))
     if args.large_bodies:
         report["large_bodies"] = asyncio.run(small_under_large(

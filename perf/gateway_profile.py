@@ -94,6 +94,8 @@ def main() -> None:
         print(f"| {label} | {seconds / busy:.0%} | {seconds / requests * 1e6:.0f} |")
     print()
     stats.sort_stats("tottime").print_stats(20)
+    if args.budgets:  # the budgeted path's own functions, by cumulative time
+        stats.sort_stats("cumulative").print_stats(r"gateway/(budgets|admission|scripts|limits)\.py")
 
 
 if __name__ == "__main__":
