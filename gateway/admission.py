@@ -111,12 +111,15 @@ async def trace_left(*, name: str, fingerprint: str, request_id: str) -> None:
 
 
 def release(rt: GatewayRuntime, *, names: list[str], mode: str, fingerprint: str, request_id: str,
-            prompt_tokens: int, completion_tokens: int, record: bytes | None,
+            prompt_tokens: int, completion_tokens: int, record: bytes | None, holds_slot: bool,
             trace: asyncio.Task[None] | None = None, budgets: BudgetCall = NO_BUDGETS) -> None:
     """After the answer: free the slot, count the tokens (this minute's, and against the
     budgets in the windows the request was admitted in), keep `record` for a retry (None:
     forget it), in Redis and in the durable trace (an SDK's request has a row only when its
-    client left: `trace` wrote it)."""
+    client left: `trace` wrote it). Without an in-flight slot to free (the key has no
+    max_parallel) the release may wait a moment for the next admission's write
+    (GATEWAY_RELEASE_LINGER_S) instead of taking a write and a wake-up of Redis of its own; a
+    slot is freed at once (the key's next request may come to another worker)."""
     keep = record is not None
     args = [request_id, prompt_tokens + completion_tokens,
             "keep" if keep else "none" if mode == limits.IDEM_NONE else "forget",
@@ -126,7 +129,7 @@ def release(rt: GatewayRuntime, *, names: list[str], mode: str, fingerprint: str
     if budgets.names:
         keys += budgets.names
         args += [prompt_tokens, completion_tokens, COUNT_TTL_S]
-    rt.spawn(rt.release(keys=keys, args=args))
+    rt.spawn(rt.release(keys=keys, args=args, linger=0.0 if holds_slot else settings.GATEWAY_RELEASE_LINGER_S))
     if mode == limits.IDEM_EXPLICIT or trace is not None:
         rt.spawn(durable_release(name=names[1], request_id=request_id, keep=keep, after=trace))
 

@@ -257,7 +257,7 @@ async def admit_and_send(
             release(rt, names=names, mode=idem_mode, fingerprint=fingerprint, request_id=outcome.request_id,
                     prompt_tokens=outcome.usage.prompt_tokens or 0,
                     completion_tokens=outcome.usage.completion_tokens or 0, record=record if keep else None,
-                    trace=traces[0] if traces else None, budgets=budgets)
+                    holds_slot=key.max_parallel > 0, trace=traces[0] if traces else None, budgets=budgets)
 
 
 async def send_once(

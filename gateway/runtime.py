@@ -84,14 +84,14 @@ class GatewayRuntime:
         self.closed = False
         self._listener = asyncio.create_task(self._listen())
 
-    async def release(self, *, keys: list[str], args: list[Any]) -> None:
+    async def release(self, *, keys: list[str], args: list[Any], linger: float = 0.0) -> None:
         """Give back a request's in-flight slot and count its tokens. When nothing reached
         Redis (no connection could be opened: Redis restarting), it is retried (bounded): a
         lost release would hold the key's slot until its lease runs out. A release that may
         have reached Redis is not repeated: it also counts the request's tokens."""
         for attempt in range(RELEASE_ATTEMPTS):
             try:
-                await self.release_script(keys=keys, args=args)
+                await self.release_script(keys=keys, args=args, linger=linger)
                 return
             except NotSent as error:
                 if attempt == RELEASE_ATTEMPTS - 1:
