@@ -1,6 +1,7 @@
 """Admission before a request may go upstream, and its release after the answer: the one
-Redis round trip (limits, revocation, idempotency: gateway.limits), the durable trace of
-keyed requests (gateway.durable), and the answers a refused request gets.
+Redis round trip each (limits, revocation, idempotency: gateway.limits; token budgets:
+gateway.budgets), the durable trace of keyed requests (gateway.durable), and the answers a
+refused request gets.
 
 Fail closed, but retryably: when Redis (or, for a keyed request, PostgreSQL) cannot be
 reached, nothing is sent upstream and the client gets 503 `service_unavailable` with
@@ -11,7 +12,6 @@ request is still in progress."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from django.conf import settings
@@ -19,7 +19,7 @@ from django.db import DatabaseError
 
 from core.db import db_call
 from gateway import limits
-from gateway.budgets import budget_check
+from gateway.budgets import COUNT_TTL_S, NO_BUDGETS, BudgetCall, budget_refusal
 from gateway.directory import KeyInfo
 from gateway.durable import ADMITTED, DONE, IN_FLIGHT, keyed_request_admit, keyed_request_release
 from gateway.http import Send, send_bytes, send_error
@@ -35,7 +35,7 @@ UNAVAILABLE_RETRY_S = 2
 
 
 def store_unavailable(what: str) -> GatewayError:
-    return GatewayError(503, f"The gateway cannot check this API key's limits and idempotency right now ({what} is "
+    return GatewayError(503, f"The gateway cannot check this API key's limits, budgets and idempotency right now ({what} is "
                         "unreachable); the request was not sent to any lane. Retry shortly.",
                         code="service_unavailable", type_="server_error", retry_after_s=UNAVAILABLE_RETRY_S,
                         retryable=True)
@@ -48,11 +48,14 @@ def lease_s() -> int:
 
 
 async def admit(rt: GatewayRuntime, *, key: KeyInfo, names: list[str], mode: str, fingerprint: str,
-                request_id: str) -> limits.Admission:
+                request_id: str, budgets: BudgetCall = NO_BUDGETS) -> limits.Admission:
+    """The admission script's verdict; BudgetExceeded (429 `budget_exceeded`) when a budget the
+    key falls under is used up, with nothing registered (gateway.limits.ADMIT_LUA)."""
     lease = lease_s()
+    args = [key.rpm, key.tpm, key.max_parallel, request_id, lease * 1000, lease, mode, fingerprint]
     try:
-        reply = await rt.admit_script(
-            keys=names, args=[key.rpm, key.tpm, key.max_parallel, request_id, lease * 1000, lease, mode, fingerprint])
+        reply = await rt.admit_script(keys=names + budgets.names if budgets.names else names,
+                                      args=args + budgets.limits if budgets.names else args)
     except (ConnectionError, TimeoutError, OSError) as exc:  # NotSent is a ConnectionError
         log.warning("gateway: request %s refused, Redis unreachable: %s", request_id, exc)
         if not isinstance(exc, NotSent):  # the script may have run: take back what it registered
@@ -63,6 +66,9 @@ async def admit(rt: GatewayRuntime, *, key: KeyInfo, names: list[str], mode: str
             raise
         raise store_unavailable("its Redis, still starting,") from None
     admission = limits.admission_from_reply(reply, rpm=key.rpm, tpm=key.tpm)
+    if admission.code == limits.BUDGET_EXCEEDED:
+        position, dimension, used = (int(part) for part in admission.record.split(b","))
+        raise budget_refusal(key.budgets, budgets, position, dimension, used)
     if admission.code != limits.ALLOWED or mode == limits.IDEM_NONE:
         return admission
     # A Redis younger than the TTL may have lost records still alive: ask the durable trace.
@@ -88,34 +94,6 @@ async def admit(rt: GatewayRuntime, *, key: KeyInfo, names: list[str], mode: str
     return limits.Admission(limits.IDEMPOTENCY_MISMATCH)
 
 
-async def admit_within_budgets(rt: GatewayRuntime, *, key: KeyInfo, names: list[str], mode: str, fingerprint: str,
-                               request_id: str) -> limits.Admission:
-    """admit(), and the key's token budgets checked (gateway.budgets): 429 `budget_exceeded`
-    before anything is sent. Both scripts leave in one write (gateway.scripts sends a loop
-    turn's calls together), so budgets cost no extra round trip; a refusal takes the admission
-    back. With an explicit Idempotency-Key the budgets are checked first: its admission writes
-    a durable row that taking back would not undo."""
-    if not key.budgets or mode == limits.IDEM_EXPLICIT:
-        await budget_check(rt.budget_check_script, key.budgets)
-        return await admit(rt, key=key, names=names, mode=mode, fingerprint=fingerprint, request_id=request_id)
-    checking = asyncio.ensure_future(budget_check(rt.budget_check_script, key.budgets))
-    try:
-        admission = await admit(rt, key=key, names=names, mode=mode, fingerprint=fingerprint, request_id=request_id)
-    except BaseException:
-        checking.cancel()
-        with contextlib.suppress(BaseException):
-            await checking
-        raise
-    try:
-        await checking
-    except GatewayError:
-        if admission.code != limits.ALLOWED:
-            return admission  # refused anyway, or a replay: it costs no tokens
-        take_back(rt, names=names, fingerprint=fingerprint, request_id=request_id)
-        raise
-    return admission
-
-
 def take_back(rt: GatewayRuntime, *, names: list[str], fingerprint: str, request_id: str) -> None:
     """Undo an admission that will not be sent: its slot, and its record if still its own."""
     rt.spawn(rt.release(keys=[names[4], names[3], names[1]],
@@ -132,18 +110,26 @@ async def trace_left(*, name: str, fingerprint: str, request_id: str) -> None:
         log.warning("gateway: keyed request %s not traced in the database: %s", request_id, exc)
 
 
-def release(rt: GatewayRuntime, *, names: list[str], mode: str, fingerprint: str, request_id: str, tokens: int,
-            record: bytes | None, trace: asyncio.Task[None] | None = None) -> None:
-    """After the answer: free the slot, count the tokens, keep `record` for a retry (None:
+def release(rt: GatewayRuntime, *, names: list[str], mode: str, fingerprint: str, request_id: str,
+            prompt_tokens: int, completion_tokens: int, record: bytes | None, holds_slot: bool,
+            trace: asyncio.Task[None] | None = None, budgets: BudgetCall = NO_BUDGETS) -> None:
+    """After the answer: free the slot, count the tokens (this minute's, and against the
+    budgets in the windows the request was admitted in), keep `record` for a retry (None:
     forget it), in Redis and in the durable trace (an SDK's request has a row only when its
-    client left: `trace` wrote it)."""
+    client left: `trace` wrote it). Without an in-flight slot to free (the key has no
+    max_parallel) the release may wait a moment for the next admission's write
+    (GATEWAY_RELEASE_LINGER_S) instead of taking a write and a wake-up of Redis of its own; a
+    slot is freed at once (the key's next request may come to another worker)."""
     keep = record is not None
-    rt.spawn(rt.release(
-        keys=[names[4], names[3], names[1]],
-        args=[request_id, tokens, "keep" if keep else "forget",
-              limits.stored_record(record, fingerprint) if record is not None else b"",
-              settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000, f"I{fingerprint}{request_id}"],
-    ))
+    args = [request_id, prompt_tokens + completion_tokens,
+            "keep" if keep else "none" if mode == limits.IDEM_NONE else "forget",
+            limits.stored_record(record, fingerprint) if record is not None else b"",
+            settings.GATEWAY_IDEMPOTENCY_TTL_S * 1000, f"I{fingerprint}{request_id}"]
+    keys = [names[4], names[3], names[1]]
+    if budgets.names:
+        keys += budgets.names
+        args += [prompt_tokens, completion_tokens, COUNT_TTL_S]
+    rt.spawn(rt.release(keys=keys, args=args, linger=0.0 if holds_slot else settings.GATEWAY_RELEASE_LINGER_S))
     if mode == limits.IDEM_EXPLICIT or trace is not None:
         rt.spawn(durable_release(name=names[1], request_id=request_id, keep=keep, after=trace))
 

@@ -1,30 +1,29 @@
 """Token budgets at the gateway: the period's window (a calendar day or month in the budgets'
-time zone), the check before a request goes upstream and the charge after its answer, each
-one Redis script over the hot path's own connection (gateway.scripts), so every web process
-sees the same counts.
+time zone), the check before a request goes upstream and the charge after its answer. Both
+run inside the hot path's two Redis scripts (gateway.scripts): the check is a function of the
+admission script (gateway.limits.ADMIT_LUA), the charge one of the release script
+(gateway.runtime.RELEASE_LUA), so budgets add no Redis call of their own and every web
+process sees the same counts. Their definitions ride on the cached key (gateway.directory),
+dropped in every process when one changes (gateway.team_services).
 
 A request is refused once a budget it falls under has been used up (prompt, completion or
 total tokens, each counted separately). Its tokens are only known after the answer, so a
 budget can be overrun by the requests already in flight when it runs out — never by one
 admitted after. Counts live in Redis under the budget's identity and the window, so an
-admin's reset (deleting the window's count) and the next window both take effect at once."""
+admin's reset (deleting the window's count) and the next window both take effect at once.
+A request is charged to the window it was admitted in."""
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
-from gateway.scripts import Script
 from gateway.wire import GatewayError
-
-log = logging.getLogger(__name__)
 
 # The budgets' clock: tests replace it (gateway.budgets.clock) to cross a period's end.
 clock: Callable[[], float] = time.time
@@ -53,17 +52,49 @@ def budget_zone() -> ZoneInfo:
     return ZoneInfo(settings.GATEWAY_BUDGET_TIME_ZONE)
 
 
-def budget_window(period: str, now: datetime, zone: ZoneInfo) -> tuple[str, datetime]:
-    """The window `now` falls in (its name) and when it ends, in `zone`'s calendar: midnight
-    of the next day, or of the first of the next month (DST-safe: built from the date)."""
+def _window_span(period: str, now: datetime, zone: ZoneInfo) -> tuple[str, datetime, datetime]:
+    """The window `now` falls in: its name, start and end, in `zone`'s calendar (DST-safe:
+    built from the date)."""
     local = now.astimezone(zone)
     if period == "day":
         name = local.strftime("%Y-%m-%d")
-        following = local.date() + timedelta(days=1)
+        first = local.date()
+        following = first + timedelta(days=1)
     else:
         name = local.strftime("%Y-%m")
+        first = local.date().replace(day=1)
         following = (local.date().replace(day=28) + timedelta(days=4)).replace(day=1)
-    return name, datetime(following.year, following.month, following.day, tzinfo=zone)
+    return (name, datetime(first.year, first.month, first.day, tzinfo=zone),
+            datetime(following.year, following.month, following.day, tzinfo=zone))
+
+
+def budget_window(period: str, now: datetime, zone: ZoneInfo) -> tuple[str, datetime]:
+    """The window `now` falls in (its name) and when it ends: midnight of the next day, or of
+    the first of the next month."""
+    name, _, end = _window_span(period, now, zone)
+    return name, end
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str
+    resets_at: datetime
+    start_ts: float
+    end_ts: float
+
+
+# (period, zone name) -> its current window: the hot path computes a window once per period
+# and zone, not per request (a request in the window's last instant may see the next one).
+_current: dict[tuple[str, str], Window] = {}
+
+
+def current_window(period: str, now_ts: float) -> Window:
+    zone_name = settings.GATEWAY_BUDGET_TIME_ZONE
+    window = _current.get((period, zone_name))
+    if window is None or not window.start_ts <= now_ts < window.end_ts:
+        name, start, end = _window_span(period, datetime.fromtimestamp(now_ts, UTC), ZoneInfo(zone_name))
+        window = _current[(period, zone_name)] = Window(name, end, start.timestamp(), end.timestamp())
+    return window
 
 
 def count_name(prefix: str, identity: str, window: str) -> str:
@@ -74,30 +105,62 @@ def budget_now() -> datetime:
     return datetime.fromtimestamp(clock(), UTC)
 
 
-# KEYS: each budget's count in its current window (a hash: p = prompt, c = completion tokens)
-# ARGV: per budget, its prompt, completion and total limits (0 = none)
-# Reply: {0, 0, 0} within every budget; else {the budget's position (1-based), dimension, used}
-CHECK_LUA = """
-for i, name in ipairs(KEYS) do
-  local used = redis.call('HMGET', name, 'p', 'c')
-  local p, c = tonumber(used[1] or '0'), tonumber(used[2] or '0')
-  local base = (i - 1) * 3
-  local lp, lc, lt = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-  if lp > 0 and p >= lp then return {i, 1, p} end
-  if lc > 0 and c >= lc then return {i, 2, c} end
-  if lt > 0 and p + c >= lt then return {i, 3, p + c} end
-end
-return {0, 0, 0}
-"""
+@dataclass(frozen=True)
+class BudgetCall:
+    """A request's budgets as its two scripts take them: each one's count in the window the
+    request was admitted in (KEYS), and its three limits (ARGV), in the key's budgets' order."""
 
-# KEYS: each budget's count in its current window; ARGV: 1 prompt tokens, 2 completion tokens, 3 ttl (s)
-CHARGE_LUA = """
-for _, name in ipairs(KEYS) do
-  redis.call('HINCRBY', name, 'p', ARGV[1])
-  redis.call('HINCRBY', name, 'c', ARGV[2])
-  redis.call('EXPIRE', name, ARGV[3])
+    names: list[str]
+    limits: list[int]
+    windows: list[Window]
+    now_ts: float
+
+
+NO_BUDGETS = BudgetCall([], [], [], 0.0)
+
+
+def budget_call(budgets: Sequence[BudgetInfo]) -> BudgetCall:
+    """No budget: no work."""
+    if not budgets:
+        return NO_BUDGETS
+    now_ts = clock()
+    windows = [current_window(b.period, now_ts) for b in budgets]
+    prefix = settings.REDIS_PREFIX
+    return BudgetCall(names=[count_name(prefix, b.identity, w.name) for b, w in zip(budgets, windows, strict=True)],
+                      limits=[limit for b in budgets for limit in (b.prompt, b.completion, b.total)],
+                      windows=windows, now_ts=now_ts)
+
+
+# Functions the hot path's two scripts start with (their KEYS from `first` on are the
+# request's budget counts, hashes of p = prompt and c = completion tokens).
+# budgets_used_up: ARGV from `first_arg` on, per budget its prompt, completion and total
+# limits (0 = none). nil within every budget; else {its position (1-based), dimension, used}.
+# budgets_charge: ARGV `first_arg`, +1: the answer's prompt and completion tokens, counted
+# against every budget; +2: the counts' ttl (s). Nothing without budgets.
+BUDGETS_LUA = """
+local function budgets_used_up(first, first_arg)
+  for i = first, #KEYS do
+    local used = redis.call('HMGET', KEYS[i], 'p', 'c')
+    local p, c = tonumber(used[1] or '0'), tonumber(used[2] or '0')
+    local base = first_arg + (i - first) * 3
+    local lp, lc, lt = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+    local position = i - first + 1
+    if lp > 0 and p >= lp then return {position, 1, p} end
+    if lc > 0 and c >= lc then return {position, 2, c} end
+    if lt > 0 and p + c >= lt then return {position, 3, p + c} end
+  end
+  return nil
 end
-return 1
+local function budgets_charge(first, first_arg)
+  if first > #KEYS then return end
+  local prompt, completion = tonumber(ARGV[first_arg]), tonumber(ARGV[first_arg + 1])
+  if prompt + completion <= 0 then return end
+  for i = first, #KEYS do
+    redis.call('HINCRBY', KEYS[i], 'p', prompt)
+    redis.call('HINCRBY', KEYS[i], 'c', completion)
+    redis.call('EXPIRE', KEYS[i], ARGV[first_arg + 2])
+  end
+end
 """
 
 
@@ -119,47 +182,10 @@ class BudgetExceeded(GatewayError):
         return [*super().headers(), (b"x-budget-reset", self.resets_at.isoformat().encode())]
 
 
-def _windows(budgets: Sequence[BudgetInfo], now: datetime) -> list[tuple[str, datetime]]:
-    zone = budget_zone()
-    return [budget_window(budget.period, now, zone) for budget in budgets]
-
-
-async def budget_check(script: Script, budgets: Sequence[BudgetInfo]) -> None:
-    """Before the upstream call: BudgetExceeded when any budget the key falls under is used up.
-    No budget, no Redis call."""
-    if not budgets:
-        return
-    now = budget_now()
-    windows = _windows(budgets, now)
-    names = [count_name(settings.REDIS_PREFIX, b.identity, window) for b, (window, _) in zip(budgets, windows, strict=True)]
-    args = [limit for b in budgets for limit in (b.prompt, b.completion, b.total)]
-    try:
-        reply = await script(keys=names, args=args)
-    except (ConnectionError, TimeoutError, OSError) as exc:
-        log.warning("gateway: budgets not checked, Redis unreachable: %s", exc)
-        raise GatewayError(503, "The gateway cannot check this API key's budget right now (its Redis is "
-                           "unreachable); the request was not sent to any lane. Retry shortly.",
-                           code="service_unavailable", type_="server_error", retry_after_s=2, retryable=True) from None
-    position, dimension, used = (int(x) for x in reply)
-    if position:
-        budget = budgets[position - 1]
-        limit = (budget.prompt, budget.completion, budget.total)[dimension - 1]
-        raise BudgetExceeded(budget, dimension, used, limit, windows[position - 1][1], now)
-
-
-def budget_charge(script: Script, spawn: Callable[[Coroutine[Any, Any, None]], None],
-                  budgets: Sequence[BudgetInfo], *, prompt_tokens: int, completion_tokens: int) -> None:
-    """After the answer (off the hot path): its tokens count against every budget it fell under."""
-    if not budgets or prompt_tokens + completion_tokens <= 0:
-        return
-    windows = _windows(budgets, budget_now())
-    names = [count_name(settings.REDIS_PREFIX, b.identity, window) for b, (window, _) in zip(budgets, windows, strict=True)]
-
-    async def charge() -> None:
-        try:
-            await script(keys=names, args=[prompt_tokens, completion_tokens, COUNT_TTL_S])
-        except Exception as exc:
-            log.warning("gateway: %d + %d tokens not counted against budgets: %s", prompt_tokens,
-                        completion_tokens, exc)
-
-    spawn(charge())
+def budget_refusal(budgets: Sequence[BudgetInfo], call: BudgetCall, position: int, dimension: int,
+                   used: int) -> BudgetExceeded:
+    """The admission script's budget refusal ({position, dimension, used}) as the client's 429."""
+    budget = budgets[position - 1]
+    limit = (budget.prompt, budget.completion, budget.total)[dimension - 1]
+    return BudgetExceeded(budget, dimension, used, limit, call.windows[position - 1].resets_at,
+                          datetime.fromtimestamp(call.now_ts, UTC))

@@ -25,8 +25,8 @@ from django.utils import timezone
 
 from core.db import db_call
 from gateway import limits
-from gateway.admission import admit_within_budgets, refuse, release, trace_left
-from gateway.budgets import budget_charge
+from gateway.admission import admit, refuse, release, trace_left
+from gateway.budgets import budget_call
 from gateway.capture import stored_prompt
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
@@ -204,8 +204,9 @@ async def admit_and_send(
 ) -> None:
     idem_key, idem_mode, fingerprint = idempotency_of(scope, raw, request)
     names = key_names(settings.REDIS_PREFIX, key_namespace(key.secret_hash), idem_key)
-    admission = await admit_within_budgets(rt, key=key, names=names, mode=idem_mode, fingerprint=fingerprint,
-                                           request_id=outcome.request_id)
+    budgets = budget_call(key.budgets)  # the windows the request is checked and charged in
+    admission = await admit(rt, key=key, names=names, mode=idem_mode, fingerprint=fingerprint,
+                            request_id=outcome.request_id, budgets=budgets)
     if admission.code != limits.ALLOWED:
         await refuse(send, admission, outcome)
         return
@@ -244,9 +245,6 @@ async def admit_and_send(
         outcome.error_code = "client_disconnected"
     finally:
         watcher.cancel()
-        tokens = (outcome.usage.prompt_tokens or 0) + (outcome.usage.completion_tokens or 0)
-        budget_charge(rt.budget_charge_script, rt.spawn, key.budgets, prompt_tokens=outcome.usage.prompt_tokens or 0,
-                      completion_tokens=outcome.usage.completion_tokens or 0)  # streamed or counted by us too
         # Keep the answer for a retry when the client asked for it (explicit key), or when
         # the client left before it had the answer (its SDK will retry); else forget.
         keep = outcome.sent_upstream and idem_mode != limits.IDEM_NONE and (explicit or outcome.gone.is_set())
@@ -254,9 +252,12 @@ async def admit_and_send(
         if keep and (not record or len(record) > settings.GATEWAY_IDEMPOTENCY_MAX_BYTES or outcome.gone.is_set()
                      and (request.stream or outcome.status == 499)):
             record = b"D" + str(outcome.status or 502).encode() + b"X|" + outcome.lane.encode() + b"|"
-        if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm:
+        if idem_mode != limits.IDEM_NONE or key.max_parallel or key.tpm or budgets.names:
+            # The usage a stream's lane did not send was counted by the gateway (gateway.relay).
             release(rt, names=names, mode=idem_mode, fingerprint=fingerprint, request_id=outcome.request_id,
-                    tokens=tokens, record=record if keep else None, trace=traces[0] if traces else None)
+                    prompt_tokens=outcome.usage.prompt_tokens or 0,
+                    completion_tokens=outcome.usage.completion_tokens or 0, record=record if keep else None,
+                    holds_slot=key.max_parallel > 0, trace=traces[0] if traces else None, budgets=budgets)
 
 
 async def send_once(

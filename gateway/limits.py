@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.budgets import BUDGETS_LUA
+
 WINDOW_S = 60.0
 
 
@@ -59,17 +61,21 @@ RPM_EXCEEDED = 4
 TPM_EXCEEDED = 5
 PARALLEL_EXCEEDED = 6
 IDEMPOTENCY_MISMATCH = 7
+BUDGET_EXCEEDED = 8  # gateway.budgets: the record is "position,dimension,used"
 
 FINGERPRINT_CHARS = 32
 
 # KEYS: 1 revoked marker, 2 idempotency record, 3 rpm prefix, 4 tpm prefix, 5 in-flight zset,
-#       6 the epoch marker (when this Redis's memory began: written the first time it is missing)
+#       6 the epoch marker (when this Redis's memory began: written the first time it is missing),
+#       7... the key's token budgets' counts in their current windows (gateway.budgets)
 # ARGV: 1 rpm limit (0 = none), 2 tpm limit, 3 max parallel, 4 request id,
 #       5 idempotency ttl (ms), 6 in-flight lease (s), 7 idempotency mode (IDEM_*),
-#       8 the body's fingerprint (FINGERPRINT_CHARS hex)
+#       8 the body's fingerprint (FINGERPRINT_CHARS hex), 9... each budget's three limits
 # A record is its kind ('I' in flight, 'D' done), the fingerprint of the body that made it,
 # then the request id or the answer: the same Idempotency-Key with another body is refused.
-ADMIT_LUA = """
+# Budgets are checked after every other refusal (a refused request or a replay costs no
+# tokens) and before anything is written, so a budget's refusal leaves nothing to take back.
+ADMIT_LUA = BUDGETS_LUA + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1, 0, ''} end
 if ARGV[7] == '1' or ARGV[7] == '2' then
   local record = redis.call('GET', KEYS[2])
@@ -110,6 +116,8 @@ if par > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
   if redis.call('ZCARD', KEYS[5]) >= par then return {6, 0, ''} end
 end
+local over = budgets_used_up(7, 9)
+if over then return {8, 0, string.format('%d,%d,%d', over[1], over[2], over[3])} end
 if rpm > 0 then
   redis.call('INCR', rpm_cur_key)
   redis.call('EXPIRE', rpm_cur_key, window * 2 + 5)

@@ -15,7 +15,7 @@ import httpx
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from gateway.budgets import CHARGE_LUA, CHECK_LUA
+from gateway.budgets import BUDGETS_LUA
 from gateway.directory import KeyCache, LaneCache
 from gateway.fair import FairQueue
 from gateway.limits import ADMIT_LUA
@@ -30,10 +30,12 @@ from lanes.replica_health import HEALTH_MESSAGE, invalidation_channel
 log = logging.getLogger(__name__)
 
 # Finishing work of one request, in one round trip: free the in-flight slot, count the
-# tokens in the current minute, and keep (or forget) the idempotency record.
-# KEYS: 1 in-flight zset, 2 tpm prefix, 3 idempotency record
-# ARGV: 1 request id, 2 tokens, 3 mode (keep|forget|none), 4 record, 5 ttl ms, 6 the in-flight record
-RELEASE_LUA = """
+# tokens in the current minute and against the key's token budgets, and keep (or forget)
+# the idempotency record.
+# KEYS: 1 in-flight zset, 2 tpm prefix, 3 idempotency record, 4... the budgets' counts (gateway.budgets)
+# ARGV: 1 request id, 2 tokens, 3 mode (keep|forget|none), 4 record, 5 ttl ms, 6 the in-flight record,
+#       with budgets: 7 prompt tokens, 8 completion tokens, 9 the counts' ttl (s)
+RELEASE_LUA = BUDGETS_LUA + """
 redis.call('ZREM', KEYS[1], ARGV[1])
 local tokens = tonumber(ARGV[2])
 if tokens > 0 then
@@ -48,6 +50,7 @@ if ARGV[3] == 'keep' then
 elseif ARGV[3] == 'forget' and redis.call('GET', KEYS[3]) == ARGV[6] then
   redis.call('DEL', KEYS[3])
 end
+budgets_charge(4, 7)
 return 1
 """
 
@@ -67,8 +70,6 @@ class GatewayRuntime:
         self.scripts = ScriptPipe(settings.REDIS_URL, call_timeout=settings.GATEWAY_REDIS_TIMEOUT_S)
         self.admit_script = Script(self.scripts, ADMIT_LUA)
         self.release_script = Script(self.scripts, RELEASE_LUA)
-        self.budget_check_script = Script(self.scripts, CHECK_LUA)
-        self.budget_charge_script = Script(self.scripts, CHARGE_LUA)
         self.keys = KeyCache()
         self.lanes = LaneCache()
         # Per replica: circuit breakers and requests in flight, shared with every worker.
@@ -83,14 +84,14 @@ class GatewayRuntime:
         self.closed = False
         self._listener = asyncio.create_task(self._listen())
 
-    async def release(self, *, keys: list[str], args: list[Any]) -> None:
+    async def release(self, *, keys: list[str], args: list[Any], linger: float = 0.0) -> None:
         """Give back a request's in-flight slot and count its tokens. When nothing reached
         Redis (no connection could be opened: Redis restarting), it is retried (bounded): a
         lost release would hold the key's slot until its lease runs out. A release that may
         have reached Redis is not repeated: it also counts the request's tokens."""
         for attempt in range(RELEASE_ATTEMPTS):
             try:
-                await self.release_script(keys=keys, args=args)
+                await self.release_script(keys=keys, args=args, linger=linger)
                 return
             except NotSent as error:
                 if attempt == RELEASE_ATTEMPTS - 1:

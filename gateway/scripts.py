@@ -61,6 +61,8 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.outgoing: list[bytes] = []
         self.lost = False
+        self.flush_soon = False  # a flush is due at the loop's next turn
+        self.flush_later: asyncio.TimerHandle | None = None  # a lingering call's latest flush
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -82,18 +84,23 @@ class _Protocol(asyncio.Protocol):
                 error = NotSent if len(self.waiting) < unsent else ConnectionError
                 future.set_exception(error(f"Redis closed the connection ({exc or 'closed'})"))
 
-    def send(self, command: bytes) -> asyncio.Future[Any]:
+    def send(self, command: bytes, linger: float = 0.0) -> asyncio.Future[Any]:
         """Queue a command; the commands of one loop turn leave together in one write (at 16
         clients and more that is several per write: fewer syscalls and fewer wake-ups of
-        Redis, which shares the machine's cores)."""
+        Redis, which shares the machine's cores). A command that may `linger` (seconds)
+        waits for the next write of a command that may not, or that long at most."""
         if self.lost or self.transport is None or self.transport.is_closing():
             raise NotSent("the connection to Redis is closed")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.waiting.append(future)
-        if not self.outgoing:
-            loop.call_soon(self.flush)
         self.outgoing.append(command)
+        if linger <= 0:
+            if not self.flush_soon:
+                self.flush_soon = True
+                loop.call_soon(self.flush)
+        elif not self.flush_soon and self.flush_later is None:
+            self.flush_later = loop.call_later(linger, self.flush)
         return future
 
     def abandon(self) -> None:
@@ -104,7 +111,11 @@ class _Protocol(asyncio.Protocol):
             self.transport.abort()
 
     def flush(self) -> None:
-        if self.lost or self.transport is None or self.transport.is_closing():
+        self.flush_soon = False
+        if self.flush_later is not None:
+            self.flush_later.cancel()
+            self.flush_later = None
+        if self.lost or self.transport is None or self.transport.is_closing() or not self.outgoing:
             return  # connection_lost reports what is still queued as never sent
         commands, self.outgoing = self.outgoing, []
         self.transport.write(b"".join(commands))
@@ -122,13 +133,13 @@ class ScriptPipe:
         self._protocol: _Protocol | None = None
         self._lock = asyncio.Lock()
 
-    async def call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    async def call(self, script: Script, keys: list[str], args: list[Any], linger: float = 0.0) -> Any:
         protocol = self._protocol
         if protocol is None or protocol.lost:
             protocol = await self._connect()
         try:
             async with asyncio.timeout(self.call_timeout):
-                reply = await protocol.send(pack(b"EVALSHA", script.sha, len(keys), *keys, *args))
+                reply = await protocol.send(pack(b"EVALSHA", script.sha, len(keys), *keys, *args), linger)
                 if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT"):
                     # Redis restarted or its script cache was flushed: EVAL loads it again.
                     reply = await protocol.send(pack(b"EVAL", script.source, len(keys), *keys, *args))
@@ -191,5 +202,5 @@ class Script:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    async def __call__(self, *, keys: list[str], args: list[Any]) -> Any:
-        return await self.pipe.call(self, keys, args)
+    async def __call__(self, *, keys: list[str], args: list[Any], linger: float = 0.0) -> Any:
+        return await self.pipe.call(self, keys, args, linger)

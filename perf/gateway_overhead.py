@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/gw_bench REDIS_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python perf/gateway_overhead.py [--quick] [--large-bodies] \\
-        [--litellm-python PATH/bin/python] [--budgets] [--json PATH]
+        [--litellm-python PATH/bin/python] [--budgets [--baseline-tree PATH]] [--json PATH]
 
 --budgets: the same requests with a key under no budget and a key under its own and its
 team's token budgets (perf/gateway_budgets.py), rounds alternating: what budgets add.
@@ -257,6 +257,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--json")
     parser.add_argument("--large-bodies", action="store_true")
     parser.add_argument("--budgets", action="store_true", help="also: a key under token budgets vs one under none")
+    parser.add_argument("--baseline-tree", help="--budgets: also a gateway from this tree's code, side by side")
     parser.add_argument("--large-clients", type=int, default=3)
     parser.add_argument("--pin", action="store_true",
                         help="--large-bodies with the lanes and the clients as if on other machines: the gateway's "
@@ -343,8 +344,8 @@ def measure(args: argparse.Namespace, servers: Servers) -> dict[str, Any]:
         print_table(report["overhead"])
         print(f"\nSSE filter CPU per chunk: {filter_cost_us():.2f} µs")
     if args.budgets:
-        report["budgets"] = asyncio.run(budgets_on_off(gateway_url, servers.secret, servers.budgeted_secret,
-                                                       quick=args.quick))
+        report["budgets"] = asyncio.run(budgets_on_off(gateway_url, servers.secret, servers.budgeted_secret, quick=args.quick,
+                                                       gateway_pid=servers.gateway_pid, baseline_tree=args.baseline_tree))
         print_table(report["budgets"], list(report["budgets"][0]))
     if args.large_bodies:
         report["large_bodies"] = asyncio.run(small_under_large(

@@ -36,6 +36,16 @@ class SignInRefused(SuspiciousOperation):
     """A sign-in the provider vouched for that the portal refuses; its message is the page's."""
 
 
+def groups_overage(claims: dict[str, Any]) -> bool:
+    """The provider left the groups out and points elsewhere for them (OpenID Connect's
+    distributed claims: `_claim_names` names the claim, `_claim_sources` says where to fetch
+    it) — Microsoft Entra ID's *group overage*, for a user in more groups than its token
+    holds (200 in a JWT). The portal does not fetch them: mapping no groups would silently
+    drop the user's role and teams."""
+    names = claims.get("_claim_names")
+    return settings.OIDC_GROUPS_CLAIM not in claims and isinstance(names, dict) and settings.OIDC_GROUPS_CLAIM in names
+
+
 def provider_groups(claims: dict[str, Any]) -> list[str]:
     value = claims.get(settings.OIDC_GROUPS_CLAIM)
     if isinstance(value, str):
@@ -146,6 +156,14 @@ class ProviderBackend(OIDCAuthenticationBackend):
     @transaction.atomic
     def _sign_in(issuer: str, subject: str, claims: dict[str, Any]) -> User:
         identity = ExternalIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject).first()
+        if groups_overage(claims):  # refused before anything changes: the role and teams stay as they were
+            logger.warning("OIDC sign-in of %s refused: the provider sent no %r claim, only a reference to fetch it "
+                           "(group overage); its role and teams are left unchanged",
+                           identity.user.username if identity else provider_username(claims), settings.OIDC_GROUPS_CLAIM)
+            raise SignInRefused(
+                f"{settings.OIDC_PROVIDER_NAME} did not send your groups (you are in more groups than its token "
+                "holds), so the portal cannot tell your role. Ask a portal admin: the provider must send only "
+                "the groups assigned to the portal, or its app roles.")
         user = identity.user if identity else first_sign_in(issuer, subject, claims)
         ExternalIdentity.objects.filter(user=user).update(last_login_at=timezone.now())
         if user.is_active:

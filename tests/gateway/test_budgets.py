@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -15,7 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from gateway import budgets
-from gateway.budgets import budget_window
+from gateway.budgets import budget_window, current_window
 from gateway.models import ApiKey
 from gateway.team_services import budget_reset, budget_set, budget_use, team_create
 from sparksim.standalone import EngineHandle
@@ -34,6 +35,18 @@ def test_a_budgets_window_is_the_calendar_day_or_month_of_its_time_zone() -> Non
     assert budget_window("month", datetime(2026, 12, 31, 23, 1, tzinfo=UTC), BERLIN) == (
         "2027-01", datetime(2027, 2, 1, tzinfo=BERLIN))
     assert budget_window("month", datetime(2026, 2, 10, tzinfo=UTC), BERLIN)[1] == datetime(2026, 3, 1, tzinfo=BERLIN)
+
+
+def test_the_hot_paths_window_is_computed_once_per_period_and_zone_and_moves_at_its_end(settings: Any) -> None:
+    day_end = datetime(2026, 12, 3, tzinfo=UTC).timestamp()
+    window = current_window("day", day_end - 3600)
+    assert (window.name, window.resets_at) == ("2026-12-02", datetime(2026, 12, 3, tzinfo=ZoneInfo("UTC")))
+    assert current_window("day", day_end - 1) is window  # the same day: not computed again
+    assert current_window("day", day_end).name == "2026-12-03"  # its end is the next day's start
+    assert current_window("day", day_end - 1).name == "2026-12-02"  # a clock set back: computed again
+    assert current_window("month", day_end).name == "2026-12"
+    settings.GATEWAY_BUDGET_TIME_ZONE = "Asia/Tokyo"
+    assert current_window("day", day_end - 3600).name == "2026-12-03"  # 08:00 there
 
 
 def ask(url: str, secret: str, **body: object) -> httpx.Response:

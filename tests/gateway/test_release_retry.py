@@ -16,8 +16,8 @@ class FlakyScript:
         self.failures = failures
         self.calls: list[dict[str, Any]] = []
 
-    async def __call__(self, *, keys: list[str], args: list[Any]) -> int:
-        self.calls.append({"keys": keys, "args": args})
+    async def __call__(self, *, keys: list[str], args: list[Any], linger: float = 0.0) -> int:
+        self.calls.append({"keys": keys, "args": args, "linger": linger})
         if self.failures:
             raise self.failures.pop(0)
         return 1

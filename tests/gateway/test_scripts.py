@@ -45,6 +45,39 @@ def test_concurrent_calls_each_get_their_own_reply_in_the_urls_database(counter_
     assert redis.Redis.from_url(settings.REDIS_URL).get(counter_key) == b"300"
 
 
+def test_a_lingering_call_leaves_with_the_next_urgent_write_in_order_or_alone_after_its_linger(
+    counter_key: str,
+) -> None:
+    async def scenario() -> tuple[list[object], list[object], int]:
+        pipe = ScriptPipe(settings.REDIS_URL)
+        script = Script(pipe, ECHO)
+        try:
+            await script(keys=[counter_key], args=["connect"])  # 1
+            protocol = pipe._protocol
+            assert protocol is not None
+            writes = 0
+            write = protocol.transport.write  # type: ignore[union-attr]
+
+            def counted(data: bytes) -> None:
+                nonlocal writes
+                writes += 1
+                write(data)
+
+            protocol.transport.write = counted  # type: ignore[union-attr,method-assign]
+            lingering = asyncio.ensure_future(script(keys=[counter_key], args=["later"], linger=30.0))
+            await asyncio.sleep(0)  # its turn: queued, not written
+            assert writes == 0 and not lingering.done()
+            urgent = await script(keys=[counter_key], args=["now"])
+            both = [await lingering, urgent]  # one write, the lingering call first
+            alone = await script(keys=[counter_key], args=["alone"], linger=0.01)  # its linger ends
+            return both, alone, writes
+        finally:
+            pipe.close()
+
+    both, alone, writes = run_async(scenario)
+    assert both == [[b"later", 2], [b"now", 3]] and alone == [b"alone", 4] and writes == 2
+
+
 def test_a_flushed_script_cache_is_refilled_and_a_script_error_is_raised(counter_key: str) -> None:
     async def scenario() -> tuple[object, object]:
         pipe = ScriptPipe(settings.REDIS_URL)

@@ -22,6 +22,7 @@ from core.roles import Role, user_role
 from gateway.models import Team
 from tests.conftest import make_superuser, make_user
 from tests.jobs.test_consumer import in_fresh_loop, socket
+from tests.oidc_provider import OVERAGE
 from tests.oidc_provider.server import CLIENT_SECRET, Provider
 
 GROUP_MAP = {"roles": {"spark-admins": "admin", "ml-leads": "team lead", "staff": "viewer"},
@@ -102,6 +103,28 @@ def test_a_changed_group_changes_role_and_teams_at_the_next_sign_in(sso):
     assert not user.is_superuser  # Django admin stays break-glass for local superusers
     change = AuditEvent.objects.filter(action="user.role", object_id=str(user.pk)).first()
     assert change is not None and change.diff["role"] == ["viewer", "admin"]
+
+
+@pytest.mark.django_db
+def test_a_token_without_its_groups_group_overage_is_refused_and_the_role_and_teams_stay(sso, caplog):
+    """Entra ID's group overage: no `groups` claim, a reference to fetch them instead. Mapping
+    no groups would drop the role and teams without a word: the sign-in is refused instead,
+    logged, and the account is left as the last sign-in made it."""
+    search = Team.objects.create(name="Search")
+    sso.user("yuri", groups=["ml-leads", "search-team"])
+    assert sign_in(Client(), sso, "yuri").status_code == 302
+    sso.user("yuri", groups=["ml-leads", "search-team", OVERAGE])
+    portal = Client()
+    response = sign_in(portal, sso, "yuri")
+    assert response.status_code == 403
+    assert "did not send your groups" in response.content.decode()
+    assert "_auth_user_id" not in portal.session
+    user = User.objects.get(username="yuri")
+    assert user_role(user) is Role.TEAM_LEAD and list(user.teams.all()) == [search]
+    assert "sign-in of yuri refused" in caplog.text and "group overage" in caplog.text
+    sso.user("newcomer", groups=[OVERAGE])  # a first sign-in: no account made without its groups
+    assert sign_in(Client(), sso, "newcomer").status_code == 403
+    assert not User.objects.filter(username="newcomer").exists()
 
 
 @pytest.mark.django_db
