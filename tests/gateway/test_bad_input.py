@@ -106,14 +106,15 @@ BAD_INPUT: list[tuple[str, Any, str, str, str | None]] = [
 
 @pytest.mark.parametrize("case, body, path, code, param", BAD_INPUT, ids=[case[0] for case in BAD_INPUT])
 def test_bad_input_is_refused_at_the_gateway_naming_the_field(
-    gateway: Gateway, qwen_engine: EngineHandle, case: str, body: Any, path: str, code: str, param: str | None
+    unreached_gateway: Gateway, unreached_engine: EngineHandle, case: str, body: Any, path: str, code: str,
+    param: str | None
 ) -> None:
-    response = post(gateway, body, path)
+    response = post(unreached_gateway, body, path)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert (error["code"], error["param"], error["type"]) == (code, param, "invalid_request_error")
     assert error["message"]
-    assert engine_received(qwen_engine, ("/v1/chat/completions", "/v1/completions", "/tokenize")) == []
+    assert engine_received(unreached_engine, ("/v1/chat/completions", "/v1/completions", "/tokenize")) == []
 
 
 def test_unknown_fields_pass_through_and_max_completion_tokens_is_also_sent_as_max_tokens(

@@ -60,17 +60,17 @@ def open_shared_files() -> list[str]:
 
 @pytest.mark.parametrize("case, body, path, code, param", BAD_INPUT, ids=[case[0] for case in BAD_INPUT])
 def test_bad_input_in_a_large_body_gets_the_same_answer(
-    gateway: Gateway, qwen_engine: EngineHandle, large_bodies: None, case: str, body: Any, path: str, code: str,
-    param: str | None,
+    unreached_gateway: Gateway, unreached_engine: EngineHandle, large_bodies: None, case: str, body: Any, path: str,
+    code: str, param: str | None,
 ) -> None:
     raw = orjson.dumps({**body, "x_pad": PAD}) if isinstance(body, dict) else (
         body if isinstance(body, bytes) else orjson.dumps(body)) + b" " * len(PAD)
     assert len(raw) > LARGE
-    response = post(gateway, raw, path)
+    response = post(unreached_gateway, raw, path)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert (error["code"], error["param"], error["type"]) == (code, param, "invalid_request_error")
-    assert engine_received(qwen_engine, ("/v1/chat/completions", "/v1/completions", "/tokenize")) == []
+    assert engine_received(unreached_engine, ("/v1/chat/completions", "/v1/completions", "/tokenize")) == []
 
 
 def test_a_large_body_reaches_the_lane_as_sent_but_for_the_gateways_edits(
