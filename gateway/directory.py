@@ -160,13 +160,20 @@ class KeyCache:
 
     def __init__(self) -> None:
         self._entries: OrderedDict[str, tuple[KeyInfo | None, float]] = OrderedDict()
+        self._drops = 0  # how many invalidations this process has seen
 
     async def get(self, secret_hash: str) -> KeyInfo | None:
         now = time.monotonic()
         entry = self._entries.get(secret_hash)
         if entry is not None and now - entry[1] < settings.GATEWAY_KEY_CACHE_TTL_S:
             return entry[0]
+        drops = self._drops
         info = await db_call(_load_key, secret_hash)
+        if drops != self._drops:
+            # A change (a raised budget, a narrowed key) was announced while this load ran: it
+            # may have read the row from before, so it answers this request but is not kept
+            # for the next ones (kept, the old row would outlive the change by the TTL).
+            return info
         self._entries[secret_hash] = (info, now)
         self._entries.move_to_end(secret_hash)
         while len(self._entries) > self.MAX_ENTRIES:
@@ -174,6 +181,7 @@ class KeyCache:
         return info
 
     def drop(self, key_id: int | None = None) -> None:
+        self._drops += 1
         if key_id is None:
             self._entries.clear()
             return
