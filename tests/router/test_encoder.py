@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +155,51 @@ def test_mixed_lengths_arriving_together_are_all_answered_right(encoder):
     vectors, passes = run_async(scenario)
     assert passes == 3  # the short ones together, the long ones in two of 4: never one batch padded to 256
     assert np.allclose(np.stack(vectors), np.concatenate([encoder.embed(texts[:8]), encoder.embed(texts[8:])]), atol=1e-4)
+
+
+class RecordingEncoder:
+    """An encoder that records each forward pass's texts; the first `held` passes each wait
+    until the test lets them end (what arrives while a pass runs)."""
+
+    class spec:  # noqa: N801 - the encoder's spec, as Encoder.spec
+        max_tokens = 256
+
+    def __init__(self, held: int) -> None:
+        self.passes: list[list[str]] = []
+        self.release = [threading.Event() for _ in range(held)]
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.passes.append(list(texts))
+        if len(self.passes) <= len(self.release):
+            self.release[len(self.passes) - 1].wait(10)
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+
+def test_a_short_query_arriving_during_long_passes_goes_in_the_next_pass_and_long_ones_are_not_starved():
+    """Each pass is planned again from everything waiting: a short question that came while a
+    long batch ran goes next, before the long batches planned before it came (mixed traffic
+    was slower batched than one at a time); a long one passed over twice goes next anyway."""
+    long = [("pasted config line; " * 80) + str(i) for i in range(12)]  # 256 tokens: 4 a pass
+    shorts = [f"What is port {i}?" for i in range(5)]
+    encoder = RecordingEncoder(held=5)
+
+    async def scenario() -> None:
+        batcher = EmbeddingBatcher(encoder, max_batch=32)  # type: ignore[arg-type]
+        waiting = [asyncio.ensure_future(batcher.embed(t)) for t in long]
+        for i, text in enumerate(shorts):  # one short question arrives during each of the first passes
+            while len(encoder.passes) <= i:
+                await asyncio.sleep(0.001)
+            waiting.append(asyncio.ensure_future(batcher.embed(text)))
+            await asyncio.sleep(0.01)  # it is waiting before the pass ends
+            encoder.release[i].set()
+        await asyncio.gather(*waiting)
+        batcher.close()
+
+    run_async(scenario)
+    kinds = ["short" if len(p[0]) < 40 else "long" for p in encoder.passes]
+    assert kinds[:3] == ["long", "short", "long"], kinds  # the short one did not wait for every long batch
+    assert sorted(t for p in encoder.passes for t in p) == sorted(long + shorts)
+    assert all(len(p) <= 4 for p in encoder.passes)
+    # A short question in every pass, yet the long ones are not left to the end: each is
+    # passed over at most twice.
+    assert "long" in kinds[3:5], kinds
