@@ -14,13 +14,18 @@ the gateway sets each request's `priority`), each run through the same arms:
 Behind three uvicorn gateways of 2 workers each: PORTAL_GATEWAY_FAIR_QUEUE=0 ("off"), the fair
 queue without the headroom (PORTAL_GATEWAY_FAIR_RESERVE_SLOTS=0, "bare"), and as shipped (one
 slot kept, "on"). Key A is an interactive agent: one short streamed request every --interval
-s. Key B floods the lane: --flood concurrent 400-token streams, within its limits. Arms, one
-after the other, per lane: A alone (through "on"), then B flooding through off, bare and on.
+s, on its schedule (open loop: a request that waits does not delay the next one's send). Key
+B floods the lane: --flood concurrent 400-token streams, within its limits. Arms, one after
+the other, per lane: A alone (through "on"), then B flooding through off, bare and on, then
+the floor: B with exactly the lane's slots less one, through "bare" (nothing ever queues,
+each request gets its `priority` as through "on": the best any admission that neither
+preempts nor aborts can give A while B uses every other slot, and what that costs B).
 Printed per arm: A's TTFT p50/p95 (first streamed bytes, seen by its client) and how many
 of A's requests waited more than 2 s; B's throughput (answered streams/s and tokens/s
 while A ran); the engine's preemptions during the arm. Then the gateway's added latency at
-one client, fair queue off vs on: a lane of --slots slots on perf/gateway_overhead.py's fast
-upstream, one client, plain requests, batches alternating between the two gateways (p50 of each)."""
+one client, fair queue off vs on: fresh gateways of one worker each (off, on, and on again:
+the A/A control), a lane of --slots slots on perf/gateway_overhead.py's fast upstream, one
+client, plain requests, the gateways taken in turn request by request (p50 of each)."""
 
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perf.gateway_drive import Result, drive, free_port, wait_port  # noqa: E402
+from perf.gateway_drive import BODY, Result, free_port, wait_port  # noqa: E402
 from perf.replicas_affinity import print_table, setup_django, start_gateway, stop  # noqa: E402
 
 MODEL = "Qwen/Qwen3.8-27B-FP8"
@@ -98,7 +103,8 @@ async def stream_once(session: Any, url: str, model: str, secret: str, max_token
     return (first - started if first else None), chunks
 
 
-async def arm(gateway: str, model: str, agent: str, flooder: str | None, args: argparse.Namespace) -> dict[str, Any]:
+async def arm(gateway: str, model: str, agent: str, flooder: str | None, streams: int,
+              args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
 
     url = f"{gateway}/v1/chat/completions"
@@ -119,18 +125,25 @@ async def arm(gateway: str, model: str, agent: str, flooder: str | None, args: a
                 if not stop_flood.is_set():
                     flood_done, flood_tokens = flood_done + 1, flood_tokens + chunks
 
-        flooders = [asyncio.create_task(flood(n)) for n in range(args.flood if flooder else 0)]
+        flooders = [asyncio.create_task(flood(n)) for n in range(streams if flooder else 0)]
         if flooders:
             await asyncio.sleep(args.warmup)  # the lane full and its queue built up
-        began = time.perf_counter()
-        for n in range(args.requests):
-            next_at = time.perf_counter() + args.interval
+        async def agent_request(n: int) -> None:
+            nonlocal errors
             ttft, _ = await stream_once(session, url, model, agent, 16, f"agent {n}: a short answer")
             if ttft is None:
                 errors += 1
             else:
                 ttfts.append(ttft)
-            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+
+        # A sends on its own schedule, whether or not its last answer came (open loop: a
+        # request that waits long does not delay the next one's send, nor hide its wait).
+        began = time.perf_counter()
+        sent: list[asyncio.Task[None]] = []
+        for n in range(args.requests):
+            sent.append(asyncio.create_task(agent_request(n)))
+            await asyncio.sleep(max(0.0, began + (n + 1) * args.interval - time.perf_counter()))
+        await asyncio.gather(*sent)
         wall = time.perf_counter() - began
         stop_flood.set()
         for task in flooders:
@@ -142,20 +155,41 @@ async def arm(gateway: str, model: str, agent: str, flooder: str | None, args: a
 
 
 async def one_client(urls: dict[str, str], secret: str, rounds: int, per_round: int) -> dict[str, list[float]]:
-    auth = {"authorization": f"Bearer {secret}"}
+    """Seconds per plain request, one client, the gateways taken in turn request by request
+    (each its own kept-alive connection), so every gateway sees the same moments of the
+    machine; the order within a turn rotates."""
+    import aiohttp
+
+    body = json.dumps({**BODY, "stream": False}).encode()
+    headers = {"authorization": f"Bearer {secret}", "content-type": "application/json"}
     out: dict[str, list[float]] = {name: [] for name in urls}
-    for url in urls.values():  # warm up both
-        await drive(url, auth, stream=False, concurrency=1, requests=200)
-    for _ in range(rounds):
-        for name, url in urls.items():
-            out[name] += (await drive(url, auth, stream=False, concurrency=1, requests=per_round)).latencies
+    sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for name in urls}
+    try:
+        async def once(name: str) -> float:
+            started = time.perf_counter()
+            async with sessions[name].post(urls[name], data=body, headers=headers) as response:
+                await response.read()
+                assert response.status == 200, response.status
+            return time.perf_counter() - started
+
+        names = list(urls)
+        for _ in range(200):  # warm up every gateway
+            for name in names:
+                await once(name)
+        for turn in range(rounds * per_round):
+            shift = turn % len(names)
+            for name in names[shift:] + names[:shift]:
+                out[name].append(await once(name))
+    finally:
+        for session in sessions.values():
+            await session.close()
     return out
 
 
 def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--time-scale", type=float, default=0.25)
+    parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--requests", type=int, default=30, help="A's requests per arm")
     parser.add_argument("--interval", type=float, default=2.0, help="s between A's requests")
     parser.add_argument("--flood", type=int, default=40, help="B's concurrent streams")
@@ -206,15 +240,27 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, list[
                     "PORTAL_GATEWAY_FAIR_RESERVE_SLOTS": "0" if name == "bare" else "1"}))
             urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for shape in args.shapes:
-                for label, gateway, flood in (("A alone", "on", None), ("flood, fairness off", "off", flooder),
-                                              ("flood, fair queue, no headroom", "bare", flooder),
-                                              ("flood, fair queue", "on", flooder)):
+                capacity = 4 if shape == "seqs" else (args.kv_gateway_slots or args.kv_seqs)
+                for label, gateway, flood, streams in (
+                        ("A alone", "on", None, 0), ("flood, fairness off", "off", flooder, args.flood),
+                        ("flood, fair queue, no headroom", "bare", flooder, args.flood),
+                        ("flood, fair queue", "on", flooder, args.flood),
+                        (f"floor: B at {capacity - 1} streams, no queue", "bare", flooder, capacity - 1)):
                     before = preemptions(engines[shape].url)
-                    figures = asyncio.run(arm(urls[gateway], SERVED[shape], agent, flood, args))
+                    figures = asyncio.run(arm(urls[gateway], SERVED[shape], agent, flood, streams, args))
                     rows.append({"lane": shape, "arm": label, **figures, "load": round(os.getloadavg()[0], 1),
                                  "preempted": int(preemptions(engines[shape].url) - before)})
-            latencies = asyncio.run(one_client({name: f"{urls[name]}/v1/chat/completions" for name in ("off", "on")},
-                                               flooder, args.rounds, 300))
+                    print(json.dumps(rows[-1]), flush=True)
+            # Fresh gateways of one worker each for the one-client part (not the ones that just
+            # relayed a flood): fair queue off, on, and on again (the A/A control: what the
+            # method reads between two identical gateways).
+            stop(processes[1:])
+            del processes[1:]
+            single = {"off": free_port(), "on": free_port(), "on again": free_port()}
+            for name, port in single.items():
+                processes.append(start_gateway(port, 1, {**env, "PORTAL_GATEWAY_FAIR_QUEUE": "0" if name == "off" else "1"}))
+            latencies = asyncio.run(one_client({name: f"http://127.0.0.1:{port}/v1/chat/completions"
+                                                for name, port in single.items()}, flooder, args.rounds, 300))
         finally:
             stop(processes)
             for engine in engines.values():
@@ -230,14 +276,17 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], latencies: dict
           f"{args.flood_tokens}-token streams")
     print_table(rows)
     for shape in args.shapes:
-        alone, off, bare, on = (row for row in rows if row["lane"] == shape)
+        alone, off, bare, on, floor = (row for row in rows if row["lane"] == shape)
         print(f"{shape}: A's TTFT p95 under flood / alone: off {off['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
               f"no headroom {bare['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, "
-              f"on {on['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x; B's tok/s / off: no headroom "
-              f"{bare['B_tok_s'] / off['B_tok_s']:.3f}, on {on['B_tok_s'] / off['B_tok_s']:.3f}")
+              f"on {on['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x, floor "
+              f"{floor['A_ttft_p95_ms'] / alone['A_ttft_p95_ms']:.2f}x; B's tok/s / off: no headroom "
+              f"{bare['B_tok_s'] / off['B_tok_s']:.3f}, on {on['B_tok_s'] / off['B_tok_s']:.3f}, floor "
+              f"{floor['B_tok_s'] / off['B_tok_s']:.3f}")
     p50 = {name: Result.ms(values, 0.5) for name, values in latencies.items()}
-    print(f"One client, plain requests ({len(latencies['on'])} each, alternating batches): p50 off "
-          f"{p50['off']:.3f} ms, on {p50['on']:.3f} ms, difference {p50['on'] - p50['off']:+.3f} ms")
+    print(f"One client, plain requests ({len(latencies['on'])} each, the gateways in turn): p50 off "
+          f"{p50['off']:.3f} ms, on {p50['on']:.3f} ms, difference {p50['on'] - p50['off']:+.3f} ms; "
+          f"A/A control (on again - on) {p50['on again'] - p50['on']:+.3f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps({"arms": rows, "one_client_p50_ms": p50}, indent=2))
 
