@@ -20,6 +20,8 @@ the other, per lane: A alone (through "on"), then B flooding through off, bare a
 the floor: B with exactly the lane's slots less one, through "bare" (nothing ever queues,
 each request gets its `priority` as through "on": the best any admission that neither
 preempts nor aborts can give A while B uses every other slot, and what that costs B).
+A flood's first --warmup s (12) are not counted: A's requests in them are sent, B's streams
+that end in them are not counted, so each arm measures its steady state.
 Printed per arm: A's TTFT p50/p95 (first streamed bytes, seen by its client) and how many
 of A's requests waited more than 2 s; B's throughput (answered streams/s and tokens/s
 while A ran); the engine's preemptions during the arm. Then the gateway's added latency at
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -114,6 +117,8 @@ async def arm(gateway: str, model: str, agent: str, flooder: str | None, streams
     timeout = aiohttp.ClientTimeout(total=900)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
 
+        measuring = False  # after the warmup: what A and B get in the steady state
+
         async def flood(n: int) -> None:
             nonlocal flood_done, flood_tokens, errors
             while not stop_flood.is_set():
@@ -122,27 +127,32 @@ async def arm(gateway: str, model: str, agent: str, flooder: str | None, streams
                 if ttft is None:
                     errors += 1
                     continue
-                if not stop_flood.is_set():
+                if measuring and not stop_flood.is_set():
                     flood_done, flood_tokens = flood_done + 1, flood_tokens + chunks
 
-        flooders = [asyncio.create_task(flood(n)) for n in range(streams if flooder else 0)]
-        if flooders:
-            await asyncio.sleep(args.warmup)  # the lane full and its queue built up
-        async def agent_request(n: int) -> None:
+        async def agent_request(n: int, counted: bool) -> None:
             nonlocal errors
             ttft, _ = await stream_once(session, url, model, agent, 16, f"agent {n}: a short answer")
             if ttft is None:
                 errors += 1
-            else:
+            elif counted:
                 ttfts.append(ttft)
 
-        # A sends on its own schedule, whether or not its last answer came (open loop: a
-        # request that waits long does not delay the next one's send, nor hide its wait).
-        began = time.perf_counter()
+        # A sends on its own schedule from the start, whether or not its last answer came
+        # (open loop: a request that waits long does not delay the next one's send, nor hide
+        # its wait); with a flood, its requests of the warmup (the lane filling, B's queue
+        # building, A becoming an active flow) are sent but not counted, nor are B's streams
+        # that end in it.
+        flooders = [asyncio.create_task(flood(n)) for n in range(streams if flooder else 0)]
+        warmup = math.ceil(args.warmup / args.interval) if flooders else 0
+        start = time.perf_counter()
         sent: list[asyncio.Task[None]] = []
-        for n in range(args.requests):
-            sent.append(asyncio.create_task(agent_request(n)))
-            await asyncio.sleep(max(0.0, began + (n + 1) * args.interval - time.perf_counter()))
+        began = start
+        for n in range(warmup + args.requests):
+            if n == warmup:
+                measuring, began = True, time.perf_counter()
+            sent.append(asyncio.create_task(agent_request(n, counted=n >= warmup)))
+            await asyncio.sleep(max(0.0, start + (n + 1) * args.interval - time.perf_counter()))
         await asyncio.gather(*sent)
         wall = time.perf_counter() - began
         stop_flood.set()
@@ -194,7 +204,7 @@ def options() -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=2.0, help="s between A's requests")
     parser.add_argument("--flood", type=int, default=40, help="B's concurrent streams")
     parser.add_argument("--flood-tokens", type=int, default=400)
-    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--warmup", type=float, default=12.0, help="s of flood before A and B are counted")
     parser.add_argument("--kv-seqs", type=int, default=16, help="the kv lane's max_num_seqs")
     parser.add_argument("--kv-tokens", type=int, default=2560, help="the kv lane's KV cache, in tokens")
     parser.add_argument("--kv-gateway-slots", type=int, help="the kv lane's gateway slots (default: its max_num_seqs)")
