@@ -30,7 +30,7 @@ from gateway.budgets import budget_call
 from gateway.capture import stored_prompt
 from gateway.choose import RouteDecision, choose_lane
 from gateway.directory import KeyInfo, LaneInfo
-from gateway.fair import PRIORITY_HEADER, request_class
+from gateway.fair import PRIORITY_HEADER, flow_of, request_class
 from gateway.guard import check_context
 from gateway.http import (
     Receive,
@@ -100,8 +100,8 @@ def large_body_limit() -> int:
 
 async def read_request_body(scope: Scope, receive: Receive, limit: int, holding: Holding) -> bytes | SharedBody:
     """A body that announces a large length goes straight into shared memory (when it can).
-    A large body counts in the process's held bytes (HELD) from before its first byte when
-    its length is announced, else as it grows."""
+    A large body counts in the process's held bytes (HELD, its key's or team's share) from
+    before its first byte when its length is announced, else as it grows."""
     rate = settings.GATEWAY_LARGE_BODY_BYTES_PER_S
     if declared_large(scope):
         declared = int(header(scope, b"content-length") or 0)
@@ -113,12 +113,14 @@ async def read_request_body(scope: Scope, receive: Receive, limit: int, holding:
                            grow=holding.grow_to)
 
 
-async def parse_body(raw: bytes | SharedBody, endpoint: str, key: KeyInfo) -> ParsedRequest:
-    """Parsed and validated here, or (a large body) in a worker process: gateway.large, gateway.large_pool."""
+async def parse_body(raw: bytes | SharedBody, endpoint: str, key: KeyInfo, flow: str) -> ParsedRequest:
+    """Parsed and validated here, or (a large body) in a worker process: gateway.large,
+    gateway.large_pool (a place of the pool's, `flow`'s share)."""
     if isinstance(raw, bytes) and len(raw) <= settings.GATEWAY_LARGE_BODY_BYTES:
         return parse_request(raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N)
     inspection = await POOL.inspect(
-        raw, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N, affinity_messages=settings.ROUTER_AFFINITY_MESSAGES,
+        raw, flow=flow, endpoint=endpoint, max_n=settings.GATEWAY_MAX_N,
+        affinity_messages=settings.ROUTER_AFFINITY_MESSAGES,
         want_prompt=key.log_prompts, workers=settings.GATEWAY_LARGE_BODY_WORKERS,
         queue=settings.GATEWAY_LARGE_BODY_QUEUE, niceness=settings.GATEWAY_LARGE_BODY_NICENESS)
     return request_of(inspection, raw)
@@ -134,15 +136,18 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
     outcome = Outcome(request_id=new_request_id(), started=time.perf_counter())
     key: KeyInfo | None = None
     request: ParsedRequest | None = None
-    holding = HELD.hold(settings.GATEWAY_LARGE_BODY_HELD_MAX_BYTES)
+    holding: Holding | None = None
     try:
         body_limit = settings.GATEWAY_MAX_BODY_BYTES
         check_declared_length(scope, body_limit)
         key = await authenticate(rt, scope)
-        if declared_large(scope) and POOL.full(large_body_limit()):
+        # Both bounds on large bodies are shared per key, or team (gateway.large_pool.admits).
+        flow = flow_of(key)[0]
+        if declared_large(scope) and POOL.full(large_body_limit(), flow):
             raise busy_error()  # before reading a byte of it
+        holding = HELD.hold(settings.GATEWAY_LARGE_BODY_HELD_MAX_BYTES, flow, largest=body_limit)
         body = await read_request_body(scope, receive, body_limit, holding)
-        request = await parse_body(body, endpoint, key)
+        request = await parse_body(body, endpoint, key, flow)
         outcome.priority = request_class(key, header(scope, PRIORITY_HEADER.encode()))
         raw = body if isinstance(body, bytes) else b""  # a large body is in request.large
         del body
@@ -173,7 +178,8 @@ async def handle_completion(scope: Scope, receive: Receive, send: Send, *, endpo
         with contextlib.suppress(Exception):  # the answer may already have started
             await send_error(send, failure, outcome.headers())
     finally:
-        holding.release()  # the body is answered (a mirror replay keeps its own bound: LARGE_MIRRORS)
+        if holding is not None:
+            holding.release()  # the body is answered (a mirror replay keeps its own bound: LARGE_MIRRORS)
         # A refused key is counted too (a row without key, never the secret it sent).
         if key is not None or outcome.status == 401:
             finish(rt, key, request, endpoint, outcome)

@@ -87,13 +87,15 @@ class LargeBodyState:
 
 @pytest.fixture(autouse=True)
 def large_body_state() -> Iterator[LargeBodyState]:
-    """gateway.large_pool's HELD and POOL, gateway.shared_files' SHARED_FILES and
-    gateway.pace's PACE are per process, shared by every test of a pytest worker: each test
-    starts from a fresh state, and afterwards everything its bodies took must have been
-    given back (the requests have ended: the server fixtures stop first), then the state is
-    reset for the next. The pool's worker processes stay (they keep nothing between bodies,
-    and take a while to spawn)."""
+    """gateway.large_pool's HELD and POOL (with what each key holds of them),
+    gateway.shared_files' SHARED_FILES and gateway.pace's PACE are per process, shared by
+    every test of a pytest worker: each test starts from a fresh state, and afterwards
+    everything its bodies took must have been given back (the requests have ended: the
+    server fixtures stop first), then the state is reset for the next. The pool's worker
+    processes stay (they keep nothing between bodies, and take a while to spawn)."""
     POOL.pending, HELD.held, PACE.paid_until = 0, 0, 0.0
+    POOL.flows.clear()
+    HELD.flows.clear()
     files_before = set(shared_files())
     original, shared.SHARED_FILES = shared.SHARED_FILES, shared.SharedFiles()
     state = LargeBodyState(shared.SHARED_FILES)
@@ -101,6 +103,7 @@ def large_body_state() -> Iterator[LargeBodyState]:
         yield state
         wait_for(lambda: POOL.pending == state.simulated, timeout=30, what="the pool's bodies to finish")
         wait_for(lambda: HELD.held == 0, timeout=30, what="every large body's held bytes to be given back")
+        assert not POOL.flows.held and not HELD.flows.held  # and every key's share of them
         # Bodies still referenced (a mirror replay ending, a caught error's traceback) come
         # back to `files` later, a cycle's at a collection: closed, it removes them as they do.
         # The collection only when some are left: with the whole suite imported it costs
@@ -113,6 +116,8 @@ def large_body_state() -> Iterator[LargeBodyState]:
         state.files.close()
         shared.SHARED_FILES = original
         POOL.pending, HELD.held, PACE.paid_until = 0, 0, 0.0
+        POOL.flows.clear()
+        HELD.flows.clear()
 
 
 @pytest.fixture
