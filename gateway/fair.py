@@ -88,11 +88,19 @@ def request_class(key: KeyInfo, asked: bytes | None) -> str:
 
 
 def engine_priority(klass: str, held: int = 0, active: int = 1, slots: int = 1) -> int:
-    """vLLM's `priority` (lower first) for a lane in priority mode: interactive 0, batch 2, and
-    one more for a flow holding over its equal share of the replica's slots (a flooder): the
-    engine then orders its own queue, and picks whom to preempt under KV pressure, the same way."""
-    over = active > 1 and held > math.ceil(slots / active)
-    return (0 if klass == INTERACTIVE else 2) + (1 if over else 0)
+    """vLLM's `priority` (lower first) for a lane in priority mode: interactive 0, batch 2; while
+    other flows are active, one more for a flow holding over its equal share of the replica's
+    slots (a flooder), and an interactive one one less (-1) within it. The engine then orders
+    its own queue, and picks whom to preempt under KV pressure, the same way. A request's
+    priority is fixed when it is sent: the -1 puts a light key's request ahead of the streams a
+    flooder started while it was alone (0 then), which the engine would otherwise serve first
+    from its waiting queue (older, same priority) and preempt after the light one (newer)."""
+    base = 0 if klass == INTERACTIVE else 2
+    if active <= 1:
+        return base
+    if held > math.ceil(slots / active):
+        return base + 1
+    return base - 1 if klass == INTERACTIVE and held <= slots // active else base
 
 
 def retry_after_s(waiting: int, slots: int, mean_slot_ms: float) -> int:

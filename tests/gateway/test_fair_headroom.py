@@ -93,5 +93,9 @@ def test_a_lane_in_priority_mode_gets_the_gateways_priority_a_client_may_only_lo
 def test_a_flow_over_its_equal_share_gets_a_worse_engine_priority() -> None:
     assert engine_priority(INTERACTIVE) == 0 and engine_priority(BATCH) == 2
     assert engine_priority(INTERACTIVE, held=3, active=2, slots=4) == 1  # over 4 / 2
-    assert engine_priority(INTERACTIVE, held=2, active=2, slots=4) == 0
+    # Within its share while another flow is active: ahead of what a flooder started alone (0).
+    assert engine_priority(INTERACTIVE, held=2, active=2, slots=4) == -1
+    assert engine_priority(INTERACTIVE, held=1, active=2, slots=4) == -1
+    assert engine_priority(INTERACTIVE, held=1, active=1, slots=4) == 0  # alone: 0, as before others came
+    assert engine_priority(BATCH, held=1, active=2, slots=4) == 2  # batch never goes ahead of interactive's 0
     assert engine_priority(BATCH, held=4, active=1, slots=4) == 2  # alone: its share is the lane

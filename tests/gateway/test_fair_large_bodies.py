@@ -56,7 +56,9 @@ def test_a_large_body_waits_its_fair_turn_and_is_ranked_like_a_small_one(
     assert all(answer.status_code == 200 for answer in answers), [a.text[:200] for a in answers]
     assert tags_received(ranked)[:2] == ["B0", "L"]  # the single request went next
     received = {body["messages"][0]["content"]: body for body in engine_received(ranked)}
-    assert received["L"]["priority"] == 0 and received["L"]["x_pad"] == PAD  # not raised; the rest as sent
+    # The gateway's own priority, not the client's -5: a light key within its share while the
+    # flooder is active (gateway.fair.engine_priority); the rest as sent.
+    assert received["L"]["priority"] == -1 and received["L"]["x_pad"] == PAD
 
     # Its class and a client's lower priority, as on the small path.
     assert ask_large(workers.urls[0], agent, "LB", headers={"x-spark-priority": "batch"}).status_code == 200
