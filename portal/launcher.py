@@ -24,6 +24,7 @@ from core.http import http_client
 from lanes.demo_cluster import demo_cluster_down
 
 ROOT = Path(__file__).resolve().parent.parent
+WORKER_LOGS = {"jobs": "worker", "periodic": "periodic-worker"}  # each worker role's process (and log) name
 
 
 class Launcher:
@@ -33,6 +34,7 @@ class Launcher:
         self.var = Path(os.environ.get("PORTAL_VAR_DIR", ROOT / "var"))
         self.logs = self.var / "log"
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.log_starts: dict[str, int] = {}  # each log's size when its process was spawned (logs are appended)
         self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="portal.settings", PYTHONUNBUFFERED="1")
         # The benchmark job's gateway target is this portal: on another port than the default,
         # "through the gateway" levels went to whatever answered on 8080.
@@ -43,6 +45,7 @@ class Launcher:
     def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115  (closed with the process)
+        self.log_starts[name] = log.tell()
         proc = subprocess.Popen(
             argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -105,14 +108,31 @@ class Launcher:
             time.sleep(0.3)
         raise SystemExit(f"the portal did not become healthy at {url}: see {self.logs}/web.log")
 
+    def logged_since_spawn(self, name: str, text: str) -> bool:
+        try:
+            with (self.logs / f"{name}.log").open("rb") as log:
+                log.seek(self.log_starts.get(name, 0))
+                return text.encode() in log.read()
+        except OSError:
+            return False
+
     def wait_worker(self, role: str, timeout: float = 60) -> None:
-        """Healthcheck of a worker process: it answers a ping (`python -m portal.workers ping ROLE`)."""
+        """Healthcheck of a worker process: it answers a ping (`python -m portal.workers ping ROLE`).
+        The first ping waits for the worker's "ready." line: a ping broadcast before the worker
+        listens is lost, and the ping then waits out its whole 5 s timeout before the next one."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        log = WORKER_LOGS[role]
+        while not self.logged_since_spawn(log, " ready.") and time.monotonic() < deadline:
+            if any(name == log and proc.poll() is not None for name, proc in self.children):
+                break  # it exited: the ping below reports it
+            time.sleep(0.1)
+        while True:
             ping = subprocess.run([sys.executable, "-m", "portal.workers", "ping", role], cwd=ROOT, env=self.env,
                                   capture_output=True)
             if ping.returncode == 0:
                 return
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.5)
         raise SystemExit(f"the {role} worker did not answer a ping: see {self.logs}")
 
@@ -148,8 +168,8 @@ class Launcher:
         self.spawn("web", self.web_argv())
         # Every lane not stopped shows "checking" until the health watcher has probed it.
         self.manage("lanes_checking")
-        self.spawn("worker", [python, "-m", "portal.workers", "jobs"])
-        self.spawn("periodic-worker", [python, "-m", "portal.workers", "periodic"])
+        self.spawn(WORKER_LOGS["jobs"], [python, "-m", "portal.workers", "jobs"])
+        self.spawn(WORKER_LOGS["periodic"], [python, "-m", "portal.workers", "periodic"])
         self.spawn("beat", [python, "-m", "celery", "-A", "portal", "beat", "-l", "info",
                             "-s", str(self.var / "celerybeat-schedule")])
         self.wait_healthy()
