@@ -22,16 +22,25 @@ CANCEL_AGAIN_S = 0.5
 
 
 async def cancel_until_done(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancels the reads until they have ended, even when this is cancelled meanwhile (a server
+    or a test loop cancelling the consumer while it ends): the cancel is kept for after, since
+    a read left pending here may swallow the one cancel its loop's shutdown sends it."""
     for task in tasks:
         task.cancel()
     pending = set(tasks)
+    cancelled = False
     while pending:
-        _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        try:
+            _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        except asyncio.CancelledError:
+            cancelled = True
         for task in pending:
             task.cancel()  # the last cancel was swallowed: ask again
     for task in tasks:
         if not task.cancelled():
             task.exception()  # retrieved: a read that failed as it ended is not logged as unretrieved
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def dispatch_until_stopped(readers: list[Callable[[], Awaitable[Any]]],

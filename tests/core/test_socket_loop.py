@@ -10,7 +10,7 @@ import contextlib
 from channels.exceptions import StopConsumer
 from channels.utils import await_many_dispatch
 
-from core.socket_loop import dispatch_until_stopped
+from core.socket_loop import cancel_until_done, dispatch_until_stopped
 
 
 def stubborn_reader(ended: list[str]):
@@ -56,3 +56,18 @@ async def test_channels_own_loop_waits_on_such_a_read() -> None:
     """The defect this loop replaces (if channels fixes it, this test says so)."""
     stopped, _ = await ends_within(await_many_dispatch, 2)
     assert not stopped
+
+
+async def test_a_consumer_cancelled_while_it_ends_still_ends_its_read() -> None:
+    """A test loop's teardown (or a server's) cancels the consumer once, while it is still
+    cancelling its stubborn read: the read still ends, and the cancel comes after (a read left
+    pending swallowed the teardown's one cancel, and the teardown waited for ever: 600 s once)."""
+    ended: list[str] = []
+    read = asyncio.ensure_future(stubborn_reader(ended)())
+    await asyncio.sleep(0)  # the read has started
+    ending = asyncio.ensure_future(cancel_until_done([read]))
+    await asyncio.sleep(0.05)  # its first cancel swallowed, it waits to ask again
+    ending.cancel()
+    done, _ = await asyncio.wait([ending], timeout=5)
+    assert done and ending.cancelled()
+    assert read.done() and ended == ["read"]
