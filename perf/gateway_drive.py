@@ -85,15 +85,18 @@ class Result:
 
 
 async def drive(url: str, headers: dict[str, str], *, stream: bool, concurrency: int, requests: int,
-                template: dict[str, Any] | None = None) -> Result:
-    """`requests` requests of `template` (BODY by default), `concurrency` at a time."""
+                template: dict[str, Any] | None = None, session: Any = None) -> Result:
+    """`requests` requests of `template` (BODY by default), `concurrency` at a time; on the
+    caller's aiohttp `session` (its kept-alive connections) when given, else on its own."""
     import aiohttp
 
     result = Result()
     body = json.dumps({**(template or BODY), "stream": stream}).encode()
     remaining = requests
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    own = session is None
+    if own:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=False))
+    try:
 
         async def one() -> None:
             started = time.perf_counter()
@@ -130,6 +133,9 @@ async def drive(url: str, headers: dict[str, str], *, stream: bool, concurrency:
         begin = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         result.elapsed = time.perf_counter() - begin
+    finally:
+        if own:
+            await session.close()
     return result
 
 

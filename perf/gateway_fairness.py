@@ -46,12 +46,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perf.gateway_drive import BODY, Result, free_port, wait_port  # noqa: E402
+from perf.gateway_drive import Result, drive, free_port, wait_port  # noqa: E402
 from perf.replicas_affinity import print_table, setup_django, start_gateway, stop  # noqa: E402
 
 MODEL = "Qwen/Qwen3.8-27B-FP8"
 KV_TOKENS_PER_GIB = 32768  # sparksim's qwen profile (docs/sparksim.md)
 SHAPES = ("seqs", "kv")
+SEQS_SLOTS = 4  # the seqs lane's --max-num-seqs: the issue's lane
 SERVED = {"seqs": "fair-bench", "kv": "fair-kv"}
 
 
@@ -65,7 +66,7 @@ def prepare(ports: dict[str, int], fast_port: int, slots: int, kv_seqs: int, kv_
     ApiKey.objects.filter(name__startswith="fair-bench").delete()
     Lane.objects.filter(name__in=["fbench", "fkv", "bench"]).delete()
     Node.objects.filter(name__startswith="fbench").delete()
-    for name, port, served, seqs, context in (("fbench", ports["seqs"], SERVED["seqs"], 4, 32768),
+    for name, port, served, seqs, context in (("fbench", ports["seqs"], SERVED["seqs"], SEQS_SLOTS, 32768),
                                               ("fkv", ports["kv"], SERVED["kv"], kv_seqs, 1024),
                                               ("bench", fast_port, "bench", slots, 32768)):
         lane = Lane.objects.create(name=name, model_id=f"sparksim/{name}", served_model_name=served,
@@ -170,17 +171,14 @@ async def one_client(urls: dict[str, str], secret: str, rounds: int, per_round: 
     machine; the order within a turn rotates."""
     import aiohttp
 
-    body = json.dumps({**BODY, "stream": False}).encode()
-    headers = {"authorization": f"Bearer {secret}", "content-type": "application/json"}
+    headers = {"authorization": f"Bearer {secret}"}
     out: dict[str, list[float]] = {name: [] for name in urls}
     sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for name in urls}
     try:
         async def once(name: str) -> float:
-            started = time.perf_counter()
-            async with sessions[name].post(urls[name], data=body, headers=headers) as response:
-                await response.read()
-                assert response.status == 200, response.status
-            return time.perf_counter() - started
+            result = await drive(urls[name], headers, stream=False, concurrency=1, requests=1, session=sessions[name])
+            assert not result.errors, f"{name}: a request failed"
+            return result.latencies[0]
 
         names = list(urls)
         for _ in range(200):  # warm up every gateway
@@ -222,7 +220,7 @@ def start_engines(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     from sparksim.standalone import start_engine
 
     kv_bytes = args.kv_tokens * 1024 ** 3 // KV_TOKENS_PER_GIB
-    return {"seqs": start_engine(MODEL, tmp / "seqs.log", "--served-model-name", SERVED["seqs"], "--max-num-seqs", "4",
+    return {"seqs": start_engine(MODEL, tmp / "seqs.log", "--served-model-name", SERVED["seqs"], "--max-num-seqs", str(SEQS_SLOTS),
                                  "--scheduling-policy", "priority", time_scale=args.time_scale),
             "kv": start_engine(MODEL, tmp / "kv.log", "--served-model-name", SERVED["kv"],
                                "--max-num-seqs", str(args.kv_seqs), "--kv-cache-memory-bytes", str(kv_bytes),
@@ -250,7 +248,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, list[
                     "PORTAL_GATEWAY_FAIR_RESERVE_SLOTS": "0" if name == "bare" else "1"}))
             urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for shape in args.shapes:
-                capacity = 4 if shape == "seqs" else (args.kv_gateway_slots or args.kv_seqs)
+                capacity = SEQS_SLOTS if shape == "seqs" else (args.kv_gateway_slots or args.kv_seqs)
                 for label, gateway, flood, streams in (
                         ("A alone", "on", None, 0), ("flood, fairness off", "off", flooder, args.flood),
                         ("flood, fair queue, no headroom", "bare", flooder, args.flood),
