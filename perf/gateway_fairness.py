@@ -212,7 +212,7 @@ def options() -> argparse.Namespace:
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.quick:
-        args.requests, args.interval, args.warmup, args.rounds = 12, 1.0, 3.0, 4
+        args.requests, args.interval, args.warmup, args.rounds = 12, 1.0, 8.0, 4  # the warmup: two of B's streams at time scale 1
     return args
 
 
