@@ -7,13 +7,19 @@ lease). A request that finds the replica full, or others already waiting, waits 
 replica's queue instead of piling onto the engine (whose own queue is first come, first
 served: whoever sends most gets the lane).
 
-Order of the queue: start-time fair queueing (Goyal et al.) over flows — a flow is an API
-key (`flow_of`: the hook where a team's share goes). Each request of a flow of weight w
-gets a start tag max(V, the flow's last finish) and the flow's finish moves on by 1/w; V is
-the start tag of the latest request given a slot. A key that sent one request is tagged at
-V and goes ahead of a flooder's queue, tagged V+1, V+2…; two flooding keys of weights 2:1
-get slots 2:1. Classes: `interactive` before `batch`; a batch request that has waited
-GATEWAY_FAIR_BATCH_AGING_S goes next whatever waits (aging: never starved).
+Order of the queue: virtual counters over flows (VTC, Sheng et al., as start-time fair
+queueing orders packets) — a flow is an API key, or its team (`flow_of`). Each flow counts
+the work it was given ÷ its weight; a free slot goes to the waiting flow of the lowest
+count (inside a team, to its key of the lowest count; inside a key, first come first
+served). Work is slot time: a request is charged its key's mean slot time when it gets a
+slot and set right by the time it really held when it gives it back (a slot unused, or a
+place in the queue, costs nothing). A flow with nothing queued is lifted to V, the count of
+the latest flow given a slot: it builds no credit while idle, and its request goes ahead of
+a flooder's queue. So a key that sent one request goes next beside a key with 40 queued, so
+does a key that sends short requests often beside a key of long streams, and two flooding
+keys of weights 2:1 get slot time 2:1. Classes: `interactive` before `batch`; a batch
+request that has waited GATEWAY_FAIR_BATCH_AGING_S gives its class the next turn whatever
+waits (aging: never starved).
 
 Bounded and honest: a queue longer than GATEWAY_FAIR_MAX_QUEUE, or a wait longer than
 GATEWAY_FAIR_MAX_WAIT_S, is answered 503 `server_busy` with `retry-after` from the queue
