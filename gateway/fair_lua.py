@@ -27,7 +27,7 @@ changed atomically by every web worker."""
 # flow's next request starts at once. Flows that all have requests queued share every slot.
 COMMON_LUA = """
 local RESERVE, ACTIVE_MS = 0, 0
-local HOUR = 3600000
+local KEEP_MS = 7200000  -- a queue's keys outlive the longest wait (GATEWAY_FAIR_MAX_WAIT_S ≤ 1 h)
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -98,7 +98,7 @@ local function grant(rid, flow, key, weight, key_weight, now, lease)
   set_key_counter(flow, key, ck + cost / tonumber(key_weight))
   redis.call('HSET', KEYS[9], rid, flow, '#c:' .. rid, table.concat({flow, weight, cost, key, key_weight}, ' '))
   redis.call('ZADD', KEYS[1], now + lease, rid)
-  redis.call('PEXPIRE', KEYS[6], HOUR)
+  redis.call('PEXPIRE', KEYS[6], KEEP_MS)
 end
 -- A request's charge set right when its slot (or a slot it never used) is given back: the
 -- counters move by the slot time it held instead of the one it was charged; a slot held updates
@@ -217,12 +217,12 @@ local rq, kq, fl = requests_q(key, class), keys_q(flow, class), flows_q(class)
 redis.call('ZADD', rq, redis.call('HINCRBY', KEYS[8], 'seq', 1), rid)  -- first come, first served inside a key
 redis.call('ZADD', kq, 'NX', counter('_s:' .. key), key)
 redis.call('ZADD', fl, 'NX', counter(flow), flow)
-for _, q in ipairs({rq, kq, fl}) do redis.call('PEXPIRE', q, HOUR) end
+for _, q in ipairs({rq, kq, fl}) do redis.call('PEXPIRE', q, KEEP_MS) end
 redis.call('ZADD', class == 'b' and KEYS[3] or KEYS[2], now, rid)
 redis.call('ZADD', KEYS[4], now, rid)
 redis.call('ZADD', KEYS[5], now + tonumber(ARGV[9]), rid)
 redis.call('HSET', KEYS[7], rid, ARGV[8])
-redis.call('PEXPIRE', KEYS[6], HOUR)
+redis.call('PEXPIRE', KEYS[6], KEEP_MS)
 -- A slot kept free for this flow (the headroom) is its own at once.
 dispatch(now, cap, lease, tonumber(ARGV[10]))
 if redis.call('ZSCORE', KEYS[1], rid) then return reply(1, 0, flow) end
