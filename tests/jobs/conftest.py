@@ -1,6 +1,7 @@
 """Jobs fixtures: a sparksim cluster per test (own directory, own 127.0.0.x range per
-xdist worker), a real OpenSSH server per simulated Spark, nodes and lanes in the database,
-and a dispatcher that records queued jobs instead of sending them to a worker."""
+xdist worker), a real OpenSSH server per simulated Spark (started once per session and
+address, `sshd_pool`), nodes and lanes in the database, and a dispatcher that records
+queued jobs instead of sending them to a worker."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from sparksim.host.faults import apply_fault
 from sparksim.host.node import NodeInfo, load_node
 from sparksim.host.storage import seed_placeholder_model
 from tests.conftest import free_port
-from tests.jobs.sshd import SshdServer, client_keypair, start_sshd
+from tests.jobs.sshd import SshdPool, SshdServer, client_keypair, start_sshd
 from tests.lanes.seed_configs import base_config
 
 IMAGE = "ghcr.io/eugr/spark-vllm-b12x@sha256:" + "4f" * 32
@@ -76,11 +77,17 @@ def sim_root(tmp_path: Path) -> Iterator[Path]:
     cluster_down(root)
 
 
-def make_sim_cluster(root: Path, names: list[str], transport: str, tmp_path: Path) -> SimCluster:
+def make_sim_cluster(root: Path, names: list[str], transport: str, tmp_path: Path,
+                     pool: SshdPool | None = None) -> SimCluster:
+    """With `pool`, the nodes are reached through its servers (kept for the session: the
+    caller stops nothing); without, through servers of their own that the caller stops."""
     infos = cluster_up(root, names, base_address=base_address(), time_scale=TIME_SCALE)
     servers: list[SshdServer] = []
     private_key = ""
-    if transport == "ssh":
+    if transport == "ssh" and pool is not None:
+        private_key = pool.client_private_key
+        servers = [pool.server(info.address) for info in infos]
+    elif transport == "ssh":
         private_key, public_key = client_keypair(tmp_path / "client")
         for info in infos:
             servers.append(start_sshd(tmp_path / f"sshd-{info.name}", info.address,
@@ -98,12 +105,17 @@ def make_sim_cluster(root: Path, names: list[str], transport: str, tmp_path: Pat
     return SimCluster(root, infos, nodes, servers, private_key)
 
 
+@pytest.fixture(scope="session")
+def sshd_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdPool]:
+    """The session's OpenSSH servers, one per simulated address, each with its host key."""
+    pool = SshdPool(tmp_path_factory.mktemp("sshd"), free_port)
+    yield pool
+    pool.stop()
+
+
 @pytest.fixture
-def ssh_cluster(db: None, sim_root: Path, tmp_path: Path) -> Iterator[SimCluster]:
-    cluster = make_sim_cluster(sim_root, ["spark1", "spark2", "spark3"], "ssh", tmp_path)
-    yield cluster
-    for server in cluster.servers:
-        server.stop()
+def ssh_cluster(db: None, sim_root: Path, tmp_path: Path, sshd_pool: SshdPool) -> SimCluster:
+    return make_sim_cluster(sim_root, ["spark1", "spark2", "spark3"], "ssh", tmp_path, pool=sshd_pool)
 
 
 @pytest.fixture
