@@ -51,7 +51,8 @@ def invalidation_channel() -> str:
 
 
 # A replica's fair queue (gateway.fair): its held slots, its two queues (interactive, batch),
-# when each waiter came, their heartbeats, the flows' tags, the waiters' wake channels, stats.
+# when each waiter came, their heartbeats, the flows' counters, the waiters' wake channels, stats
+# (the queues of flows, keys and requests live under the slots key: gateway/fair_lua.py).
 FAIR_PARTS = ("slots", "qi", "qb", "since", "beat", "tags", "wake", "stats", "flows", "active")
 
 

@@ -80,7 +80,7 @@ def test_inside_a_team_its_keys_take_the_teams_turns_by_their_own_weights() -> N
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     keys = fair_keys("teamlane", 0)
-    client.delete(*keys, *client.keys(f"{keys[0]}:tq:*"))
+    client.delete(*keys, *client.keys(f"{keys[0]}:*"))
 
     def take(rid: str, key: str, weight: int) -> int:
         reply = client.eval(TAKE_LUA, len(keys), *keys, rid, "t1", 1, "i", 1, 60_000, 100, "nobody", 60_000,
@@ -96,4 +96,4 @@ def test_inside_a_team_its_keys_take_the_teams_turns_by_their_own_weights() -> N
         holder = client.zrange(keys[0], 0, -1)[0].decode()
         order.append(holder[0])
     assert order.count("a") == 4 and order.count("b") == 2, order  # 2:1
-    client.delete(*keys, *client.keys(f"{keys[0]}:tq:*"))
+    client.delete(*keys, *client.keys(f"{keys[0]}:*"))
