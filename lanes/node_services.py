@@ -200,6 +200,15 @@ def node_record_network_report(*, node: Node, report: Mapping[str, Any]) -> Node
     return node
 
 
+def node_network_payload(node: Node) -> dict[str, Any] | None:
+    """The `node.network` event of its saved report (a network check's, broadcast as it is
+    saved and sent again in every socket's snapshot), None for a node never checked."""
+    report = node.network_report or {}
+    if not report:
+        return None
+    return {"name": node.name, "verdict": report.get("verdict"), "checked_at": report.get("checked_at")}
+
+
 def node_state_payload(node: Node) -> dict[str, Any]:
     return {"name": node.name, "state": node.state,
             "last_seen": node.last_seen.isoformat() if node.last_seen else None}

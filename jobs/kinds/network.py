@@ -24,7 +24,12 @@ from jobs.models import JobStep, StepState
 from jobs.runner import JobContext, JobFailed
 from jobs.transports import TransportError
 from lanes.models import Node, NodeState
-from lanes.node_services import node_record_captured_host_key, node_record_network_report, node_set_state
+from lanes.node_services import (
+    node_network_payload,
+    node_record_captured_host_key,
+    node_record_network_report,
+    node_set_state,
+)
 
 
 def job_nodes(ctx: JobContext) -> list[Node]:
@@ -151,8 +156,7 @@ def _save_reports(ctx: JobContext, nodes: list[Node], probe_steps: list[JobStep]
         node = next(n for n in nodes if n.name == name)
         node_record_network_report(node=node, report=report)
         node_set_state(node=node, state=NodeState.ONLINE, last_seen=checked_at)
-        broadcast(DASHBOARD_GROUP, "node.network", {"name": name, "verdict": report["verdict"],
-                                                       "checked_at": report["checked_at"]})
+        broadcast(DASHBOARD_GROUP, "node.network", node_network_payload(node))
         ctx.log(f"report saved: verdict {report['verdict']}, eth_if {report['eth_if'] or '-'}, "
                 f"fabric_ip {report['fabric_ip'] or '-'}, ib_hca {','.join(report['ib_hca']) or '-'}, "
                 f"GID index {report['gid_index']}", node=name)

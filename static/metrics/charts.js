@@ -55,14 +55,20 @@
     box.dataset.events = String(body.events.length);
     box.dataset.loaded = range;
   }
+  // A window the user chose is kept in the URL once it loads, even when a live event's
+  // refetch (which remembers nothing itself) overtakes its request: `remembering` outlives it.
+  let remembering = false;
   function load(remember) {
     const mine = ++generation;
+    if (remember) remembering = true;
     return fetch(url(), { credentials: "same-origin" }).then(function (r) {
       return r.json().then(function (body) {
         if (mine !== generation) return;  // a newer request is on its way
+        const keep = remembering;
+        remembering = false;
         if (!r.ok) { showError(body.detail); box.dataset.loaded = "error"; return; }
         clearError();
-        if (remember) {  // the URL first: a page marked loaded already shows its window's address
+        if (keep) {  // the URL first: a page marked loaded already shows its window's address
           const q = range === "custom" ? "?from=" + encodeURIComponent(custom.from) + "&to=" + encodeURIComponent(custom.to) : (range === "15m" ? "" : "?range=" + range);
           history.replaceState(null, "", location.pathname + q);
         }

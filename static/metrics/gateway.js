@@ -40,21 +40,27 @@
     fromInput.classList.toggle("is-invalid", (e.loc || [])[1] === "from");
     toInput.classList.toggle("is-invalid", (e.loc || [])[1] === "to");
   }
+  // A window the user chose is kept in the URL once it loads, even when a live event's
+  // refetch (which remembers nothing itself) overtakes its request: `remembering` outlives it.
+  let remembering = false;
   function load(remember) {
     const mine = ++generation;
+    if (remember) remembering = true;
     const q = custom ? "?from=" + encodeURIComponent(custom.from) + "&to=" + encodeURIComponent(custom.to) : "";
     return fetch("/api/gateway/traffic" + q, { credentials: "same-origin" }).then(function (r) {
       return r.json().then(function (body) {
         if (mine !== generation) return;
+        const keepUrl = remembering;
+        remembering = false;
         if (!r.ok) { showError(body.detail); canvas.dataset.loaded = "error"; return; }
         errorBox.hidden = true; fromInput.classList.remove("is-invalid"); toInput.classList.remove("is-invalid");
-        draw(body);
-        if (remember) {
+        if (keepUrl) {  // the URL first: a page marked loaded already shows its window's address
           const keep = new URLSearchParams(location.search);
           keep.delete("from"); keep.delete("to");
           if (custom) { keep.set("from", custom.from); keep.set("to", custom.to); }
           history.replaceState(null, "", location.pathname + (keep.toString() ? "?" + keep : ""));
         }
+        draw(body);
       });
     });
   }

@@ -122,6 +122,33 @@ def test_a_custom_window_is_checked_kept_in_the_url_and_restored(asgi_server: An
     assert parse_qs(page.evaluate("location.search")[1:]) == {"range": ["6h"]}
 
 
+def test_a_chosen_window_is_kept_in_the_url_when_a_live_refetch_overtakes_it(
+        asgi_server: Any, page: Any, viewer_user: Any, qwen_history: dict[str, Any]) -> None:
+    """A live event refetches the window (remembering nothing itself): if it overtakes the
+    request of a range the user just chose, that range is still put in the URL."""
+    browser_login(page, asgi_server.url, viewer_user.username)
+    page.goto(f"{asgi_server.url}/monitor/lanes/qwen/")
+    page.wait_for_selector("#live-status[data-state=open]")
+    page.wait_for_selector("#charts[data-loaded='15m']")
+    held: list[Any] = []
+
+    def hold_the_first(route: Any) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route("**/api/metrics/series/lane/qwen?range=6h", hold_the_first)
+    page.click("#ranges button[data-range='6h']")
+    page.wait_for_function("document.querySelector(\"#ranges button[data-range='6h']\").classList.contains('active')")
+    _in_thread(lambda: lane_set_observed_state(lane=qwen_history["lane"], state="degraded",
+                                               reason="RDMA fell back to TCP", source="watchdog"))
+    page.wait_for_selector("#charts[data-loaded='6h']")  # the event's refetch, the click's still held
+    assert len(held) == 1
+    assert parse_qs(page.evaluate("location.search")[1:]) == {"range": ["6h"]}
+    held[0].continue_()
+
+
 def test_the_gateway_chart_marks_every_lanes_events(asgi_server: Any, page: Any, admin_user: Any,
                                                     qwen_history: dict[str, Any]) -> None:
     key = ApiKey.objects.create(name="agents", prefix="sk-spark-ab", secret_hash="y" * 64)

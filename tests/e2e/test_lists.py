@@ -7,9 +7,11 @@ import threading
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from core.broadcast import DASHBOARD_GROUP, broadcast
 from lanes.models import Lane, LaneNode, Node
+from lanes.node_services import node_network_payload, node_record_network_report
 from tests.conftest import browser_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -49,8 +51,16 @@ def test_nodes_list_search_and_filters(asgi_server: Any, page: Any, viewer_user:
     assert _visible_rows(page, "#nodes", "node") == []
 
     page.wait_for_selector("#live-status[data-state=open]")
-    sender = threading.Thread(target=broadcast, args=(
-        DASHBOARD_GROUP, "node.network", {"name": "spark3", "verdict": "ok", "checked_at": "2026-11-30T20:01:02Z"}))
+
+    def check_saved() -> None:  # as the network check does: saved first, then broadcast
+        try:
+            node = node_record_network_report(node=Node.objects.get(name="spark3"),
+                                              report={"verdict": "ok", "checked_at": "2026-11-30T20:01:02Z"})
+            broadcast(DASHBOARD_GROUP, "node.network", node_network_payload(node))
+        finally:
+            connection.close()
+
+    sender = threading.Thread(target=check_saved)
     sender.start()
     sender.join()
     page.wait_for_selector("#nodes tr[data-node='spark3'] .network-verdict:text-is('ok')")

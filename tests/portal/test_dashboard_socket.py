@@ -51,12 +51,14 @@ async def test_viewer_receives_hello_then_broadcasts(viewer_user):
 
 
 async def test_each_connect_sends_the_current_state_stamped_before_it_was_read(viewer_user):
-    """A page that (re)connects is told every lane's state and drift, every node's state and the
-    recent jobs as of now, as the live events it handles, stamped when the read began: what
+    """A page that (re)connects is told every lane's state and drift, every node's state and
+    network verdict, and the recent jobs as of now, as the live events it handles, stamped when the read began: what
     changed while its socket was down is shown, and a live message older than it is dropped."""
     def create() -> None:
         lane = Lane.objects.create(name="qwen", max_model_len=4096, observed_state=LaneState.CHECKING, desired_state="serving")
-        Node.objects.create(name="spark-1", address="127.0.0.11", transport="local", state=NodeState.ONLINE)
+        Node.objects.create(name="spark-1", address="127.0.0.11", transport="local", state=NodeState.ONLINE,
+                            network_report={"verdict": "degraded", "checked_at": "2026-12-01T10:00:00Z"})
+        Node.objects.create(name="spark-2", address="127.0.0.12", transport="local", state=NodeState.ONLINE)
         Job.objects.create(kind=JobKind.STATUS, lane=lane, params={"nodes": []})
 
     await database_sync_to_async(create)()
@@ -64,14 +66,18 @@ async def test_each_connect_sends_the_current_state_stamped_before_it_was_read(v
     before = time.time()
     assert (await ws.connect(timeout=30))[0]
     assert (await ws.receive_json_from(timeout=30))["event"] == "hello"
-    seen = {}
-    while set(seen) != {"lane.state", "lane.drift", "node.state", "job.state"}:
+    seen: dict = {}
+    networks = []
+    while set(seen) != {"lane.state", "lane.drift", "node.state", "node.network", "job.state"}:
         message = await ws.receive_json_from(timeout=30)
         assert message["snapshot"] is True and before <= message["at"] <= time.time()
         seen[message["event"]] = message["data"]
+        networks += [message["data"]] if message["event"] == "node.network" else []
     assert seen["lane.state"]["observed_state"] == "checking"
     assert seen["lane.drift"] == {"name": "qwen", "running": None, "latest": 0, "drifted": False, "job": None, "changes": []}
     assert seen["node.state"]["state"] == "online" and seen["job.state"]["lane"] == "qwen"
+    # The network verdict a check saved while the socket was down; a node never checked has none.
+    assert networks == [{"name": "spark-1", "verdict": "degraded", "checked_at": "2026-12-01T10:00:00Z"}]
     await ws.disconnect(timeout=30)
 
 
