@@ -10,6 +10,7 @@
   const MAX_POINTS = { "15m": 180, "6h": 360, "7d": 168 };
   const fromInput = document.getElementById("range-from"), toInput = document.getElementById("range-to");
   const errorBox = document.getElementById("range-error");
+  const inputs = SparkMetrics.windowInputs(fromInput, toInput);
   const query = new URLSearchParams(location.search);
   let range = query.get("from") || query.get("to") ? "custom" : (MAX_POINTS[query.get("range")] ? query.get("range") : "15m");
   let custom = range === "custom" ? { from: query.get("from") || "", to: query.get("to") || "" } : null;
@@ -18,6 +19,11 @@
   // the live end of the chart keeps the same time scale as its history. The server says
   // the bucket (bucket_s) of what it sent.
   let bucketS = 0, lastBucket = null, inBucket = 0, generation = 0;
+  // The last ticks seen: a history fetched while ticks arrive (a live event's refetch) holds
+  // the samples stored when the server read it, so the ticks it lacks are put back onto it once
+  // drawn, and a tick it already holds is not drawn twice.
+  const RECENT_TICKS = 30;
+  const recent = [];
   const charts = Array.from(box.querySelectorAll("canvas")).map(function (canvas) {
     const series = canvas.dataset.series.split(",");
     return { series: series, chart: SparkMetrics.lineChart(canvas, series, labels) };
@@ -51,7 +57,11 @@
     });
     const last = times.length ? times[times.length - 1] : null;
     lastBucket = last; inBucket = last === null ? 0 : 1;
-    if (range !== "custom") { fromInput.value = body.from.slice(0, 16); toInput.value = body.to.slice(0, 16); }
+    if (range !== "custom") { inputs.show(body.from, body.to); }
+    if (range !== "custom") {  // raw points: each tick after the last drawn; means: each after the read
+      const until = Date.parse(body.to);
+      recent.forEach(function (r) { if (!bucketS || Date.parse(r.at) > until) follow(r.entry, r.at); });
+    }
     box.dataset.events = String(body.events.length);
     box.dataset.loaded = range;
   }
@@ -77,7 +87,7 @@
     });
   }
   document.querySelectorAll("#ranges button[data-range]").forEach(function (button) {
-    button.addEventListener("click", function () { range = button.dataset.range; custom = null; markActive(); load(true); });
+    button.addEventListener("click", function () { range = button.dataset.range; custom = null; inputs.presetChosen(); markActive(); load(true); });
   });
   document.getElementById("range-custom").addEventListener("submit", function (e) {
     e.preventDefault();
@@ -105,9 +115,21 @@
     const badge = document.getElementById("target-state");
     badge.textContent = entry.state; badge.className = "badge state state-" + entry.state;
     document.getElementById("scrape-error").textContent = entry.scraped && entry.ok === false ? "scrape failed: " + entry.error : "";
-    if (!entry.scraped || !entry.ok || range === "custom") { return; }  // a custom window is fixed: it does not follow
+    if (!entry.scraped || !entry.ok) { return; }
+    recent.push({ entry: entry, at: msg.data.at });
+    if (recent.length > RECENT_TICKS) recent.shift();
+    if (range === "custom") { return; }  // a custom window is fixed: it does not follow
+    follow(entry, msg.data.at);
+    box.dataset.ticks = String(Number(box.dataset.ticks || 0) + 1);  // followed: drawn now, or held by the history drawn
+  }, function () {
+    if (opened) load(false);  // a reconnect: what changed while the socket was down
+    opened = true;
+  });
+  // One tick onto the charts, unless the drawn history already holds it.
+  function follow(entry, at) {
     const size = bucketS;
-    const bucket = size ? Math.floor(Date.parse(msg.data.at) / 1000 / size) * size * 1000 : null;
+    if (!size && lastBucket !== null && Date.parse(at) <= lastBucket) { return; }
+    const bucket = size ? Math.floor(Date.parse(at) / 1000 / size) * size * 1000 : null;
     if (size && bucket === lastBucket) {
       charts.forEach(function (c) {
         c.chart.data.datasets.forEach(function (ds, i) {
@@ -120,15 +142,12 @@
       });
       inBucket += 1;
     } else {
-      const at = size ? new Date(bucket).toISOString() : msg.data.at;
+      const start = size ? new Date(bucket).toISOString() : at;
       charts.forEach(function (c) {
-        SparkMetrics.push(c.chart, label(at), c.series.map(function (s) { return entry.figures[s]; }), MAX_POINTS[range], Date.parse(at));
+        SparkMetrics.push(c.chart, label(start), c.series.map(function (s) { return entry.figures[s]; }), MAX_POINTS[range], Date.parse(start));
       });
-      if (size) { lastBucket = bucket; inBucket = 1; }
+      lastBucket = size ? bucket : Date.parse(at);
+      if (size) { inBucket = 1; }
     }
-    box.dataset.ticks = String(Number(box.dataset.ticks || 0) + 1);
-  }, function () {
-    if (opened) load(false);  // a reconnect: what changed while the socket was down
-    opened = true;
-  });
+  }
 })();

@@ -13,6 +13,7 @@
                                    title: { display: true, text: "ms" } };
   chart.options.scales.y = { beginAtZero: true, title: { display: true, text: "requests/min" } };
   const fromInput = document.getElementById("range-from"), toInput = document.getElementById("range-to");
+  const inputs = SparkMetrics.windowInputs(fromInput, toInput);
   const errorBox = document.getElementById("range-error"), title = document.getElementById("traffic-title");
   const query = new URLSearchParams(location.search);
   let custom = query.get("from") || query.get("to") ? { from: query.get("from") || "", to: query.get("to") || "" } : null;
@@ -29,7 +30,7 @@
     title.textContent = body.range === "custom"
       ? "Traffic, errors and the slowest request per " + (bucketS >= 3600 ? "hour" : "minute") + ", " + body.from.slice(0, 16).replace("T", " ") + " – " + body.to.slice(0, 16).replace("T", " ") + " UTC"
       : "Traffic, errors and the slowest request per minute, last hour (follows every scrape)";
-    if (body.range !== "custom") { fromInput.value = body.from.slice(0, 16); toInput.value = body.to.slice(0, 16); }
+    if (body.range !== "custom") { inputs.show(body.from, body.to); }
     document.querySelectorAll("#ranges button[data-range]").forEach(function (b) { b.classList.toggle("active", body.range !== "custom"); });
     canvas.dataset.events = String(body.events.length);
     canvas.dataset.loaded = body.range;
@@ -67,7 +68,7 @@
   document.getElementById("range-custom").addEventListener("submit", function (e) {
     e.preventDefault(); custom = { from: fromInput.value, to: toInput.value }; load(true);
   });
-  document.querySelector("#ranges button[data-range='1h']").addEventListener("click", function () { custom = null; load(true); });
+  document.querySelector("#ranges button[data-range='1h']").addEventListener("click", function () { custom = null; inputs.presetChosen(); load(true); });
   if (custom) { fromInput.value = custom.from.slice(0, 16); toInput.value = custom.to.slice(0, 16); load(false); } else draw(first);
   function follow(points) {
     if (custom) return;  // a custom window is fixed

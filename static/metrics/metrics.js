@@ -149,6 +149,17 @@ window.SparkMetrics = (function () {
     const problem = card.querySelector(".scrape-error");
     if (problem) { problem.textContent = entry.scraped && entry.ok === false ? "scrape failed: " + entry.error : ""; }
   }
-  return { format: format, figureText: figureText, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart,
+  // A chart page's custom-window inputs: they show the window drawn (a preset's from and to)
+  // until the user types in them, so a live refetch's draw never overwrites what is being
+  // typed; choosing a preset range hands them back to the drawn window.
+  function windowInputs(fromInput, toInput) {
+    let edited = false;
+    [fromInput, toInput].forEach(function (input) { input.addEventListener("input", function () { edited = true; }); });
+    return {
+      show: function (from, to) { if (!edited) { fromInput.value = from.slice(0, 16); toInput.value = to.slice(0, 16); } },
+      presetChosen: function () { edited = false; },
+    };
+  }
+  return { format: format, figureText: figureText, windowInputs: windowInputs, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart,
            updateCard: updateCard, setTimeline: setTimeline };
 })();

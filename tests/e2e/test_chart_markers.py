@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from core.broadcast import DASHBOARD_GROUP, broadcast
 from gateway.models import ApiKey, RequestLog
 from jobs.models import Job
 from lanes.lane_states import lane_set_observed_state
@@ -147,6 +148,68 @@ def test_a_chosen_window_is_kept_in_the_url_when_a_live_refetch_overtakes_it(
     assert len(held) == 1
     assert parse_qs(page.evaluate("location.search")[1:]) == {"range": ["6h"]}
     held[0].continue_()
+
+
+def test_a_refetch_that_lacks_the_latest_tick_keeps_it_and_none_is_drawn_twice(
+        asgi_server: Any, page: Any, viewer_user: Any, qwen_history: dict[str, Any]) -> None:
+    """A live event refetches the history while ticks arrive: a history read before the last
+    tick was stored gets that tick put back, and one that holds it does not draw it twice."""
+    browser_login(page, asgi_server.url, viewer_user.username)
+    page.goto(f"{asgi_server.url}/monitor/lanes/qwen/")
+    page.wait_for_selector("#live-status[data-state=open]")
+    page.wait_for_selector("#charts[data-loaded='15m'][data-events='1']")
+    labels = "Chart.getChart(document.querySelector('#charts canvas')).data.labels.length"
+    loaded = int(page.evaluate(labels))
+    held: list[Any] = []
+
+    def read_now_answer_later(route: Any) -> None:  # the first refetch only
+        if held:
+            route.continue_()
+        else:
+            held.append((route, route.fetch()))
+
+    page.route("**/api/metrics/series/lane/qwen?range=15m", read_now_answer_later)
+    lane = qwen_history["lane"]
+    _in_thread(lambda: lane_set_observed_state(lane=lane, state="degraded", reason="slow", source="watchdog"))
+    while not held:  # the event's refetch, read before the tick below
+        page.wait_for_timeout(50)
+
+    def scraped() -> None:  # as a scrape does: the sample stored, then the tick broadcast
+        at = timezone.now()
+        samples_store(at=at, lanes={"qwen": {"gen_tps": 99.0}}, nodes={})
+        broadcast(DASHBOARD_GROUP, "metrics.tick", {"at": at.isoformat(), "lanes": {"qwen": {
+            "state": "degraded", "scraped": True, "ok": True, "error": "", "figures": {"gen_tps": 99.0}}}, "nodes": {}})
+
+    _in_thread(scraped)
+    page.wait_for_selector("#charts[data-ticks='1']")
+    assert int(page.evaluate(labels)) == loaded + 1
+    route, answer = held[0]
+    route.fulfill(response=answer)
+    page.wait_for_selector("#charts[data-events='2']")  # drawn: the degraded marker
+    assert int(page.evaluate(labels)) == loaded + 1  # the tick put back onto the older history
+    assert page.evaluate("Chart.getChart(document.querySelector('#charts canvas')).data.datasets[0].data.at(-1)") == 99
+
+    _in_thread(lambda: lane_set_observed_state(lane=lane, state="serving", reason="", source="watchdog"))
+    page.wait_for_selector("#charts[data-events='3']")  # a history that holds the tick
+    assert int(page.evaluate(labels)) == loaded + 1
+
+
+def test_what_is_typed_in_the_window_inputs_outlives_a_live_refetch(
+        asgi_server: Any, page: Any, viewer_user: Any, qwen_history: dict[str, Any]) -> None:
+    browser_login(page, asgi_server.url, viewer_user.username)
+    page.goto(f"{asgi_server.url}/monitor/lanes/qwen/")
+    page.wait_for_selector("#live-status[data-state=open]")
+    page.wait_for_selector("#charts[data-loaded='15m'][data-events='1']")
+    typed = [(qwen_history["now"] - timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M") for m in (40, 30)]
+    page.fill("#range-from", typed[0])
+    page.fill("#range-to", typed[1])
+    _in_thread(lambda: lane_set_observed_state(lane=qwen_history["lane"], state="degraded", reason="slow",
+                                               source="watchdog"))
+    page.wait_for_selector("#charts[data-events='2']")  # the event's refetch drawn
+    assert [page.input_value("#range-from"), page.input_value("#range-to")] == typed
+    page.click("#ranges button[data-range='6h']")  # a preset: the inputs show its window again
+    page.wait_for_selector("#charts[data-loaded='6h']")
+    assert page.input_value("#range-from") < typed[0] and page.input_value("#range-to") > typed[1]
 
 
 def test_the_gateway_chart_marks_every_lanes_events(asgi_server: Any, page: Any, admin_user: Any,
