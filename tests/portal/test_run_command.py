@@ -1,5 +1,6 @@
 """The run command end to end: embedded SQLite + Redis, web/worker/beat as separate
-processes, the printed login works, and Ctrl+C leaves no process behind."""
+processes, the printed login works, a restart finds its engines gone, and Ctrl+C or SIGTERM
+leaves no process behind."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import httpx
 import psutil
 
 from tests.conftest import free_port, wait_for
+from tests.portal.proc_tree import Proc, cmdline, descendants, kill_left, running
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,45 +35,6 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
         if proc.pid != os.getpid() and (text in cmdline or environ.get("PORTAL_VAR_DIR") == text):
             found.append(proc)
     return found
-
-
-def test_run_command_serves_login_and_dashboard_then_stops_cleanly(tmp_path):
-    var = tmp_path / "var"
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "PYTEST_XDIST_WORKER"}}
-    env.update(PORTAL_VAR_DIR=str(var), PORTAL_PORT=str(port), PORTAL_EMBEDDED_REDIS_PORT=str(free_port()),
-               PORTAL_WORKER_CONCURRENCY="1", PORTAL_REDIS_PREFIX="runcmd")
-    proc = subprocess.Popen([sys.executable, "-m", "portal.launcher"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
-    reader.start()
-    try:
-        banner = wait_for(lambda: next((line for line in lines if "Login:" in line), None), timeout=120,
-                          what="the run command's banner")
-        username, password = re.search(r"Login: (\S+) / (\S+)", banner).groups()
-        assert any(f"http://127.0.0.1:{port}/" in line for line in lines)
-        names = {p.name() for p in psutil.Process(proc.pid).children(recursive=True)}
-        assert any("redis-server" in name for name in names), names
-
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", follow_redirects=False, timeout=10) as client:
-            login_page = client.get("/accounts/login/")
-            assert login_page.status_code == 200
-            token = client.cookies["csrftoken"]
-            response = client.post("/accounts/login/", data={"username": username, "password": password,
-                                                             "csrfmiddlewaretoken": token})
-            assert response.status_code == 302, response.text[:500]
-            dashboard = client.get("/")
-            assert dashboard.status_code == 200
-            assert "Dashboard" in dashboard.text
-            assert client.get("/healthz").json()["status"] == "ok"
-        assert (var / "portal.sqlite3").exists()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-    assert proc.returncode == 0, "".join(lines[-30:])
-    leftovers = wait_for(lambda: not processes_mentioning(str(var)), timeout=15, what="every process to exit")
-    assert leftovers
 
 
 class RunCommand:
@@ -109,24 +72,30 @@ class RunCommand:
         assert self.proc.returncode == 0, "".join(self.lines[-30:])
 
 
-def test_after_a_restart_with_the_engines_gone_a_serving_lane_is_checked_then_failed(tmp_path):
+def test_the_run_command_serves_restarts_on_the_same_var_and_stops_on_ctrl_c_and_sigterm(tmp_path):
+    """Two launches, as a user runs them (each takes ~25 s: one test, not three). The first prints
+    a URL and a login that work, runs its embedded Redis and SQLite, launches a lane, and Ctrl+C
+    stops it all (exit 0, no process left). The second, on the same var/, finds the engines gone
+    with the first: the lane the database says is serving is checked, then failed; SIGTERM stops
+    every process it started (exit 0)."""
     var = tmp_path / "var"
     env = {"PORTAL_WORKER_CONCURRENCY": "1", "PORTAL_SIM_TIME_SCALE": "0.05", "PORTAL_LANES_WATCH_INTERVAL_S": "1"}
     run = RunCommand(var, **env)
     try:
-        login = run.start()
-        with contextlib.closing(run.client(*login)) as client:
-            launched = client.post("/api/jobs/lanes/qwen/launch", json={},
-                                   headers={"X-CSRFToken": client.cookies["csrftoken"]})
-            assert launched.status_code == 201, launched.text
-            wait_for(lambda: client.get("/api/lanes/qwen").json()["observed_state"] == "serving", timeout=120,
-                     interval=0.5, what="qwen serving")
+        _serves_its_login_and_a_lane(run)
+        assert (var / "portal.sqlite3").exists()
     finally:
         run.stop()  # Ctrl+C: the simulated engines go with it; the database still says serving
+    assert wait_for(lambda: not processes_mentioning(str(var)), timeout=15, what="every process to exit")
 
     again = RunCommand(var, **env)
+    children: set[Proc] = set()
     try:
         login = again.start()
+        children = descendants(again.proc.pid)
+        commands = " | ".join(cmdline(pid) for pid, _ in children)
+        assert "redis-server" in commands and "uvicorn" in commands and "portal.workers" in commands, commands
+        assert "multiprocessing.spawn" in commands  # the web's large-body pool, started by its lifespan
         with contextlib.closing(again.client(*login)) as client:
             lane = wait_for(lambda: (body := client.get("/api/lanes/qwen").json())["observed_state"] == "failed"
                             and body, timeout=60, interval=0.5, what="qwen failed after the restart")
@@ -134,8 +103,39 @@ def test_after_a_restart_with_the_engines_gone_a_serving_lane_is_checked_then_fa
             assert client.get("/api/lanes/deepseek").json()["observed_state"] == "stopped"  # never launched
             events = client.get("/lanes/qwen/").text
             assert "serving → checking" in events and "checking → failed" in events  # the state history
+        again.proc.send_signal(signal.SIGTERM)
+        again.proc.wait(timeout=90)
+        assert again.proc.returncode == 0, "".join(again.lines[-30:])
+        wait_for(lambda: not any(running(child) for child in children), timeout=30, what="every child to exit")
+        assert not processes_mentioning(str(var))
     finally:
-        again.stop()
+        if again.proc.poll() is None:
+            again.proc.kill()
+        kill_left(children | descendants(again.proc.pid))
+    _the_restart_is_in_the_audit(var)
+
+
+def _serves_its_login_and_a_lane(run: RunCommand) -> None:
+    username, password = run.start()
+    assert any(f"http://127.0.0.1:{run.port}/" in line for line in run.lines)
+    names = {p.name() for p in psutil.Process(run.proc.pid).children(recursive=True)}
+    assert any("redis-server" in name for name in names), names
+    with httpx.Client(base_url=f"http://127.0.0.1:{run.port}", follow_redirects=False, timeout=10) as client:
+        assert client.get("/accounts/login/").status_code == 200
+        response = client.post("/accounts/login/", data={"username": username, "password": password,
+                                                         "csrfmiddlewaretoken": client.cookies["csrftoken"]})
+        assert response.status_code == 302, response.text[:500]
+        dashboard = client.get("/")
+        assert dashboard.status_code == 200 and "Dashboard" in dashboard.text
+        assert client.get("/healthz").json()["status"] == "ok"
+        launched = client.post("/api/jobs/lanes/qwen/launch", json={},
+                               headers={"X-CSRFToken": client.cookies["csrftoken"]})
+        assert launched.status_code == 201, launched.text
+        wait_for(lambda: client.get("/api/lanes/qwen").json()["observed_state"] == "serving", timeout=120,
+                 interval=0.5, what="qwen serving")
+
+
+def _the_restart_is_in_the_audit(var: Path) -> None:
     with sqlite3.connect(var / "portal.sqlite3") as db:
         history = db.execute("SELECT diff FROM portal_auditevent WHERE action = 'lane.state' AND object_repr = 'qwen'"
                              " ORDER BY id").fetchall()
@@ -143,5 +143,3 @@ def test_after_a_restart_with_the_engines_gone_a_serving_lane_is_checked_then_fa
     assert states[-2:] == [["serving", "checking"], ["checking", "failed"]], states
     assert "the portal started" in json.loads(history[-2][0])["reason"][1]
     assert "health watcher" in json.loads(history[-1][0])["seen_by"][1]
-    leftovers = wait_for(lambda: not processes_mentioning(str(var)), timeout=15, what="every process to exit")
-    assert leftovers

@@ -8,7 +8,6 @@ kept with its start time, so a pid the kernel reuses is never taken for a surviv
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -24,68 +23,12 @@ from core.roles import Role
 from tests.conftest import WorkerProcesses, free_port, make_user, wait_for
 from tests.gateway.conftest import create_key, make_lane
 from tests.gateway.upstreams import CountingUpstream
+from tests.portal.proc_tree import Proc, cmdline, descendants, kill_left, present, processes, running
 from tests.portal.processes import CeleryProcesses, web_answers
 from tests.portal.test_run_command import RunCommand, processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[2]
 LARGE = 1024  # PORTAL_GATEWAY_LARGE_BODY_BYTES here: the posted body goes to the pool
-Proc = tuple[int, int]  # (pid, start time in clock ticks)
-
-
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, start time) of a process, None once it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": the name may hold spaces
-    return fields[0], int(fields[1]), int(fields[19])
-
-
-def processes() -> dict[int, tuple[str, int, int]]:
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
-            found[int(entry)] = stat
-    return found
-
-
-def descendants(pid: int) -> set[Proc]:
-    table = processes()
-    found: set[Proc] = set()
-    parents = {pid}
-    while parents:
-        children = {child for child, (_, ppid, _) in table.items() if ppid in parents}
-        parents = {child for child in children if (child, table[child][2]) not in found}
-        found |= {(child, table[child][2]) for child in children}
-    return found
-
-
-def running(proc: Proc) -> bool:
-    """Still there and not a zombie (a zombie has exited; only its parent has not reaped it)."""
-    stat = _stat(proc[0])
-    return stat is not None and stat[2] == proc[1] and stat[0] != "Z"
-
-
-def present(proc: Proc) -> bool:
-    """Still in the process table at all, zombie or not: not reaped by its own parent."""
-    stat = _stat(proc[0])
-    return stat is not None and stat[2] == proc[1]
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def kill_left(children: set[Proc]) -> None:
-    """After a failed test: end the processes it found left (ours: same pid, same start)."""
-    for child in children:
-        if running(child):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child[0], signal.SIGKILL)
 
 
 def has_children(pid: int) -> bool:
@@ -182,26 +125,6 @@ def test_sigterm_stops_a_celery_worker_and_its_pool(transactional_db: None, tmp_
     finally:
         celery.stop()
         kill_left(children)
-
-
-def test_sigterm_stops_the_run_command_and_everything_it_started(tmp_path: Path) -> None:
-    var = tmp_path / "var"
-    run = RunCommand(var, PORTAL_WORKER_CONCURRENCY="1")
-    run.start()
-    children = descendants(run.proc.pid)
-    try:
-        commands = " | ".join(cmdline(pid) for pid, _ in children)
-        assert "redis-server" in commands and "uvicorn" in commands and "portal.workers" in commands, commands
-        assert "multiprocessing.spawn" in commands  # the web's large-body pool, started by its lifespan
-        run.proc.send_signal(signal.SIGTERM)
-        run.proc.wait(timeout=90)
-        assert run.proc.returncode == 0, "".join(run.lines[-30:])
-        wait_for(lambda: not any(running(child) for child in children), timeout=30, what="every child to exit")
-        assert not processes_mentioning(str(var))
-    finally:
-        if run.proc.poll() is None:
-            run.proc.kill()
-        kill_left(children | descendants(run.proc.pid))
 
 
 def test_sigterm_while_the_run_command_starts_stops_what_it_started(tmp_path: Path) -> None:
