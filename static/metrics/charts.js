@@ -18,7 +18,8 @@
   // bucket's point (a running mean), and starts a new point when a new bucket begins, so
   // the live end of the chart keeps the same time scale as its history. The server says
   // the bucket (bucket_s) of what it sent.
-  let bucketS = 0, lastBucket = null, inBucket = 0, generation = 0;
+  let bucketS = 0, lastBucket = null, inBucket = 0;
+  const loads = SparkMetrics.latestLoad();
   // The last ticks seen: a history fetched while ticks arrive (a live event's refetch) holds
   // the samples stored when the server read it, so the ticks it lacks are put back onto it once
   // drawn, and a tick it already holds is not drawn twice.
@@ -57,25 +58,20 @@
     });
     const last = times.length ? times[times.length - 1] : null;
     lastBucket = last; inBucket = last === null ? 0 : 1;
-    if (range !== "custom") { inputs.show(body.from, body.to); }
-    if (range !== "custom") {  // raw points: each tick after the last drawn; means: each after the read
-      const until = Date.parse(body.to);
+    if (range !== "custom") {
+      inputs.show(body.from, body.to);
+      const until = Date.parse(body.to);  // raw points: each tick after the last drawn; means: each after the read
       recent.forEach(function (r) { if (!bucketS || Date.parse(r.at) > until) follow(r.entry, r.at); });
     }
     box.dataset.events = String(body.events.length);
     box.dataset.loaded = range;
   }
-  // A window the user chose is kept in the URL once it loads, even when a live event's
-  // refetch (which remembers nothing itself) overtakes its request: `remembering` outlives it.
-  let remembering = false;
   function load(remember) {
-    const mine = ++generation;
-    if (remember) remembering = true;
+    const mine = loads.begin(remember);
     return fetch(url(), { credentials: "same-origin" }).then(function (r) {
       return r.json().then(function (body) {
-        if (mine !== generation) return;  // a newer request is on its way
-        const keep = remembering;
-        remembering = false;
+        const keep = loads.settle(mine);
+        if (keep === null) return;  // a newer request is on its way
         if (!r.ok) { showError(body.detail); box.dataset.loaded = "error"; return; }
         clearError();
         if (keep) {  // the URL first: a page marked loaded already shows its window's address

@@ -17,7 +17,8 @@
   const errorBox = document.getElementById("range-error"), title = document.getElementById("traffic-title");
   const query = new URLSearchParams(location.search);
   let custom = query.get("from") || query.get("to") ? { from: query.get("from") || "", to: query.get("to") || "" } : null;
-  let bucketS = 60, times = [], generation = 0;
+  let bucketS = 60, times = [];
+  const loads = SparkMetrics.latestLoad();
   const label = function (p) { return bucketS >= 3600 ? String(p.t).slice(5, 16).replace("T", " ") : SparkMetrics.clock(p.t).slice(0, 5); };
   const values = function (p) { return [p.requests, p.errors, p.max_latency_ms]; };
   function draw(body) {
@@ -41,18 +42,13 @@
     fromInput.classList.toggle("is-invalid", (e.loc || [])[1] === "from");
     toInput.classList.toggle("is-invalid", (e.loc || [])[1] === "to");
   }
-  // A window the user chose is kept in the URL once it loads, even when a live event's
-  // refetch (which remembers nothing itself) overtakes its request: `remembering` outlives it.
-  let remembering = false;
   function load(remember) {
-    const mine = ++generation;
-    if (remember) remembering = true;
+    const mine = loads.begin(remember);
     const q = custom ? "?from=" + encodeURIComponent(custom.from) + "&to=" + encodeURIComponent(custom.to) : "";
     return fetch("/api/gateway/traffic" + q, { credentials: "same-origin" }).then(function (r) {
       return r.json().then(function (body) {
-        if (mine !== generation) return;
-        const keepUrl = remembering;
-        remembering = false;
+        const keepUrl = loads.settle(mine);
+        if (keepUrl === null) return;  // a newer request is on its way
         if (!r.ok) { showError(body.detail); canvas.dataset.loaded = "error"; return; }
         errorBox.hidden = true; fromInput.classList.remove("is-invalid"); toInput.classList.remove("is-invalid");
         if (keepUrl) {  // the URL first: a page marked loaded already shows its window's address

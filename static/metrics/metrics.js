@@ -160,6 +160,23 @@ window.SparkMetrics = (function () {
       presetChosen: function () { edited = false; },
     };
   }
-  return { format: format, figureText: figureText, windowInputs: windowInputs, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart,
+  // A chart page's history requests: only the newest one's answer is drawn, and a window the
+  // user chose (remember) is kept in the URL once it loads, even when a live event's refetch
+  // (which remembers nothing itself) overtakes its request. begin() before each fetch;
+  // settle(its id) once answered: null when a newer request is on its way, else whether to
+  // write the URL.
+  function latestLoad() {
+    let generation = 0, remembering = false;
+    return {
+      begin: function (remember) { if (remember) remembering = true; return ++generation; },
+      settle: function (id) {
+        if (id !== generation) return null;
+        const keepUrl = remembering;
+        remembering = false;
+        return keepUrl;
+      },
+    };
+  }
+  return { format: format, figureText: figureText, windowInputs: windowInputs, latestLoad: latestLoad, clock: clock, sparkline: sparkline, push: push, lineChart: lineChart,
            updateCard: updateCard, setTimeline: setTimeline };
 })();
